@@ -1,1 +1,238 @@
-// placeholder
+#include "ax/datasets/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "ax/common/logging.h"
+#include "ax/common/strings.h"
+#include "ax/datasets/shard_format.h"
+#include "ax/datasets/text_source.h"
+
+namespace ax::data {
+namespace {
+
+StatusOr<std::string> read_whole_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return IoError(str_cat("open ", path), errno);
+  std::ostringstream os;
+  os << f.rdbuf();
+  if (f.bad()) return IoError(str_cat("read ", path), errno);
+  return os.str();
+}
+
+}  // namespace
+
+class Tokenizer::Impl {
+ public:
+  sentencepiece::SentencePieceProcessor sp;
+  uint64_t hash = 0;
+  std::string path;
+};
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(model_path, ec)) {
+    return NotFound("tokenizer model ", model_path, " does not exist");
+  }
+  AX_ASSIGN_OR_RETURN(std::string bytes, read_whole_file(model_path));
+  auto impl = std::make_unique<Impl>();
+  impl->path = model_path;
+  impl->hash = hash64(bytes.data(), bytes.size());
+  sentencepiece::util::Status st = impl->sp.LoadFromSerializedProto(bytes);
+  if (!st.ok() || impl->sp.GetPieceSize() <= 0) {
+    return DataLoss(model_path, " is not a SentencePiece model (",
+                    st.ok() ? "no pieces" : st.message(), ")");
+  }
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+uint64_t Tokenizer::hash() const { return impl_->hash; }
+uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->sp.GetPieceSize()); }
+int32_t Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
+int32_t Tokenizer::pad_id() const { return impl_->sp.pad_id(); }
+int32_t Tokenizer::unk_id() const { return impl_->sp.unk_id(); }
+int32_t Tokenizer::bos_id() const { return impl_->sp.bos_id(); }
+const std::string& Tokenizer::path() const { return impl_->path; }
+
+Status Tokenizer::encode(std::string_view text, std::vector<uint32_t>* out) const {
+  // SentencePiece keeps no per-call state in the processor (its RNG is thread-local), so one
+  // processor serves every thread.
+  std::vector<int> ids;
+  sentencepiece::util::Status st = impl_->sp.Encode(text, &ids);
+  if (!st.ok()) return Internal("SentencePiece encode failed: ", st.message());
+  out->insert(out->end(), ids.begin(), ids.end());
+  return Status::Ok();
+}
+
+StatusOr<std::string> Tokenizer::decode(std::span<const uint32_t> ids) const {
+  const uint32_t n = vocab_size();
+  std::vector<int> v;
+  v.reserve(ids.size());
+  for (uint32_t id : ids) {
+    if (id >= n) return OutOfRange("token id ", id, " is outside the vocabulary (size ", n, ")");
+    v.push_back(static_cast<int>(id));
+  }
+  std::string text;
+  sentencepiece::util::Status st = impl_->sp.Decode(v, &text);
+  if (!st.ok()) return Internal("SentencePiece decode failed: ", st.message());
+  return text;
+}
+
+std::string Tokenizer::id_to_piece(uint32_t id) const {
+  if (id >= vocab_size()) return str_cat("<invalid id ", id, ">");
+  return impl_->sp.IdToPiece(static_cast<int>(id));
+}
+
+namespace {
+
+// Longer lines are skipped when training (SentencePiece's own limit, in bytes).
+constexpr size_t kMaxSentenceBytes = 16384;
+
+// Feeds the trainer one line at a time from the documents of a TextSource.
+class DocumentLines : public sentencepiece::SentenceIterator {
+ public:
+  explicit DocumentLines(TextSource* source) : source_(source) { Next(); }
+
+  bool done() const override { return done_; }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override {
+    if (error_.ok()) return sentencepiece::util::Status();
+    return sentencepiece::util::Status(sentencepiece::util::StatusCode::kInternal,
+                                       error_.message());
+  }
+  void Next() override {
+    while (!done_) {
+      if (pos_ >= doc_.text.size()) {
+        StatusOr<bool> got = source_->next(&doc_);
+        if (!got.ok()) error_ = got.status();
+        if (!got.ok() || !*got) {
+          done_ = true;
+          return;
+        }
+        pos_ = 0;
+      }
+      size_t nl = doc_.text.find('\n', pos_);
+      if (nl == std::string::npos) nl = doc_.text.size();
+      std::string_view line = str_trim(std::string_view(doc_.text).substr(pos_, nl - pos_));
+      pos_ = nl + 1;
+      if (line.empty()) continue;
+      if (line.size() > kMaxSentenceBytes) {
+        ++skipped_long_;
+        continue;
+      }
+      line_.assign(line);
+      ++lines_;
+      return;
+    }
+  }
+
+  const Status& error() const { return error_; }
+  uint64_t lines() const { return lines_; }
+  uint64_t skipped_long() const { return skipped_long_; }
+
+ private:
+  TextSource* source_;
+  Document doc_;
+  size_t pos_ = 0;
+  std::string line_;
+  bool done_ = false;
+  Status error_;
+  uint64_t lines_ = 0;
+  uint64_t skipped_long_ = 0;
+};
+
+}  // namespace
+
+Status train_tokenizer(const TrainTokenizerOptions& options) {
+  if (options.model_type != "bpe" && options.model_type != "unigram") {
+    return InvalidArgument("model type must be bpe or unigram, not '", options.model_type, "'");
+  }
+  if (options.vocab_size < 8) {
+    return InvalidArgument("vocabulary size ", options.vocab_size, " is too small");
+  }
+  if (!(options.character_coverage > 0.0 && options.character_coverage <= 1.0)) {
+    return InvalidArgument("character coverage must be in (0, 1], not ",
+                           options.character_coverage);
+  }
+  if (options.extra_ids < 0) return InvalidArgument("extra ids must be >= 0");
+  if (!ends_with(options.output, ".model") || options.output.size() <= 6) {
+    return InvalidArgument("the output must be a path ending in .model, not '", options.output,
+                           "'");
+  }
+  std::vector<std::string> symbols = options.user_symbols;
+  for (int i = 0; i < options.extra_ids; ++i) symbols.push_back(str_cat("<extra_id_", i, ">"));
+  std::string symbol_list;
+  for (const std::string& s : symbols) {
+    if (s.empty() || s.find(',') != std::string::npos) {
+      return InvalidArgument("user symbol '", s, "' must be non-empty and contain no comma");
+    }
+    if (!symbol_list.empty()) symbol_list += ',';
+    symbol_list += s;
+  }
+
+  TextSourceOptions source_options;
+  source_options.json_field = options.json_field;
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<TextSource> source,
+                      TextSource::open(options.inputs, source_options));
+
+  const std::string prefix = options.output.substr(0, options.output.size() - 6);
+  std::filesystem::path parent = std::filesystem::path(options.output).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    if (ec) return IoError(str_cat("create directory ", parent.string()), ec.value());
+  }
+  int threads = options.threads > 0
+                    ? options.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::unordered_map<std::string, std::string> args = {
+      {"model_prefix", prefix},
+      {"vocab_size", std::to_string(options.vocab_size)},
+      {"model_type", options.model_type},
+      {"byte_fallback", options.byte_fallback ? "true" : "false"},
+      {"character_coverage", str_cat(options.character_coverage)},
+      {"split_digits", options.split_digits ? "true" : "false"},
+      {"input_sentence_size", std::to_string(options.max_sentences)},
+      {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      {"num_threads", std::to_string(threads)},
+      {"pad_id", "0"},
+      {"eos_id", "1"},
+      {"unk_id", "2"},
+      {"bos_id", "-1"},
+      // SentencePiece logs every step to stderr; keep errors only unless debugging.
+      {"minloglevel", log_enabled(LogLevel::kDebug) ? "0" : "2"},
+  };
+  if (!symbol_list.empty()) args["user_defined_symbols"] = symbol_list;
+
+  AX_LOG(kInfo, "data") << "training a " << options.vocab_size << "-piece " << options.model_type
+                        << " tokenizer on " << source->files().size() << " file(s), "
+                        << human_bytes(static_cast<double>(source->total_bytes()));
+  DocumentLines lines(source.get());
+  sentencepiece::util::Status st = sentencepiece::SentencePieceTrainer::Train(args, &lines);
+  if (!lines.error().ok()) return lines.error();
+  if (lines.lines() == 0) return InvalidArgument("the inputs hold no text to train on");
+  if (!st.ok()) return InvalidArgument("SentencePiece training failed: ", st.message());
+
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::load(options.output));
+  AX_LOG(kInfo, "data") << "wrote " << options.output << " (" << tok->vocab_size()
+                        << " pieces, trained on " << lines.lines() << " lines"
+                        << (lines.skipped_long() > 0
+                                ? str_cat(", ", lines.skipped_long(), " over-long lines skipped")
+                                : std::string())
+                        << ")";
+  return Status::Ok();
+}
+
+}  // namespace ax::data

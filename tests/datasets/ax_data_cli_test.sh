@@ -1,2 +1,174 @@
 #!/usr/bin/env bash
-exit 0
+# Drives ax-data as a user would, on real text from scripts/corpus.sh (Debian's bible-kjv and
+# fortunes): train a tokenizer, tokenize four inputs, verify, inspect, and check that each kind
+# of mistake exits non-zero with one line naming the problem.
+#
+#   tests/datasets/ax_data_cli_test.sh path/to/ax-data
+set -euo pipefail
+
+[[ $# -eq 1 ]] || { echo "usage: $0 AX_DATA_BINARY" >&2; exit 2; }
+ax_data=$(realpath "$1")
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/ax-data-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+checks=0
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+pass() { checks=$((checks + 1)); }
+
+# run_ok NAME CMD...: the command succeeds; its stdout is in $work/NAME.out.
+run_ok() {
+  local name=$1
+  shift
+  if ! "$@" >"$name.out" 2>"$name.err"; then
+    cat "$name.err" >&2
+    fail "$name: '$*' failed"
+  fi
+  pass
+}
+
+# expect_fail CODE CMD PATTERN ARGS...: ax-data CMD ARGS exits with CODE and prints exactly one
+# line, "ax-data CMD: ..." containing PATTERN (a fixed string).
+expect_fail() {
+  local code=$1 cmd=$2 pattern=$3
+  shift 3
+  local rc=0
+  AX_LOG_LEVEL=warn "$ax_data" "$cmd" "$@" >fail.out 2>fail.err || rc=$?
+  [[ $rc -eq $code ]] || fail "ax-data $cmd $*: exit $rc, expected $code; stderr: $(cat fail.err)"
+  [[ $(wc -l <fail.err) -eq 1 ]] || fail "ax-data $cmd $*: expected one line, got: $(cat fail.err)"
+  grep -q "^ax-data $cmd: " fail.err || fail "ax-data $cmd $*: message lacks the prefix: $(cat fail.err)"
+  grep -qF -- "$pattern" fail.err || fail "ax-data $cmd $*: '$pattern' not in: $(cat fail.err)"
+  pass
+}
+
+# expect_in FILE TEXT: FILE contains TEXT (fixed string).
+expect_in() {
+  grep -qF -- "$2" "$1" || { cat "$1" >&2; fail "'$2' not in $1"; }
+  pass
+}
+
+# --- corpus, tokenizer, shards ---------------------------------------------------------------
+run_ok corpus bash "$root/scripts/corpus.sh" corpus
+for f in kjv-train.txt kjv-val.txt fortunes.jsonl pile-sample.jsonl.zst; do
+  [[ -s corpus/$f ]] || fail "corpus.sh did not write $f"
+  pass
+done
+run_ok corpus-again bash "$root/scripts/corpus.sh" corpus
+expect_in corpus-again.out "kjv-train.txt exists, kept"
+
+run_ok train "$ax_data" train-tokenizer --input corpus/kjv-train.txt --vocab-size 4000 \
+  --model-type bpe --extra-ids 10 --output tok/spm.model
+[[ -s tok/spm.model && -s tok/spm.vocab ]] || fail "train-tokenizer wrote no spm.model/spm.vocab"
+pass
+
+run_ok tok-train "$ax_data" tokenize --tokenizer tok/spm.model --input corpus/kjv-train.txt \
+  --output shards/train --threads 2 --shard-tokens 300000
+run_ok tok-train1 "$ax_data" tokenize --tokenizer tok/spm.model --input corpus/kjv-train.txt \
+  --output shards/train1 --threads 1 --shard-tokens 300000
+for s in shards/train/*.axs shards/train/index.json; do
+  cmp -s "$s" "shards/train1/$(basename "$s")" || fail "$s differs between 1 and 2 threads"
+  pass
+done
+run_ok tok-val "$ax_data" tokenize --tokenizer tok/spm.model --input corpus/kjv-val.txt \
+  --output shards/val
+run_ok tok-fortunes "$ax_data" tokenize --tokenizer tok/spm.model --input corpus/fortunes.jsonl \
+  --output shards/fortunes
+run_ok tok-pile "$ax_data" tokenize --tokenizer tok/spm.model \
+  --input corpus/pile-sample.jsonl.zst --output shards/pile
+
+for set in train val fortunes pile; do
+  run_ok "verify-$set" "$ax_data" verify "shards/$set" --tokenizer tok/spm.model
+  expect_in "verify-$set.out" ": OK"
+done
+expect_in verify-train.out "30698 docs"
+expect_in verify-val.out "404 docs"
+
+run_ok inspect-val "$ax_data" inspect shards/val --tokenizer tok/spm.model --samples 2
+expect_in inspect-val.out "documents   404"
+expect_in inspect-val.out "The Revelation of Jesus Christ"
+run_ok inspect-pile "$ax_data" inspect shards/pile --tokenizer tok/spm.model --samples 1
+expect_in inspect-pile.out "Bible: 1189 docs"
+expect_in inspect-pile.out "Fortunes:"
+expect_in inspect-pile.out "In the beginning God created the heaven and the earth."
+run_ok inspect-train "$ax_data" inspect shards/train
+expect_in inspect-train.out "shards      "
+grep -q "^shards      [2-9]" inspect-train.out || fail "expected several train shards"
+pass
+
+# --- help --------------------------------------------------------------------------------------
+for cmd in train-tokenizer tokenize verify inspect; do
+  run_ok "help-$cmd" "$ax_data" "$cmd" --help
+  expect_in "help-$cmd.out" "usage: ax-data $cmd"
+done
+run_ok help-env "$ax_data" --help-env
+expect_in help-env.out "AX_LOG_LEVEL"
+
+# --- mistakes ----------------------------------------------------------------------------------
+expect_fail 1 tokenize "no-such-file.txt" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt no-such-file.txt --output shards/x
+[[ ! -e shards/x ]] || fail "a failed tokenize created its output directory"
+pass
+expect_fail 1 tokenize "matches no file" --tokenizer tok/spm.model --input 'corpus/*.parquet' \
+  --output shards/x
+expect_fail 1 train-tokenizer "missing.txt" --input missing.txt --vocab-size 100 --output t.model
+expect_fail 2 train-tokenizer "--vocab-size" --input corpus/kjv-val.txt --vocab-size lots \
+  --output t.model
+expect_fail 2 train-tokenizer "--vocab-size" --input corpus/kjv-val.txt --vocab-size -5 \
+  --output t.model
+expect_fail 2 train-tokenizer "--vocab-size N is required" --input corpus/kjv-val.txt \
+  --output t.model
+expect_fail 2 tokenize "unknown option '--bogus'" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt --output shards/x --bogus
+expect_fail 2 tokenize "--output needs a value" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt --output
+expect_fail 2 tokenize "--threads" --tokenizer tok/spm.model --input corpus/kjv-val.txt \
+  --output shards/x --threads two
+expect_fail 2 tokenize "--format expects text|seq2seq" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt --output shards/x --format xml
+expect_fail 2 verify "expects DIR" --tokenizer tok/spm.model
+expect_fail 1 verify "index.json" "$work/nowhere"
+expect_fail 1 tokenize "--overwrite" --tokenizer tok/spm.model --input corpus/kjv-val.txt \
+  --output shards/val
+run_ok overwrite "$ax_data" tokenize --tokenizer tok/spm.model --input corpus/kjv-val.txt \
+  --output shards/val --overwrite
+
+printf 'not a model at all' >garbage.model
+expect_fail 1 tokenize "not a SentencePiece model" --tokenizer garbage.model \
+  --input corpus/kjv-val.txt --output shards/x
+
+# A tokenizer other than the one the shards were made with.
+run_ok train-other "$ax_data" train-tokenizer --input corpus/kjv-val.txt --vocab-size 500 \
+  --output tok/other.model
+expect_fail 1 inspect "tokenizer" shards/val --tokenizer tok/other.model
+expect_fail 1 verify "tokenizer" shards/val --tokenizer tok/other.model
+
+# Invalid JSON on line 3: an error naming file:line, or skipped and counted with --skip-bad.
+printf '{"text": "In the beginning"}\n{"text": "was the word"}\n{"text": broken\n{"text": "Amen."}\n' \
+  >bad.jsonl
+expect_fail 1 tokenize "bad.jsonl:3: invalid JSON" --tokenizer tok/spm.model --input bad.jsonl \
+  --output shards/bad
+[[ ! -e shards/bad/index.json ]] || fail "a failed tokenize wrote an index"
+pass
+run_ok skip-bad "$ax_data" tokenize --tokenizer tok/spm.model --input bad.jsonl \
+  --output shards/bad --skip-bad
+expect_in skip-bad.err "skipped 1 bad records"
+run_ok inspect-bad "$ax_data" inspect shards/bad
+expect_in inspect-bad.out "0 empty, 1 bad"
+expect_in inspect-bad.out "documents   3"
+
+# A flipped byte inside the first data frame (after the 64-byte header frame).
+cp -r shards/val shards/corrupt
+shard=shards/corrupt/shard-00000.axs
+offset=200
+byte=$(od -An -tu1 -j "$offset" -N1 "$shard" | tr -d ' ')
+printf "\\$(printf '%03o' $(((byte + 1) % 256)))" |
+  dd of="$shard" bs=1 seek="$offset" count=1 conv=notrunc status=none
+cmp -s "$shard" shards/val/shard-00000.axs && fail "the shard was not modified"
+pass
+expect_fail 1 verify "shard-00000.axs" shards/corrupt
+
+echo "ax_data_cli: $checks checks passed"

@@ -1,1 +1,270 @@
-// placeholder
+#include "ax/datasets/tokenize.h"
+
+#include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ax/datasets/shard_reader.h"
+#include "ax/datasets/tokenizer.h"
+#include "test_util.h"
+
+namespace ax::data {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_file;
+using testing::sample_english;
+using testing::temp_dir;
+using testing::write_file;
+
+// A small BPE model trained once per test process.
+const std::string& model() {
+  static const std::string path = [] {
+    std::string dir = temp_dir("tokz-model");
+    write_file(dir + "/train.txt", sample_english(40));
+    TrainTokenizerOptions o;
+    o.inputs = {dir + "/train.txt"};
+    o.output = dir + "/spm.model";
+    o.vocab_size = 400;
+    o.threads = 2;
+    Status st = train_tokenizer(o);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return o.output;
+  }();
+  return path;
+}
+
+std::vector<uint32_t> read_doc(const ShardSet& set, uint64_t d) {
+  auto [begin, end] = set.doc_range(d);
+  std::vector<uint32_t> out(end - begin);
+  Status st = set.read(begin, out);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return out;
+}
+
+std::vector<uint32_t> encode_eos(const Tokenizer& tok, const std::string& text) {
+  std::vector<uint32_t> ids;
+  EXPECT_TRUE(tok.encode(text, &ids).ok());
+  ids.push_back(static_cast<uint32_t>(tok.eos_id()));
+  return ids;
+}
+
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+TokenizeOptions options_for(const std::vector<std::string>& inputs, const std::string& out) {
+  TokenizeOptions o;
+  o.inputs = inputs;
+  o.tokenizer_path = model();
+  o.output_dir = out;
+  o.threads = 2;
+  o.progress_seconds = 0;
+  return o;
+}
+
+// Several thousand short documents across a text file and a Pile-style jsonl file.
+struct Corpus {
+  std::string dir;
+  std::vector<std::string> inputs;
+  std::vector<std::string> docs;  // the expected documents, in order
+};
+
+Corpus make_corpus() {
+  Corpus c;
+  c.dir = temp_dir("tokz-in");
+  std::string text = sample_english(400);        // 3200 lines
+  write_file(c.dir + "/a.txt", text + "   \n");  // one blank document
+  for (const std::string& line : str_split(text, '\n')) {
+    if (!line.empty()) c.docs.push_back(line);
+  }
+  std::string jsonl;
+  for (int i = 0; i < 300; ++i) {
+    std::string doc = "Fortune number " + std::to_string(i) + ": the river is deep.";
+    jsonl += "{\"text\": \"" + doc + "\", \"meta\": {\"pile_set_name\": \"" +
+             (i % 3 == 0 ? "Bible" : "Fortunes") + "\"}}\n";
+    c.docs.push_back(doc);
+  }
+  write_file(c.dir + "/b.jsonl", jsonl);
+  c.inputs = {c.dir + "/a.txt", c.dir + "/b.jsonl"};
+  return c;
+}
+
+TEST(Tokenize, RoundTripEqualsDirectEncodingPlusEos) {
+  Corpus c = make_corpus();
+  std::string out = temp_dir("tokz-out") + "/set";  // created by tokenize
+  TokenizeOptions o = options_for(c.inputs, out);
+  o.shard_tokens = 20000;  // several shards
+  auto index = tokenize(o);
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  EXPECT_EQ(index->num_docs, c.docs.size());
+  EXPECT_GT(index->shards.size(), 1u);
+  EXPECT_EQ(index->kind, ShardKind::kLm);
+  EXPECT_EQ(index->skipped_empty, 1u);
+  EXPECT_EQ(index->inputs, c.inputs);
+  EXPECT_EQ(index->docs_per_set.at("Bible"), 100u);
+  EXPECT_EQ(index->docs_per_set.at("Fortunes"), 200u);
+
+  auto tok = Tokenizer::load(model());
+  ASSERT_TRUE(tok.ok());
+  EXPECT_EQ(index->tokenizer.hash, (*tok)->hash());
+  EXPECT_EQ(index->tokenizer.eos_id, 1);
+  auto set = ShardSet::open(out, (*tok)->hash());
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  ASSERT_EQ((*set)->num_docs(), c.docs.size());
+  uint64_t tokens = 0;
+  for (uint64_t d = 0; d < c.docs.size(); ++d) {
+    std::vector<uint32_t> expected = encode_eos(**tok, c.docs[d]);
+    ASSERT_EQ(read_doc(**set, d), expected) << "document " << d << ": " << c.docs[d];
+    tokens += expected.size();
+  }
+  EXPECT_EQ((*set)->num_tokens(), tokens);
+  EXPECT_TRUE((*set)->verify().ok());
+}
+
+TEST(Tokenize, SameShardsForAnyThreadCount) {
+  Corpus c = make_corpus();
+  std::string base = temp_dir("tokz-out");
+  std::vector<std::string> dirs = {base + "/t1", base + "/t2"};
+  for (int threads : {1, 2}) {
+    TokenizeOptions o = options_for(c.inputs, dirs[threads - 1]);
+    o.threads = threads;
+    o.shard_tokens = 15000;
+    auto index = tokenize(o);
+    ASSERT_TRUE(index.ok()) << index.status().to_string();
+  }
+  std::set<std::string> names = names_in(dirs[0]);
+  EXPECT_EQ(names, names_in(dirs[1]));
+  EXPECT_GT(names.size(), 2u);
+  for (const std::string& name : names) {
+    EXPECT_EQ(read_file(dirs[0] + "/" + name), read_file(dirs[1] + "/" + name)) << name;
+  }
+}
+
+TEST(Tokenize, Seq2SeqPairs) {
+  std::string in = temp_dir("tokz-in");
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::string jsonl;
+  for (int i = 0; i < 50; ++i) {
+    pairs.emplace_back("question: what is entry " + std::to_string(i) + "? context: the river",
+                       i % 2 ? "entailment" : "neutral");
+    jsonl += "{\"inputs\": \"" + pairs.back().first + "\", \"targets\": \"" + pairs.back().second +
+             "\"}\n";
+  }
+  write_file(in + "/s.jsonl", jsonl);
+  std::string out = temp_dir("tokz-out");
+  TokenizeOptions o = options_for({in + "/s.jsonl"}, out);
+  o.source.seq2seq = true;
+  auto index = tokenize(o);
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  EXPECT_EQ(index->kind, ShardKind::kSeq2Seq);
+  EXPECT_EQ(index->num_docs, 100u);
+
+  auto tok = Tokenizer::load(model());
+  auto set = ShardSet::open(out);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ((*set)->index().kind, ShardKind::kSeq2Seq);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_EQ(read_doc(**set, 2 * i), encode_eos(**tok, pairs[i].first));
+    EXPECT_EQ(read_doc(**set, 2 * i + 1), encode_eos(**tok, pairs[i].second));
+  }
+}
+
+TEST(Tokenize, CompleteSetNeedsOverwrite) {
+  Corpus c = make_corpus();
+  std::string out = temp_dir("tokz-out");
+  TokenizeOptions o = options_for(c.inputs, out);
+  o.shard_tokens = 10000;
+  auto first = tokenize(o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_GT(first->shards.size(), 2u);
+
+  auto again = tokenize(o);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("--overwrite"), std::string::npos);
+
+  // Overwriting with bigger shards leaves no shard of the old set behind.
+  o.overwrite = true;
+  o.shard_tokens = uint64_t{1} << 30;
+  auto replaced = tokenize(o);
+  ASSERT_TRUE(replaced.ok()) << replaced.status().to_string();
+  EXPECT_EQ(replaced->shards.size(), 1u);
+  EXPECT_EQ(names_in(out).size(), 2u);  // one shard + index.json
+  auto set = ShardSet::open(out);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ((*set)->num_docs(), c.docs.size());
+  EXPECT_TRUE((*set)->verify().ok());
+}
+
+TEST(Tokenize, RerunAfterInterruptionGivesCompleteSet) {
+  Corpus c = make_corpus();
+  std::string out = temp_dir("tokz-out");
+  TokenizeOptions o = options_for(c.inputs, out);
+  o.shard_tokens = 10000;
+  auto first = tokenize(o);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  std::set<std::string> complete = names_in(out);
+
+  // A crash before the index was written, with a shard half written and one shard of a run
+  // that got further.
+  fs::remove(out + "/index.json");
+  write_file(out + "/" + first->shards[1].file + ".tmp", "half a shard");
+  write_file(out + "/shard-00099.axs", "orphan from a larger run");
+  auto rerun = tokenize(o);
+  ASSERT_TRUE(rerun.ok()) << rerun.status().to_string();
+  EXPECT_EQ(names_in(out), complete);
+  auto set = ShardSet::open(out);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_TRUE((*set)->verify().ok());
+  auto tok = Tokenizer::load(model());
+  ASSERT_EQ((*set)->num_docs(), c.docs.size());
+  for (uint64_t d : {uint64_t{0}, uint64_t{1234}, uint64_t{c.docs.size() - 1}}) {
+    EXPECT_EQ(read_doc(**set, d), encode_eos(**tok, c.docs[d]));
+  }
+}
+
+TEST(Tokenize, RefusesTokenizerWithoutEos) {
+  std::string dir = temp_dir("tokz-noeos");
+  write_file(dir + "/t.txt", sample_english(20));
+  auto st = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + dir + "/t.txt --model_prefix=" + dir +
+      "/noeos --vocab_size=200 --model_type=bpe --eos_id=-1 --minloglevel=2");
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  TokenizeOptions o = options_for({dir + "/t.txt"}, dir + "/out");
+  o.tokenizer_path = dir + "/noeos.model";
+  auto index = tokenize(o);
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(index.status().message().find("EOS"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
+TEST(Tokenize, InputErrorsStopTheRun) {
+  std::string dir = temp_dir("tokz-bad");
+  std::string jsonl;
+  for (int i = 0; i < 3000; ++i) jsonl += "{\"text\": \"document " + std::to_string(i) + "\"}\n";
+  write_file(dir + "/bad.jsonl", jsonl + "{\"text\": oops}\n");
+  auto index = tokenize(options_for({dir + "/bad.jsonl"}, dir + "/out"));
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(index.status().message().find("bad.jsonl:3001"), std::string::npos)
+      << index.status().message();
+  EXPECT_FALSE(fs::exists(dir + "/out/index.json"));
+
+  TokenizeOptions skip = options_for({dir + "/bad.jsonl"}, dir + "/out");
+  skip.source.skip_bad = true;
+  auto skipped = tokenize(skip);
+  ASSERT_TRUE(skipped.ok()) << skipped.status().to_string();
+  EXPECT_EQ(skipped->num_docs, 3000u);
+  EXPECT_EQ(skipped->skipped_bad, 1u);
+}
+
+}  // namespace
+}  // namespace ax::data

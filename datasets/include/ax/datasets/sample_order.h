@@ -31,11 +31,14 @@ class SampleOrder {
  private:
   // Caches the permutation of one window (the last one asked for).
   const std::vector<uint64_t>& window(uint64_t epoch, uint64_t w) const;
+  // Makes block_perm_ (and short_window_) those of `epoch`.
+  void permute_blocks(uint64_t epoch) const;
   OrderOptions options_;
   uint64_t num_blocks_ = 0;
   mutable uint64_t cached_epoch_ = UINT64_MAX, cached_window_ = UINT64_MAX;
-  mutable std::vector<uint64_t> block_perm_;  // of cached_epoch_
+  mutable std::vector<uint64_t> block_perm_;  // of block_perm_epoch_
   mutable uint64_t block_perm_epoch_ = UINT64_MAX;
+  mutable uint64_t short_window_ = 0;  // the window holding the short last block, if any
   mutable std::vector<uint64_t> window_samples_;
 };
 

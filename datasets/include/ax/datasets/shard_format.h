@@ -16,6 +16,7 @@
 // uint32 token stream.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ax::data {

@@ -48,6 +48,8 @@ class TokenLoader {
  public:
   // Fails with InvalidArgument for a set too small for one window, a replica out of range or a
   // global batch that the replicas do not divide; FailedPrecondition for a seq2seq set.
+  // ShardSet's default cache holds a window of the default window_blocks (each frame is then
+  // decompressed about once per window); any cache size gives the same batches.
   static StatusOr<std::unique_ptr<TokenLoader>> create(std::shared_ptr<const ShardSet> shards,
                                                        const LoaderOptions& options);
   ~TokenLoader();
