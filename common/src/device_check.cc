@@ -37,9 +37,9 @@ void set_error_device(int device) { g_device = device; }
 void device_check_failed(const char* library, const char* statement, int code,
                          const char* error_name, const char* error_text, const char* file,
                          int line) {
-  std::string msg = str_cat(log_prefix(), " E ", library, "] ", file, ":", line, ": ", statement,
-                            " failed with ", error_name, " (", code, "): ", error_text,
-                            " [device ", g_device.load(), "]\n");
+  std::string msg =
+      str_cat(log_prefix(), " E ", library, "] ", file, ":", line, ": ", statement, " failed with ",
+              error_name, " (", code, "): ", error_text, " [device ", g_device.load(), "]\n");
   (void)!::write(STDERR_FILENO, msg.data(), msg.size());
   std::function<void()> h;
   {

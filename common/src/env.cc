@@ -94,8 +94,7 @@ StatusOr<double> EnvKnob<double>::get() const {
 
 EnvKnob<bool>::EnvKnob(std::string name, bool def, std::string description)
     : name_(std::move(name)), def_(def) {
-  internal::register_env_knob(
-      {name_, "bool", def ? "true" : "false", std::move(description)});
+  internal::register_env_knob({name_, "bool", def ? "true" : "false", std::move(description)});
 }
 
 StatusOr<bool> EnvKnob<bool>::get() const {

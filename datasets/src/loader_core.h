@@ -28,7 +28,7 @@ struct SliceOptions {
   int prefetch_batches = 0;
 };
 
-inline Status validate_slicing(const SliceOptions &o) {
+inline Status validate_slicing(const SliceOptions& o) {
   if (o.num_replicas < 1) return InvalidArgument("num_replicas must be at least 1");
   if (o.replica >= o.num_replicas) {
     return InvalidArgument("replica ", o.replica, " is out of range for ", o.num_replicas,
@@ -52,21 +52,21 @@ inline Status validate_slicing(const SliceOptions &o) {
 template <typename Batch>
 class LoaderCore {
  public:
-  using Fill = std::function<Status(std::span<const uint64_t> ids, Batch *out)>;
+  using Fill = std::function<Status(std::span<const uint64_t> ids, Batch* out)>;
 
   // `slice` must have passed validate_slicing; order.num_samples >= 1.
-  LoaderCore(const OrderOptions &order, const SliceOptions &slice, Fill fill)
+  LoaderCore(const OrderOptions& order, const SliceOptions& slice, Fill fill)
       : order_(order), slice_(slice), fill_(std::move(fill)) {
     start();
   }
   ~LoaderCore() { stop(); }
-  LoaderCore(const LoaderCore &) = delete;
-  LoaderCore &operator=(const LoaderCore &) = delete;
+  LoaderCore(const LoaderCore&) = delete;
+  LoaderCore& operator=(const LoaderCore&) = delete;
 
   uint64_t per_epoch() const { return order_.num_samples(); }
   LoaderState state() const { return state_at(position_); }
 
-  Status next(Batch *out) {
+  Status next(Batch* out) {
     if (slice_.prefetch_batches == 0) {
       AX_RETURN_IF_ERROR(produce(position_, out));
       position_ += slice_.global_batch;
@@ -90,7 +90,7 @@ class LoaderCore {
     return Status::Ok();
   }
 
-  Status restore(const LoaderState &state) {
+  Status restore(const LoaderState& state) {
     const uint64_t n = per_epoch();
     if (state.sample_in_epoch >= n) {
       return InvalidArgument("loader state has sample_in_epoch ", state.sample_in_epoch,
@@ -117,7 +117,7 @@ class LoaderCore {
 
   // The batch of global positions [position, position + global_batch): this
   // replica's slice.
-  Status produce(uint64_t position, Batch *out) {
+  Status produce(uint64_t position, Batch* out) {
     const uint64_t local = slice_.global_batch / slice_.num_replicas;
     const uint64_t first = position + slice_.replica * local;
     ids_.resize(local);

@@ -7,7 +7,7 @@
 namespace ax::data {
 namespace {
 
-Status read_doc(const ShardSet &shards, uint64_t doc, std::vector<uint32_t> *out) {
+Status read_doc(const ShardSet& shards, uint64_t doc, std::vector<uint32_t>* out) {
   const auto [begin, end] = shards.doc_range(doc);
   out->resize(end - begin);
   return shards.read(begin, *out);
@@ -17,14 +17,14 @@ Status read_doc(const ShardSet &shards, uint64_t doc, std::vector<uint32_t> *out
 
 class Seq2SeqLoader::Impl {
  public:
-  Impl(const OrderOptions &order, const internal::SliceOptions &slice,
+  Impl(const OrderOptions& order, const internal::SliceOptions& slice,
        internal::LoaderCore<Seq2SeqBatch>::Fill fill)
       : core(order, slice, std::move(fill)) {}
   internal::LoaderCore<Seq2SeqBatch> core;
 };
 
 StatusOr<std::unique_ptr<Seq2SeqLoader>> Seq2SeqLoader::create(
-    std::shared_ptr<const ShardSet> shards, const Seq2SeqLoaderOptions &options) {
+    std::shared_ptr<const ShardSet> shards, const Seq2SeqLoaderOptions& options) {
   if (shards == nullptr) return InvalidArgument("Seq2SeqLoader needs a shard set");
   if (shards->index().kind != ShardKind::kSeq2Seq) {
     return FailedPrecondition(
@@ -48,10 +48,10 @@ StatusOr<std::unique_ptr<Seq2SeqLoader>> Seq2SeqLoader::create(
   order.window_blocks = options.window_blocks;
   order.shuffle = options.shuffle;
 
-  auto fill = [shards](std::span<const uint64_t> ids, Seq2SeqBatch *out) {
+  auto fill = [shards](std::span<const uint64_t> ids, Seq2SeqBatch* out) {
     out->examples.resize(ids.size());
     for (size_t j = 0; j < ids.size(); ++j) {
-      Seq2SeqExample &ex = out->examples[j];
+      Seq2SeqExample& ex = out->examples[j];
       ex.id = ids[j];
       AX_RETURN_IF_ERROR(read_doc(*shards, 2 * ids[j], &ex.inputs));
       AX_RETURN_IF_ERROR(read_doc(*shards, 2 * ids[j] + 1, &ex.targets));
@@ -65,9 +65,9 @@ StatusOr<std::unique_ptr<Seq2SeqLoader>> Seq2SeqLoader::create(
 Seq2SeqLoader::Seq2SeqLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Seq2SeqLoader::~Seq2SeqLoader() = default;
 
-Status Seq2SeqLoader::next(Seq2SeqBatch *out) { return impl_->core.next(out); }
+Status Seq2SeqLoader::next(Seq2SeqBatch* out) { return impl_->core.next(out); }
 LoaderState Seq2SeqLoader::state() const { return impl_->core.state(); }
-Status Seq2SeqLoader::restore(const LoaderState &state) { return impl_->core.restore(state); }
+Status Seq2SeqLoader::restore(const LoaderState& state) { return impl_->core.restore(state); }
 uint64_t Seq2SeqLoader::examples_per_epoch() const { return impl_->core.per_epoch(); }
 
 }  // namespace ax::data

@@ -9,14 +9,14 @@ namespace ax::data {
 
 class TokenLoader::Impl {
  public:
-  Impl(const OrderOptions &order, const internal::SliceOptions &slice,
+  Impl(const OrderOptions& order, const internal::SliceOptions& slice,
        internal::LoaderCore<TokenBatch>::Fill fill)
       : core(order, slice, std::move(fill)) {}
   internal::LoaderCore<TokenBatch> core;
 };
 
 StatusOr<std::unique_ptr<TokenLoader>> TokenLoader::create(std::shared_ptr<const ShardSet> shards,
-                                                           const LoaderOptions &options) {
+                                                           const LoaderOptions& options) {
   if (shards == nullptr) return InvalidArgument("TokenLoader needs a shard set");
   if (shards->index().kind != ShardKind::kLm) {
     return FailedPrecondition(
@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<TokenLoader>> TokenLoader::create(std::shared_ptr<const
   order.window_blocks = options.window_blocks;
   order.shuffle = options.shuffle;
 
-  auto fill = [shards, seq_len](std::span<const uint64_t> ids, TokenBatch *out) {
+  auto fill = [shards, seq_len](std::span<const uint64_t> ids, TokenBatch* out) {
     out->batch = ids.size();
     out->seq_len = seq_len;
     out->tokens.resize(ids.size() * (seq_len + 1));
@@ -62,9 +62,9 @@ StatusOr<std::unique_ptr<TokenLoader>> TokenLoader::create(std::shared_ptr<const
 TokenLoader::TokenLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TokenLoader::~TokenLoader() = default;
 
-Status TokenLoader::next(TokenBatch *out) { return impl_->core.next(out); }
+Status TokenLoader::next(TokenBatch* out) { return impl_->core.next(out); }
 LoaderState TokenLoader::state() const { return impl_->core.state(); }
-Status TokenLoader::restore(const LoaderState &state) { return impl_->core.restore(state); }
+Status TokenLoader::restore(const LoaderState& state) { return impl_->core.restore(state); }
 uint64_t TokenLoader::samples_per_epoch() const { return impl_->core.per_epoch(); }
 
 }  // namespace ax::data

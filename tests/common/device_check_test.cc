@@ -11,13 +11,12 @@ TEST(DeviceCheckDeathTest, NamesStatementErrorAndDeviceAndRunsHook) {
   internal::set_error_device(3);
   set_device_abort_hook([] { fprintf(stderr, "abort hook ran\n"); });
   auto fail = [] { return cudaErrorInvalidValue; };
-  EXPECT_EXIT(AX_CUDA_CHECK(fail()), testing::ExitedWithCode(1),
-              "CUDA\\] .*fail\\(\\) failed with cudaErrorInvalidValue.*device 3.*\n.*abort hook ran");
+  EXPECT_EXIT(
+      AX_CUDA_CHECK(fail()), testing::ExitedWithCode(1),
+      "CUDA\\] .*fail\\(\\) failed with cudaErrorInvalidValue.*device 3.*\n.*abort hook ran");
 }
 
-TEST(DeviceCheck, SuccessIsSilent) {
-  AX_CUDA_CHECK(cudaSuccess);
-}
+TEST(DeviceCheck, SuccessIsSilent) { AX_CUDA_CHECK(cudaSuccess); }
 
 }  // namespace
 }  // namespace ax

@@ -54,8 +54,8 @@ TEST(EnvKnob, InvalidValueIsAnErrorNamingTheVariable) {
 TEST(EnvKnob, HelpListsEveryKnob) {
   std::ostringstream os;
   print_env_help(os);
-  for (const char* name : {"AX_TEST_DEPTH", "AX_TEST_FLAG", "AX_TEST_RATIO", "AX_TEST_MODE",
-                           "AX_LOG_LEVEL"}) {
+  for (const char* name :
+       {"AX_TEST_DEPTH", "AX_TEST_FLAG", "AX_TEST_RATIO", "AX_TEST_MODE", "AX_LOG_LEVEL"}) {
     EXPECT_NE(os.str().find(name), std::string::npos) << name;
   }
   EXPECT_NE(os.str().find("test knob: depth"), std::string::npos);

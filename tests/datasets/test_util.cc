@@ -56,8 +56,7 @@ std::string read_file(const std::string& path) {
 }
 
 std::vector<std::vector<uint32_t>> random_documents(uint64_t seed, size_t n, uint32_t vocab,
-                                                    size_t min_len, size_t max_len,
-                                                    uint32_t eos) {
+                                                    size_t min_len, size_t max_len, uint32_t eos) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<size_t> len(min_len, max_len);
   std::uniform_int_distribution<uint32_t> tok(3, vocab - 1);

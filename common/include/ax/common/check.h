@@ -23,9 +23,9 @@ struct Voidify {
 
 }  // namespace ax::internal
 
-#define AX_CHECK(cond)                                                                   \
-  (cond) ? (void)0                                                                       \
-         : ::ax::internal::Voidify() &                                                   \
+#define AX_CHECK(cond)                 \
+  (cond) ? (void)0                     \
+         : ::ax::internal::Voidify() & \
                ::ax::internal::CheckFailure(__FILE__, __LINE__, #cond).stream()
 
 #define AX_CHECK_OP(a, op, b) AX_CHECK((a)op(b)) << "(" << (a) << " vs " << (b) << ") "
@@ -37,8 +37,8 @@ struct Voidify {
 #define AX_CHECK_GE(a, b) AX_CHECK_OP(a, >=, b)
 
 // Aborts if a Status is not ok; for code paths where an error is a bug.
-#define AX_CHECK_OK(expr)                                         \
-  do {                                                            \
-    ::ax::Status ax_check_status_ = (expr);                       \
+#define AX_CHECK_OK(expr)                                            \
+  do {                                                               \
+    ::ax::Status ax_check_status_ = (expr);                          \
     AX_CHECK(ax_check_status_.ok()) << ax_check_status_.to_string(); \
   } while (0)

@@ -28,34 +28,34 @@ void set_error_device(int device);
 #if defined(__CUDACC__) || defined(CUDART_VERSION) || __has_include(<cuda_runtime_api.h>)
 #include <cuda_runtime_api.h>
 
-#define AX_CUDA_CHECK(stmt)                                                                 \
-  do {                                                                                      \
-    cudaError_t ax_err_ = (stmt);                                                           \
-    if (ax_err_ != cudaSuccess)                                                             \
-      ::ax::internal::device_check_failed("CUDA", #stmt, static_cast<int>(ax_err_),        \
-                                          cudaGetErrorName(ax_err_),                        \
-                                          cudaGetErrorString(ax_err_), __FILE__, __LINE__); \
+#define AX_CUDA_CHECK(stmt)                                                                       \
+  do {                                                                                            \
+    cudaError_t ax_err_ = (stmt);                                                                 \
+    if (ax_err_ != cudaSuccess)                                                                   \
+      ::ax::internal::device_check_failed("CUDA", #stmt, static_cast<int>(ax_err_),               \
+                                          cudaGetErrorName(ax_err_), cudaGetErrorString(ax_err_), \
+                                          __FILE__, __LINE__);                                    \
   } while (0)
 #endif
 
 #if defined(CUBLAS_VER_MAJOR) || defined(CUBLASLT_H_)
-#define AX_CUBLAS_CHECK(stmt)                                                              \
-  do {                                                                                     \
-    cublasStatus_t ax_err_ = (stmt);                                                       \
-    if (ax_err_ != CUBLAS_STATUS_SUCCESS)                                                  \
-      ::ax::internal::device_check_failed("cuBLAS", #stmt, static_cast<int>(ax_err_),     \
-                                          cublasGetStatusName(ax_err_),                    \
+#define AX_CUBLAS_CHECK(stmt)                                                                  \
+  do {                                                                                         \
+    cublasStatus_t ax_err_ = (stmt);                                                           \
+    if (ax_err_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      ::ax::internal::device_check_failed("cuBLAS", #stmt, static_cast<int>(ax_err_),          \
+                                          cublasGetStatusName(ax_err_),                        \
                                           cublasGetStatusString(ax_err_), __FILE__, __LINE__); \
   } while (0)
 #endif
 
 #if defined(NCCL_MAJOR)
-#define AX_NCCL_CHECK(stmt)                                                                \
-  do {                                                                                     \
-    ncclResult_t ax_err_ = (stmt);                                                         \
-    if (ax_err_ != ncclSuccess && ax_err_ != ncclInProgress)                               \
-      ::ax::internal::device_check_failed("NCCL", #stmt, static_cast<int>(ax_err_),       \
-                                          "ncclResult_t", ncclGetErrorString(ax_err_),     \
-                                          __FILE__, __LINE__);                             \
+#define AX_NCCL_CHECK(stmt)                                                                      \
+  do {                                                                                           \
+    ncclResult_t ax_err_ = (stmt);                                                               \
+    if (ax_err_ != ncclSuccess && ax_err_ != ncclInProgress)                                     \
+      ::ax::internal::device_check_failed("NCCL", #stmt, static_cast<int>(ax_err_),              \
+                                          "ncclResult_t", ncclGetErrorString(ax_err_), __FILE__, \
+                                          __LINE__);                                             \
   } while (0)
 #endif

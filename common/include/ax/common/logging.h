@@ -35,7 +35,8 @@ class LogMessage {
 }  // namespace ax
 
 // AX_LOG(kInfo, "data") << "wrote " << n << " shards";
-#define AX_LOG(level, subsystem)                          \
-  !::ax::log_enabled(::ax::LogLevel::level) ? (void)0     \
-      : ::ax::internal::Voidify() &                       \
+#define AX_LOG(level, subsystem)            \
+  !::ax::log_enabled(::ax::LogLevel::level) \
+      ? (void)0                             \
+      : ::ax::internal::Voidify() &         \
             ::ax::internal::LogMessage(::ax::LogLevel::level, subsystem).stream()

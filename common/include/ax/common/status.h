@@ -132,14 +132,14 @@ class [[nodiscard]] StatusOr {
 #define AX_STATUS_CONCAT(a, b) AX_STATUS_CONCAT_INNER(a, b)
 
 // Returns the error from the enclosing function, adding where it passed.
-#define AX_RETURN_IF_ERROR(expr)                                  \
-  do {                                                            \
-    ::ax::Status ax_status_ = (expr);                             \
+#define AX_RETURN_IF_ERROR(expr)                                               \
+  do {                                                                         \
+    ::ax::Status ax_status_ = (expr);                                          \
     if (!ax_status_.ok()) return ax_status_.with_location(__FILE__, __LINE__); \
   } while (0)
 
-#define AX_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                     \
-  auto tmp = (expr);                                                 \
+#define AX_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                        \
+  auto tmp = (expr);                                                    \
   if (!tmp.ok()) return tmp.status().with_location(__FILE__, __LINE__); \
   lhs = std::move(tmp).value()
 

@@ -16,8 +16,8 @@ struct ShardEntry {
   std::string file;  // relative to the directory, e.g. "shard-00000.axs"
   uint64_t num_tokens = 0;
   uint64_t num_docs = 0;
-  uint64_t bytes = 0;     // file size
-  uint64_t xxh64 = 0;     // XXH64 of the whole file
+  uint64_t bytes = 0;  // file size
+  uint64_t xxh64 = 0;  // XXH64 of the whole file
 };
 
 struct TokenizerInfo {

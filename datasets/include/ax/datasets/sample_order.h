@@ -16,7 +16,7 @@ namespace ax::data {
 struct OrderOptions {
   uint64_t num_samples = 0;
   uint64_t seed = 0;
-  uint64_t block_samples = 1;  // >= 1
+  uint64_t block_samples = 1;   // >= 1
   uint64_t window_blocks = 64;  // >= 1
   bool shuffle = true;          // false: identity order (evaluation)
 };

@@ -42,14 +42,14 @@ enum class ShardKind : uint32_t {
 
 // The header payload, in file order (56 bytes, no padding).
 struct ShardHeader {
-  char magic[8];             // kShardMagic
-  uint32_t version;          // kShardVersion
-  uint32_t kind;             // ShardKind
-  uint32_t token_bytes;      // 4: uint32 tokens
-  uint32_t frame_tokens;     // tokens per data frame (the last may hold fewer)
+  char magic[8];          // kShardMagic
+  uint32_t version;       // kShardVersion
+  uint32_t kind;          // ShardKind
+  uint32_t token_bytes;   // 4: uint32 tokens
+  uint32_t frame_tokens;  // tokens per data frame (the last may hold fewer)
   uint64_t num_tokens;
   uint64_t num_docs;
-  uint64_t tokenizer_hash;   // XXH64 (seed 0) of the tokenizer's .model file bytes
+  uint64_t tokenizer_hash;  // XXH64 (seed 0) of the tokenizer's .model file bytes
   uint32_t num_frames;
   uint32_t header_checksum;  // low 32 bits of XXH64 of the 52 bytes before this field
 };

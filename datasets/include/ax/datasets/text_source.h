@@ -16,7 +16,7 @@ namespace ax::data {
 enum class TextUnit { kLine, kParagraph, kFile };
 
 struct TextSourceOptions {
-  std::string json_field = "text";    // for jsonl; "a.b" reaches into nested objects
+  std::string json_field = "text";  // for jsonl; "a.b" reaches into nested objects
   // For --format seq2seq: the input and target fields of each jsonl object.
   std::string inputs_field = "inputs";
   std::string targets_field = "targets";

@@ -27,7 +27,7 @@ struct LoaderOptions {
   uint64_t num_replicas = 1;  // must divide global_batch
   bool shuffle = true;        // false: storage order (evaluation)
   uint64_t window_blocks = 64;
-  int prefetch_batches = 4;   // 0 = read synchronously in next()
+  int prefetch_batches = 4;  // 0 = read synchronously in next()
 };
 
 struct LoaderState {
@@ -37,11 +37,11 @@ struct LoaderState {
 };
 
 struct TokenBatch {
-  uint64_t batch = 0;    // samples in this replica's slice (global_batch / num_replicas)
+  uint64_t batch = 0;  // samples in this replica's slice (global_batch / num_replicas)
   uint64_t seq_len = 0;
-  std::vector<uint32_t> tokens;         // (batch, seq_len + 1)
-  std::vector<uint64_t> sample_ids;     // (batch), which windows these are
-  LoaderState state_after;              // the state once this batch is consumed
+  std::vector<uint32_t> tokens;      // (batch, seq_len + 1)
+  std::vector<uint64_t> sample_ids;  // (batch), which windows these are
+  LoaderState state_after;           // the state once this batch is consumed
 };
 
 class TokenLoader {

@@ -16,11 +16,11 @@ struct TokenizeOptions {
   std::vector<std::string> inputs;
   std::string tokenizer_path;
   std::string output_dir;
-  TextSourceOptions source;   // source.seq2seq selects --format seq2seq
-  int threads = 0;            // 0 = all cores
+  TextSourceOptions source;  // source.seq2seq selects --format seq2seq
+  int threads = 0;           // 0 = all cores
   uint64_t shard_tokens = uint64_t{64} << 20;
   int zstd_level = 3;
-  bool overwrite = false;     // replace a complete output directory
+  bool overwrite = false;          // replace a complete output directory
   double progress_seconds = 10.0;  // 0 = no progress lines
 };
 

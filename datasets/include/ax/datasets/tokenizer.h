@@ -40,18 +40,18 @@ class Tokenizer {
 };
 
 struct TrainTokenizerOptions {
-  std::vector<std::string> inputs;     // files (txt, jsonl, jsonl.zst) or globs
-  std::string output;                  // model path, e.g. out/spm.model (".vocab" written beside)
+  std::vector<std::string> inputs;  // files (txt, jsonl, jsonl.zst) or globs
+  std::string output;               // model path, e.g. out/spm.model (".vocab" written beside)
   uint32_t vocab_size = 8000;
-  std::string model_type = "bpe";      // bpe | unigram
+  std::string model_type = "bpe";  // bpe | unigram
   bool byte_fallback = true;
   std::vector<std::string> user_symbols;
-  int extra_ids = 0;                   // adds <extra_id_0> ... <extra_id_{n-1}> (T5 sentinels)
+  int extra_ids = 0;  // adds <extra_id_0> ... <extra_id_{n-1}> (T5 sentinels)
   double character_coverage = 0.9995;
   bool split_digits = true;
-  uint64_t max_sentences = 2000000;    // sentences sampled for training (0 = all)
+  uint64_t max_sentences = 2000000;  // sentences sampled for training (0 = all)
   std::string json_field = "text";
-  int threads = 0;                     // 0 = all cores
+  int threads = 0;  // 0 = all cores
   // Ids as in Pax/T5: pad 0, eos 1, unk 2, no bos.
 };
 
