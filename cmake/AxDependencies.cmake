@@ -46,6 +46,12 @@ if(AX_BUILD_TESTS)
   if(NOT GTest_FOUND)
     ax_missing("GoogleTest" libgtest-dev)
   endif()
+  # protoc + libprotobuf: the independent TensorBoard event decoder of the trainer's config tests.
+  ax_pkg(protobuf protobuf libprotobuf-dev)
+  find_program(AX_PROTOC protoc)
+  if(NOT AX_PROTOC)
+    ax_missing("protoc" protobuf-compiler)
+  endif()
 endif()
 
 # Optional, one option each.

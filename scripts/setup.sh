@@ -3,8 +3,13 @@
 # already installed is left alone, and nothing is downloaded when everything is present.
 # Used by the README's commands, .ci/run and containers/Dockerfile.
 #
-#   scripts/setup.sh            build + test + demo packages
-#   scripts/setup.sh --print    print the package list and exit
+#   scripts/setup.sh                 build + test + demo packages
+#   scripts/setup.sh --with oracle   those plus an optional group (repeatable)
+#   scripts/setup.sh --print         print the package list and exit
+#
+# Optional groups:
+#   oracle   PyTorch for Debian's /usr/bin/python3: the PyTorch oracle test
+#            (tests/trainer/oracle) and the training benchmark's peer (bench/torch_peer.py)
 set -euo pipefail
 
 packages=(
@@ -17,6 +22,7 @@ packages=(
   libxxhash-dev                       # frame checksums
   nlohmann-json3-dev                  # index.json, jsonl input
   libgtest-dev                        # unit tests
+  protobuf-compiler libprotobuf-dev   # TensorBoard event decoder in the trainer's config tests
   libhwloc-dev                        # topology discovery
   libpmix-dev                         # PMIx bootstrap
   libslurm-dev                        # SPANK plugin header
@@ -26,7 +32,33 @@ packages=(
   bible-kjv fortunes
 )
 
-if [[ "${1:-}" == "--print" ]]; then
+declare -A groups=(
+  [oracle]="python3-torch python3-numpy"
+)
+
+print=0
+while (($# > 0)); do
+  case "$1" in
+    --print) print=1 ;;
+    --with)
+      group="${2:-}"
+      if [[ -z "$group" || -z "${groups[$group]+set}" ]]; then
+        echo "setup: --with needs a group, one of: ${!groups[*]}" >&2
+        exit 2
+      fi
+      read -ra extra <<<"${groups[$group]}"
+      packages+=("${extra[@]}")
+      shift
+      ;;
+    *)
+      echo "setup: unknown argument '$1' (usage: setup.sh [--with GROUP]... [--print])" >&2
+      exit 2
+      ;;
+  esac
+  shift
+done
+
+if ((print)); then
   printf '%s\n' "${packages[@]}"
   exit 0
 fi

@@ -4,7 +4,7 @@
 #   AX_FUZZ_SECONDS=0 skips the fuzz run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --with oracle
 build=$(bash scripts/build.sh cpu | tail -n 1)
 ctest --test-dir "$build" -L unit --output-on-failure -j "$(nproc)" --timeout 600
 fuzz_seconds="${AX_FUZZ_SECONDS:-60}"

@@ -1,0 +1,361 @@
+// ax-train-bench: trains the CPU benchmark GPTs (experiments bench-a and bench-b: 4 layers d256
+// 4 heads / 6 layers d384 6 heads, seq 256, batch 8, vocab 8192, fp32) in ax and in a plain
+// PyTorch implementation (bench/torch_peer.py) with the same thread count, alternating the two
+// over a few rounds, and prints per config the median tokens/s of each, the ratio ax/torch and
+// the peak RSS of each. Every run is a child process, so the peak RSS is that run's alone.
+// Method and measured numbers: docs/benchmarks-train.md.
+//
+//   ax-train-bench [--configs bench-a,bench-b] [--rounds 3] [--warmup 3] [--steps 10]
+//                  [--threads 2] [--python /usr/bin/python3] [--peer bench/torch_peer.py]
+//
+// `--worker NAME` (internal) runs ax's side once and prints one JSON line.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ax/common/strings.h"
+#include "ax/trainer/backend.h"
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+#include "ax/trainer/optimizer.h"
+#include "ax/trainer/train_loop.h"
+
+namespace {
+
+using Json = nlohmann::json;
+using ax::train::Config;
+
+// Above this much CPU used by other processes during a run, the table gets a warning.
+constexpr double kBusyCores = 0.2;
+
+struct Options {
+  std::vector<std::string> configs = {"bench-a", "bench-b"};
+  int rounds = 3;
+  int warmup = 3;
+  int steps = 10;
+  int threads = 2;
+  std::string python = "/usr/bin/python3";
+  std::string peer = AX_TORCH_PEER;
+  std::string worker;  // set: run ax's side of this config and exit
+};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "ax-train-bench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+Config experiment(const std::string& name) {
+  auto config = ax::train::make_experiment(name);
+  if (!config.ok()) die(config.status().to_string());
+  return *config;
+}
+
+// ---- ax's side: what ax-train's loop does per step, on random tokens ---------------------------
+
+// forward_backward (forward, cross-entropy, backward over the global batch), the global
+// gradient norm, and AdamW with clipping and the schedule: Trainer::step without the data
+// loader, which would add reading shards to ax's side only.
+void run_worker(const Options& o) {
+  const Config config = experiment(o.worker);
+  const int64_t rows = static_cast<int64_t>(config.train.percore_batch_size);
+  const int64_t seq = config.train.seq_len;
+  const int64_t vocab = config.model.vocab_size;
+  auto backend = ax::train::make_cpu_backend(o.threads);
+  auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get());
+  if (!model.ok()) die(model.status().to_string());
+  (*model)->init(config.train.seed);
+  auto optimizer = ax::train::AdamW::create(config.optim, config.train.max_steps, model->get());
+  if (!optimizer.ok()) die(optimizer.status().to_string());
+
+  std::mt19937_64 rng(config.train.seed);
+  std::uniform_int_distribution<uint32_t> token(0, static_cast<uint32_t>(vocab - 1));
+  std::vector<uint32_t> windows(static_cast<size_t>(rows * (seq + 1)));
+  for (uint32_t& t : windows) t = token(rng);
+
+  Json times = Json::array(), losses = Json::array();
+  for (int step = 1; step <= o.warmup + o.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = ax::train::forward_backward(model->get(), windows, rows);
+    const double norm = (*optimizer)->grad_norm();
+    (*optimizer)->apply(step, norm);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    losses.push_back(loss);
+    if (step > o.warmup) times.push_back(seconds);
+  }
+  Json out = {{"step_seconds", times},
+              {"losses", losses},
+              {"params", (*model)->layout().num_parameters()},
+              {"backend", backend->name()}};
+  std::printf("%s\n", out.dump().c_str());
+}
+
+// ---- the driver --------------------------------------------------------------------------------
+
+struct ChildResult {
+  Json report;
+  double peak_rss_mib = 0;
+  double other_cores = 0;  // CPU time of everything else on the machine during the run / wall
+};
+
+// Busy CPU seconds of the whole machine so far (/proc/stat: every state but idle and iowait).
+double machine_busy_seconds() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  f >> cpu;
+  double busy = 0, v = 0;
+  for (int field = 0; field < 8 && f >> v; ++field) {
+    if (field != 3 && field != 4) busy += v;
+  }
+  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double seconds(const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * t.tv_usec; }
+
+// Runs argv with extra environment variables, parses the last line of its stdout as JSON and
+// takes its peak RSS from wait4.
+ChildResult run_child(const std::vector<std::string>& argv,
+                      const std::map<std::string, std::string>& env) {
+  const double busy0 = machine_busy_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  int fds[2];
+  if (pipe(fds) != 0) die("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) die("fork failed");
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "ax-train-bench: cannot run %s\n", args[0]);
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double others =
+      machine_busy_seconds() - busy0 - seconds(usage.ru_utime) - seconds(usage.ru_stime);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    die(ax::str_cat(argv[0], " ", argv.size() > 1 ? argv[1] : "", " failed (status ", status,
+                    "); its output:\n", out));
+  }
+  const size_t start = out.find_last_of('\n', out.size() >= 2 ? out.size() - 2 : 0);
+  Json report = Json::parse(out.substr(start == std::string::npos ? 0 : start + 1), nullptr,
+                            /*allow_exceptions=*/false);
+  if (report.is_discarded()) die(ax::str_cat(argv[0], " printed no JSON line:\n", out));
+  // ru_maxrss is in KiB.
+  return {report, static_cast<double>(usage.ru_maxrss) / 1024.0, std::max(0.0, others / wall)};
+}
+
+struct Side {
+  std::vector<double> step_seconds;  // timed steps of every round
+  double peak_rss_mib = 0;
+  double first_loss = 0, last_loss = 0;
+  double other_cores = 0;  // the most any of its runs saw
+  int64_t params = 0;
+  std::string what;
+};
+
+void add_run(Side* side, const ChildResult& r) {
+  for (double s : r.report["step_seconds"]) side->step_seconds.push_back(s);
+  side->peak_rss_mib = std::max(side->peak_rss_mib, r.peak_rss_mib);
+  side->other_cores = std::max(side->other_cores, r.other_cores);
+  side->first_loss = r.report["losses"].front();
+  side->last_loss = r.report["losses"].back();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string one, five, fifteen;
+  f >> one >> five >> fifteen;
+  return ax::str_cat(one, " ", five, " ", fifteen);
+}
+
+// torch_peer.py with the config's model, batch and optimizer settings.
+std::vector<std::string> peer_command(const Options& o, const Config& c) {
+  const auto& m = c.model;
+  const int64_t decay_end = c.optim.decay_steps > 0 ? c.optim.decay_steps : c.train.max_steps;
+  auto arg = [](auto v) { return ax::str_cat(v); };
+  return {o.python,         o.peer,
+          "--layers",       arg(m.num_layers),
+          "--dim",          arg(m.model_dim),
+          "--heads",        arg(m.num_heads),
+          "--hidden",       arg(m.hidden_dim),
+          "--seq",          arg(c.train.seq_len),
+          "--batch",        arg(static_cast<int64_t>(c.train.percore_batch_size)),
+          "--vocab",        arg(m.vocab_size),
+          "--warmup",       arg(o.warmup),
+          "--steps",        arg(o.steps),
+          "--threads",      arg(o.threads),
+          "--lr",           arg(c.optim.lr),
+          "--warmup-steps", arg(c.optim.warmup_steps),
+          "--decay-end",    arg(decay_end),
+          "--min-lr-ratio", arg(c.optim.min_lr_ratio),
+          "--weight-decay", arg(c.optim.weight_decay),
+          "--clip",         arg(c.optim.grad_clip),
+          "--seed",         arg(c.train.seed)};
+}
+
+void run_driver(const Options& o) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string threads = std::to_string(o.threads);
+  const std::string warmup = std::to_string(o.warmup), steps = std::to_string(o.steps);
+  // The peer's best settings on a 2-core AVX-512 machine (shared/reference/cpu-facts.md):
+  // OpenMP threads that sleep instead of spinning beside OpenBLAS's, and the AVX-512 sgemm.
+  const std::map<std::string, std::string> torch_env = {{"OMP_WAIT_POLICY", "PASSIVE"},
+                                                        {"OPENBLAS_NUM_THREADS", threads},
+                                                        {"OPENBLAS_CORETYPE", "SkylakeX"},
+                                                        {"OMP_NUM_THREADS", threads}};
+  // ax's start-up line (the OpenBLAS kernels) is in the backend's name already.
+  std::map<std::string, std::string> ax_env;
+  if (std::getenv("AX_LOG_LEVEL") == nullptr) ax_env["AX_LOG_LEVEL"] = "warn";
+  std::printf(
+      "ax-train-bench: %zu configs x %d rounds (ax, then torch), %d warm-up + %d timed "
+      "steps per run, %d threads; load average %s\n",
+      o.configs.size(), o.rounds, o.warmup, o.steps, o.threads, load_average().c_str());
+  std::fflush(stdout);
+
+  std::map<std::string, std::pair<Side, Side>> sides;  // config -> (ax, torch)
+  for (int round = 1; round <= o.rounds; ++round) {
+    for (const std::string& name : o.configs) {
+      const Config c = experiment(name);
+      auto& [ax_side, torch_side] = sides[name];
+      if (c.model.family != "gpt") die(name + " is not a GPT: the PyTorch peer only builds those");
+      ChildResult ax_run = run_child(
+          {self, "--worker", name, "--threads", threads, "--warmup", warmup, "--steps", steps},
+          ax_env);
+      ax_side.what = ax_run.report["backend"];
+      add_run(&ax_side, ax_run);
+      ChildResult torch_run = run_child(peer_command(o, c), torch_env);
+      torch_side.what = torch_run.report["torch"];
+      add_run(&torch_side, torch_run);
+      // The same architecture has the same parameter count: a cheap check that the peer is it.
+      if (ax_run.report["params"] != torch_run.report["params"]) {
+        die(ax::str_cat(name, ": ax has ", ax_run.report["params"].dump(), " parameters, the peer ",
+                        torch_run.report["params"].dump()));
+      }
+      ax_side.params = ax_run.report["params"];
+      std::printf(
+          "round %d %s: ax %.0f ms, torch %.0f ms (medians of this round); other "
+          "processes used %.2f / %.2f cores\n",
+          round, name.c_str(),
+          1e3 * median(ax_run.report["step_seconds"].get<std::vector<double>>()),
+          1e3 * median(torch_run.report["step_seconds"].get<std::vector<double>>()),
+          ax_run.other_cores, torch_run.other_cores);
+      std::fflush(stdout);
+    }
+  }
+
+  std::printf("\nax: %s\ntorch: %s\nload average at the end: %s\n\n",
+              sides.begin()->second.first.what.c_str(), sides.begin()->second.second.what.c_str(),
+              load_average().c_str());
+  std::printf(
+      "| config | params | tokens/step | ax ms/step | ax tok/s | torch ms/step | torch tok/s | "
+      "ax/torch | ax peak RSS | torch peak RSS | loss ax | loss torch | other load |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  double busiest = 0;
+  for (const std::string& name : o.configs) {
+    const Config c = experiment(name);
+    const double tokens = c.train.percore_batch_size * static_cast<double>(c.train.seq_len);
+    const auto& [ax_side, torch_side] = sides[name];
+    const double ax_s = median(ax_side.step_seconds), torch_s = median(torch_side.step_seconds);
+    std::printf(
+        "| %s | %.2fM | %.0f | %.0f | %.0f | %.0f | %.0f | %.2fx | %.0f MiB | %.0f MiB "
+        "| %.2f -> %.2f | %.2f -> %.2f | %.2f |\n",
+        name.c_str(), 1e-6 * static_cast<double>(ax_side.params), tokens, 1e3 * ax_s, tokens / ax_s,
+        1e3 * torch_s, tokens / torch_s, torch_s / ax_s, ax_side.peak_rss_mib,
+        torch_side.peak_rss_mib, ax_side.first_loss, ax_side.last_loss, torch_side.first_loss,
+        torch_side.last_loss, std::max(ax_side.other_cores, torch_side.other_cores));
+    busiest = std::max({busiest, ax_side.other_cores, torch_side.other_cores});
+  }
+  if (busiest > kBusyCores) {
+    std::printf(
+        "\nwarning: other processes used up to %.2f cores during a run: the numbers "
+        "above are not a clean comparison; rerun on an idle machine\n",
+        busiest);
+  }
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  auto number = [](const std::string& flag, const char* v) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n < 1) die(ax::str_cat(flag, " needs a positive integer, got '", v, "'"));
+    return static_cast<int>(n);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(
+          "usage: ax-train-bench [--configs bench-a,bench-b] [--rounds N] [--warmup N] "
+          "[--steps N] [--threads N] [--python PATH] [--peer torch_peer.py]\n");
+      std::exit(0);
+    }
+    if (i + 1 >= argc) die(ax::str_cat(flag, " needs a value (see --help)"));
+    const char* v = argv[++i];
+    if (flag == "--configs") {
+      o.configs = ax::str_split(v, ',');
+    } else if (flag == "--rounds") {
+      o.rounds = number(flag, v);
+    } else if (flag == "--warmup") {
+      o.warmup = number(flag, v);
+    } else if (flag == "--steps") {
+      o.steps = number(flag, v);
+    } else if (flag == "--threads") {
+      o.threads = number(flag, v);
+    } else if (flag == "--python") {
+      o.python = v;
+    } else if (flag == "--peer") {
+      o.peer = v;
+    } else if (flag == "--worker") {
+      o.worker = v;
+    } else {
+      die(ax::str_cat("unknown option ", flag, " (see --help)"));
+    }
+  }
+  for (const std::string& name : o.configs) experiment(name);  // an unknown name fails here
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  if (o.worker.empty()) {
+    run_driver(o);
+  } else {
+    run_worker(o);
+  }
+  return 0;
+}

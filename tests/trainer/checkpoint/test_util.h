@@ -1,0 +1,25 @@
+// Helpers shared by the checkpoint tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ax/trainer/checkpoint.h"
+
+namespace ax::train::testing {
+
+// A fresh empty directory under $TMPDIR (or /tmp), removed when the test binary exits.
+std::string temp_dir(const std::string& tag);
+void write_file(const std::string& path, const std::string& content);
+std::string read_file(const std::string& path);
+// The names in a directory, sorted.
+std::vector<std::string> list_dir(const std::string& dir);
+// Deterministic values in [-1, 1) from the seed.
+std::vector<float> random_values(uint64_t seed, size_t n);
+// A whole tensor of the given shape with random values.
+HostTensor make_tensor(const std::string& name, std::vector<int64_t> shape, uint64_t seed);
+// Bit-for-bit equality of the data (so NaN payloads and -0 count).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace ax::train::testing

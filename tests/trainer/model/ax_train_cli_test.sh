@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# ax-train driven as a user would: help and usage errors, a short training run with the device
+# line and progress lines, SIGTERM -> checkpoint + exit 75 -> resume, NaN -> exit 1, a model
+# change refused on resume, --device cuda refused, and sampling.
+#   ax_train_cli_test.sh AX_TRAIN AX_DATA
+set -uo pipefail
+axtrain=$1
+axdata=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/ax-train-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect_status WANT DESCRIPTION -- COMMAND...: runs COMMAND, output in $work/out.
+expect_status() {
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$work/out" 2>&1
+  local got=$?
+  [[ $got -eq $want ]] || { fail "$what: exit $got, want $want"; tail -n 5 "$work/out" >&2; }
+}
+
+expect_output() {
+  grep -q -- "$1" "$work/out" || { fail "output lacks '$1'"; tail -n 5 "$work/out" >&2; }
+}
+
+# Real text: fortunes when installed, else generated sentences.
+text="$work/text.txt"
+if [[ -d /usr/share/games/fortunes ]]; then
+  grep -hv '^%$' /usr/share/games/fortunes/{fortunes,literature,wisdom,people} 2>/dev/null |
+    head -c 150000 >"$text"
+fi
+if [[ ! -s $text ]]; then
+  for i in $(seq 1 3000); do
+    echo "Line $i: the quick brown fox jumps over the lazy dog while the baker opens his shop."
+  done >"$text"
+fi
+head -n -200 "$text" >"$work/train.txt"
+tail -n 200 "$text" >"$work/val.txt"
+"$axdata" train-tokenizer --input "$work/train.txt" --vocab-size 500 --output "$work/spm.model" \
+  >/dev/null 2>&1 || { echo "FAIL: tokenizer training" >&2; exit 1; }
+for split in train val; do
+  "$axdata" tokenize --tokenizer "$work/spm.model" --input "$work/$split.txt" \
+    --output "$work/shards/$split" >/dev/null 2>&1 || { echo "FAIL: tokenize $split" >&2; exit 1; }
+done
+common=(--experiment tiny-gpt --data "$work/shards/train" --tokenizer "$work/spm.model")
+
+# Help and usage.
+expect_status 0 "--help" -- "$axtrain" --help
+expect_output "--experiment NAME"
+expect_status 0 "--list-experiments" -- "$axtrain" --list-experiments
+expect_output "tiny-llama"
+expect_status 0 "--help-config" -- "$axtrain" --help-config
+expect_output "model.num_layers"
+expect_status 0 "--help-env" -- "$axtrain" --help-env
+expect_output "AX_CPU_THREADS"
+expect_status 2 "no arguments" -- "$axtrain"
+expect_status 2 "unknown option" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --bogus 1
+expect_output "^ax-train: unknown option --bogus"
+expect_status 2 "missing run dir" -- "$axtrain" "${common[@]}"
+expect_output "run-dir"
+expect_status 2 "unknown key" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --set model.nope=1
+expect_output "model.nope"
+expect_status 2 "bad device" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device tpu
+expect_status 1 "cuda in a CPU build" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device cuda
+expect_output "no CUDA backend"
+expect_status 1 "missing tokenizer" -- "$axtrain" --experiment tiny-gpt --data "$work/shards/train" \
+  --tokenizer "$work/none.model" --run-dir "$work/r"
+[[ $(wc -l <"$work/out") -eq 1 ]] || fail "a runtime error is one line"
+
+# A short run: device line, progress, eval on the sibling val/, checkpoints, metrics.
+run="$work/run"
+expect_status 0 "train 6 steps" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 6 \
+  --set train.eval_every=3
+expect_output "device: cpu (no CUDA backend in this build)"
+expect_output "step 6/6 | loss"
+expect_output "eval step 3 | val loss"
+expect_output "model.num_layers"
+[[ -f $run/config.json && -f $run/metrics.jsonl ]] || fail "config.json / metrics.jsonl missing"
+ls "$run"/tensorboard/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard event file"
+
+# Sampling from it.
+expect_status 0 "sample" -- "$axtrain" sample --run-dir "$run" --prompt "The" --tokens 8 \
+  --temperature 0
+expect_output "^The"
+
+# A model change on resume is refused, naming the key.
+expect_status 1 "model change" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 8 \
+  --set model.model_dim=32
+expect_output "model.model_dim"
+
+# SIGTERM: finish the step, checkpoint, exit 75; the same command resumes.
+long="$work/long"
+"$axtrain" "${common[@]}" --run-dir "$long" --max-steps 100000 --set train.checkpoint_every=0 \
+  --set train.eval_every=0 --set train.log_every=1 >"$work/long.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do
+  grep -q "step .*| loss" "$work/long.out" && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+wait "$pid"
+status=$?
+[[ $status -eq 75 ]] || { fail "SIGTERM: exit $status, want 75"; tail -n 5 "$work/long.out" >&2; }
+grep -q "stopped after step" "$work/long.out" || fail "SIGTERM: no stop message"
+ls -d "$long"/checkpoints/step_* >/dev/null 2>&1 || fail "SIGTERM: no checkpoint"
+stopped=$(sed -n 's/^stopped after step \([0-9]*\).*/\1/p' "$work/long.out")
+expect_status 0 "resume" -- "$axtrain" "${common[@]}" --run-dir "$long" \
+  --max-steps $((stopped + 2)) --set train.checkpoint_every=0 --set train.eval_every=0
+expect_output "resumed from step $stopped"
+
+# NaN: a clear error, exit 1, the last good checkpoint stays.
+nan="$work/nan"
+expect_status 1 "NaN" -- "$axtrain" "${common[@]}" --run-dir "$nan" --set optim.lr=1e30 \
+  --set optim.grad_clip=0 --set train.checkpoint_every=1
+expect_output "^ax-train: loss is NaN at step"
+ls -d "$nan"/checkpoints/step_* >/dev/null 2>&1 || fail "NaN: the last good checkpoint is gone"
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "ax-train CLI: all checks passed"

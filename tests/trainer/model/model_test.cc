@@ -1,0 +1,305 @@
+// The models: layout table, initialisation, causality, whole-model gradients against finite
+// differences, and gradient accumulation over micro-batches.
+#include "ax/trainer/model.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "ax/trainer/train_loop.h"
+#include "model_test_util.h"
+
+namespace ax::train {
+namespace {
+
+// Small enough for finite differences; vocabulary 37 padded to 48 so padded columns exist.
+constexpr int64_t kVocab = 37;
+
+ModelConfig small_config(bool llama) {
+  ModelConfig m;
+  m.num_layers = 2;
+  m.model_dim = 16;
+  m.num_heads = 4;
+  m.num_kv_heads = llama ? 2 : 4;
+  m.hidden_dim = 24;
+  m.vocab_size = 0;
+  m.vocab_multiple = 16;
+  m.max_seq_len = 8;
+  if (llama) {
+    m.family = "llama";
+    m.norm = "rmsnorm";
+    m.activation = "swiglu";
+    m.position = "rope";
+    m.tied_embeddings = false;
+    m.bias = false;
+  }
+  return m;
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, Backend* be, int64_t batch,
+                                  int64_t seq, int64_t vocab = kVocab) {
+  auto model = Model::create(config, vocab, batch, seq, be);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+TEST(ParamLayout, GptNamesShapesAndWeightDecay) {
+  auto be = make_cpu_backend(2);
+  ModelConfig config = small_config(false);
+  auto model = make_model(config, be.get(), 2, 6);
+  ASSERT_TRUE(model);
+  const ParamLayout& layout = model->layout();
+  const int64_t C = 16, F = 24, Vp = 48;
+  struct Expect {
+    const char* name;
+    std::vector<int64_t> shape;
+    bool decay;
+  };
+  const Expect expected[] = {
+      {"wte", {Vp, C}, true},
+      {"wpe", {8, C}, true},
+      {"h.0.ln1.weight", {C}, false},
+      {"h.0.ln1.bias", {C}, false},
+      {"h.0.attn.qkv.weight", {3 * C, C}, true},
+      {"h.0.attn.qkv.bias", {3 * C}, false},
+      {"h.0.attn.proj.weight", {C, C}, true},
+      {"h.0.attn.proj.bias", {C}, false},
+      {"h.1.ln2.weight", {C}, false},
+      {"h.1.ln2.bias", {C}, false},
+      {"h.1.mlp.fc.weight", {F, C}, true},
+      {"h.1.mlp.fc.bias", {F}, false},
+      {"h.1.mlp.proj.weight", {C, F}, true},
+      {"h.1.mlp.proj.bias", {C}, false},
+      {"lnf.weight", {C}, false},
+      {"lnf.bias", {C}, false},
+  };
+  for (const Expect& e : expected) {
+    const ParamSpec* spec = layout.find(e.name);
+    ASSERT_NE(spec, nullptr) << e.name;
+    EXPECT_EQ(spec->shape, e.shape) << e.name;
+    EXPECT_EQ(spec->weight_decay, e.decay) << e.name;
+    // Decayed parameters occupy [0, decay_end), the others [decay_end, total).
+    EXPECT_EQ(spec->offset < layout.decay_end(), e.decay) << e.name;
+  }
+  EXPECT_EQ(layout.find("lm_head.weight"), nullptr);  // tied
+  EXPECT_EQ(layout.specs().size(), 2u + 2 * 12 + 2);
+
+  // Non-overlapping, aligned, inside the allocation.
+  std::vector<const ParamSpec*> by_offset;
+  for (const ParamSpec& s : layout.specs()) by_offset.push_back(&s);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 0; i < by_offset.size(); ++i) {
+    EXPECT_EQ(by_offset[i]->offset % 16, 0);
+    const int64_t end = by_offset[i]->offset + by_offset[i]->numel;
+    EXPECT_LE(end, i + 1 < by_offset.size() ? by_offset[i + 1]->offset : layout.total());
+  }
+
+  const int64_t L = 2, maxT = 8;
+  const int64_t per_layer = 4 * C + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
+  EXPECT_EQ(layout.num_parameters(), Vp * C + maxT * C + L * per_layer + 2 * C);
+  // PaLM's N: the tied head once, the linear weights; not positions, norms or biases.
+  EXPECT_EQ(layout.num_matmul_parameters(), Vp * C + L * (3 * C * C + C * C + 2 * F * C));
+}
+
+TEST(ParamLayout, LlamaHasNoBiasesAndAnUntiedHead) {
+  auto be = make_cpu_backend(2);
+  auto model = make_model(small_config(true), be.get(), 2, 6);
+  ASSERT_TRUE(model);
+  const ParamLayout& layout = model->layout();
+  const int64_t C = 16, F = 24, HD = 4, NH = 4, KVH = 2, Vp = 48;
+  EXPECT_EQ(layout.find("wpe"), nullptr);
+  ASSERT_NE(layout.find("lm_head.weight"), nullptr);
+  EXPECT_TRUE(layout.find("lm_head.weight")->weight_decay);
+  EXPECT_EQ(layout.find("lm_head.weight")->shape, (std::vector<int64_t>{Vp, C}));
+  EXPECT_EQ(layout.find("h.0.attn.qkv.weight")->shape,
+            (std::vector<int64_t>{(NH + 2 * KVH) * HD, C}));
+  EXPECT_EQ(layout.find("h.1.mlp.fc.weight")->shape, (std::vector<int64_t>{2 * F, C}));
+  EXPECT_FALSE(layout.find("lnf.weight")->weight_decay);
+  for (const ParamSpec& s : layout.specs()) {
+    EXPECT_EQ(s.name.find(".bias"), std::string::npos) << s.name;
+  }
+  // The untied input embedding is a lookup, not a matmul.
+  EXPECT_FALSE(layout.find("wte")->matmul);
+  EXPECT_TRUE(layout.find("lm_head.weight")->matmul);
+}
+
+TEST(Model, InitFollowsTheParameterNamesDoc) {
+  auto be = make_cpu_backend(2);
+  ModelConfig config = small_config(false);
+  config.model_dim = 64;
+  config.hidden_dim = 128;
+  config.num_layers = 8;
+  config.init_std = 0.02;
+  auto model = make_model(config, be.get(), 1, 4, 500);
+  ASSERT_TRUE(model);
+  model->init(1234);
+  auto stddev = [](const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    return std::sqrt(s / static_cast<double>(v.size()));
+  };
+  EXPECT_NEAR(stddev(param(*model, "wte")), 0.02, 0.001);
+  EXPECT_NEAR(stddev(param(*model, "h.3.mlp.fc.weight")), 0.02, 0.001);
+  EXPECT_NEAR(stddev(param(*model, "h.3.attn.proj.weight")), 0.02 / 4.0, 0.0005);
+  EXPECT_NEAR(stddev(param(*model, "h.3.mlp.proj.weight")), 0.02 / 4.0, 0.0005);
+  for (float x : param(*model, "h.2.ln1.weight")) ASSERT_EQ(x, 1.f);
+  for (float x : param(*model, "h.2.attn.qkv.bias")) ASSERT_EQ(x, 0.f);
+
+  // Deterministic per seed and per name: another model (other layer count, batch, threads)
+  // gets the same values for the parameters it shares.
+  auto be1 = make_cpu_backend(1);
+  config.num_layers = 4;
+  auto other = make_model(config, be1.get(), 3, 2, 500);
+  ASSERT_TRUE(other);
+  other->init(1234);
+  EXPECT_EQ(param(*other, "wte"), param(*model, "wte"));
+  EXPECT_EQ(param(*other, "h.2.mlp.fc.weight"), param(*model, "h.2.mlp.fc.weight"));
+  other->init(1235);
+  EXPECT_NE(param(*other, "wte"), param(*model, "wte"));
+}
+
+TEST(Model, RejectsShapesItCannotRun) {
+  auto be = make_cpu_backend(2);
+  ModelConfig config = small_config(false);
+  EXPECT_EQ(Model::create(config, kVocab, 1, 9, be.get()).status().code(),
+            StatusCode::kInvalidArgument);  // longer than the position table
+  config.vocab_size = 32;
+  EXPECT_EQ(Model::create(config, kVocab, 1, 4, be.get()).status().code(),
+            StatusCode::kInvalidArgument);  // table smaller than the vocabulary
+  config = small_config(false);
+  config.num_heads = 3;
+  EXPECT_EQ(Model::create(config, kVocab, 1, 4, be.get()).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// Random values everywhere (norm weights around 1), so no gradient is special.
+void randomize(Model* model, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const ParamSpec& spec : model->layout().specs()) {
+    const bool norm_weight = spec.init == ParamInit::kOnes;
+    std::vector<float> v(static_cast<size_t>(spec.numel));
+    for (float& x : v) x = norm_weight ? 1.f + 0.2f * normal(rng) : 0.3f * normal(rng);
+    ASSERT_TRUE(model->set_parameter(spec.name, v).ok());
+  }
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch random_batch(uint64_t seed, int64_t n, int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    b.tokens.push_back(tok(rng));
+    b.targets.push_back(tok(rng));
+  }
+  b.targets[3] = -1;  // an ignored target
+  return b;
+}
+
+// Central differences for the largest gradients and a few random entries of every tensor.
+void check_gradients(bool llama) {
+  auto be = make_cpu_backend(2);
+  const int64_t B = 2, T = 6;
+  auto model = make_model(small_config(llama), be.get(), B, T);
+  ASSERT_TRUE(model);
+  randomize(model.get(), 7);
+  const Batch batch = random_batch(11, B * T, kVocab);
+  model->zero_grad();
+  model->forward(batch.tokens, batch.targets);
+  model->backward(1.f);
+
+  std::mt19937_64 rng(3);
+  const float h = 1e-2f;
+  int checked = 0;
+  for (const ParamSpec& spec : model->layout().specs()) {
+    const std::vector<float> g = grad(*model, spec.name);
+    std::vector<float> values = param(*model, spec.name);
+    std::vector<size_t> order(g.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                      [&](size_t a, size_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+    std::vector<size_t> picks(order.begin(), order.begin() + 3);
+    for (int i = 0; i < 2; ++i) picks.push_back(rng() % g.size());
+    for (size_t i : picks) {
+      const float saved = values[i];
+      values[i] = saved + h;
+      ASSERT_TRUE(model->set_parameter(spec.name, values).ok());
+      const double up = model->forward(batch.tokens, batch.targets);
+      values[i] = saved - h;
+      ASSERT_TRUE(model->set_parameter(spec.name, values).ok());
+      const double down = model->forward(batch.tokens, batch.targets);
+      values[i] = saved;
+      ASSERT_TRUE(model->set_parameter(spec.name, values).ok());
+      const double numeric = (up - down) / (2.0 * h);
+      EXPECT_NEAR(g[i], numeric, 5e-4 + 2e-2 * std::fabs(numeric)) << spec.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 5 * static_cast<int>(model->layout().specs().size()));
+}
+
+TEST(ModelGradients, GptMatchesFiniteDifferences) { check_gradients(false); }
+TEST(ModelGradients, LlamaWithGqaMatchesFiniteDifferences) { check_gradients(true); }
+
+TEST(Model, PositionsAreCausal) {
+  for (bool llama : {false, true}) {
+    auto be = make_cpu_backend(2);
+    auto model = make_model(small_config(llama), be.get(), 1, 6);
+    ASSERT_TRUE(model);
+    model->init(5);
+    std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
+    model->forward(tokens, {});
+    const std::vector<float> at2 = model->logits(0, 2), at4 = model->logits(0, 4);
+    EXPECT_EQ(at2.size(), static_cast<size_t>(kVocab));
+    tokens[4] = 9;
+    model->forward(tokens, {});
+    EXPECT_EQ(model->logits(0, 2), at2) << "llama=" << llama;  // earlier positions unaffected
+    EXPECT_NE(model->logits(0, 4), at4) << "llama=" << llama;
+    if (!llama) {
+      // With learned positions the same context at another position gives other logits.
+      std::vector<int32_t> same(6, 7);
+      model->forward(same, {});
+      EXPECT_NE(model->logits(0, 1), model->logits(0, 5));
+    }
+  }
+}
+
+// The gradients of a global batch of 8 are the same whether it runs as 1x8, 2x4 or 4x2.
+TEST(GradientAccumulation, MicroBatchesGiveTheBatchMean) {
+  auto be = make_cpu_backend(2);
+  ModelConfig config = small_config(true);
+  const int64_t T = 8, rows = 8;
+  const std::vector<uint32_t> windows = testing::random_windows(21, rows, T, kVocab);
+  std::vector<double> losses;
+  std::vector<std::unique_ptr<Model>> models;
+  for (int64_t micro : {8, 4, 2}) {
+    models.push_back(make_model(config, be.get(), micro, T));
+    ASSERT_TRUE(models.back());
+    models.back()->init(99);
+    losses.push_back(forward_backward(models.back().get(), windows, rows));
+  }
+  for (size_t m = 1; m < models.size(); ++m) {
+    EXPECT_NEAR(losses[m], losses[0], 1e-6 * losses[0]);
+    for (const ParamSpec& spec : models[0]->layout().specs()) {
+      const std::vector<float> a = grad(*models[0], spec.name);
+      const std::vector<float> b = grad(*models[m], spec.name);
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+      }
+      EXPECT_LE(diff, 1e-6 * scale) << spec.name << " micro-batches of " << models[m]->batch();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ax::train

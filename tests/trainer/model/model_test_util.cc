@@ -1,0 +1,104 @@
+#include "model_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "ax/datasets/tokenize.h"
+#include "ax/datasets/tokenizer.h"
+#include "ax/trainer/train_loop.h"
+#include "test_util.h"
+
+namespace ax::train::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string train_tokenizer(const std::string& dir, const std::string& input, uint32_t vocab) {
+  data::TrainTokenizerOptions o;
+  o.inputs = {input};
+  o.output = dir + "/spm-" + std::to_string(vocab) + ".model";
+  o.vocab_size = vocab;
+  o.threads = 2;
+  Status s = data::train_tokenizer(o);
+  if (!s.ok()) ADD_FAILURE() << s.to_string();
+  return o.output;
+}
+
+std::string tokenize(const std::string& tokenizer, const std::string& input,
+                     const std::string& out) {
+  data::TokenizeOptions o;
+  o.inputs = {input};
+  o.tokenizer_path = tokenizer;
+  o.output_dir = out;
+  o.threads = 2;
+  o.progress_seconds = 0;
+  fs::create_directories(out);
+  auto index = data::tokenize(o);
+  if (!index.ok()) ADD_FAILURE() << index.status().to_string();
+  return out;
+}
+
+}  // namespace
+
+std::string english_text(size_t bytes) {
+  const fs::path dir = "/usr/share/games/fortunes";
+  std::string text;
+  for (const char* name : {"fortunes", "literature", "wisdom", "people", "humorists", "law"}) {
+    std::ifstream f(dir / name);
+    std::string line;
+    while (text.size() < bytes && std::getline(f, line)) {
+      if (line == "%") continue;  // fortune separator
+      text += line + "\n";
+    }
+  }
+  if (text.size() < bytes / 2) text = data::testing::sample_english(static_cast<int>(bytes / 600));
+  return text;
+}
+
+const Corpus& corpus() {
+  static const Corpus c = [] {
+    Corpus c;
+    const std::string root = data::testing::temp_dir("model-corpus");
+    const std::string text = english_text(120000);
+    // Documents are lines; the last tenth is the validation split.
+    const size_t cut = text.find('\n', text.size() * 9 / 10) + 1;
+    data::testing::write_file(root + "/train.txt", text.substr(0, cut));
+    data::testing::write_file(root + "/val.txt", text.substr(cut));
+    c.tokenizer = train_tokenizer(root, root + "/train.txt", 500);
+    c.other_tokenizer = train_tokenizer(root, root + "/train.txt", 400);
+    c.train_dir = tokenize(c.tokenizer, root + "/train.txt", root + "/shards/train");
+    c.val_dir = tokenize(c.tokenizer, root + "/val.txt", root + "/shards/val");
+    auto tok = data::Tokenizer::load(c.tokenizer);
+    if (tok.ok()) c.vocab = (*tok)->vocab_size();
+    return c;
+  }();
+  return c;
+}
+
+Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides) {
+  RunRequest request;
+  request.experiment = experiment;
+  request.data_dir = corpus().train_dir;
+  request.tokenizer = corpus().tokenizer;
+  request.overrides = overrides;
+  StatusOr<Config> config = resolve_config(request);
+  if (!config.ok()) {
+    ADD_FAILURE() << config.status().to_string();
+    return Config();
+  }
+  return *config;
+}
+
+std::vector<uint32_t> random_windows(uint64_t seed, int64_t rows, int64_t seq_len, uint32_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint32_t> dist(0, vocab - 1);
+  std::vector<uint32_t> out(static_cast<size_t>(rows * (seq_len + 1)));
+  for (uint32_t& t : out) t = dist(rng);
+  return out;
+}
+
+}  // namespace ax::train::testing

@@ -1,0 +1,51 @@
+// Helpers shared by the model-layer tests: tiny configs, real English text, and a tokenizer with
+// train/validation shard sets built once per test binary.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+
+namespace ax::train {
+
+// Host copies by name (the value, so a failed lookup is a test failure, not a crash).
+inline std::vector<float> param(const Model& model, const std::string& name) {
+  StatusOr<std::vector<float>> v = model.parameter(name);
+  EXPECT_TRUE(v.ok()) << v.status().to_string();
+  return v.ok() ? v.value() : std::vector<float>();
+}
+inline std::vector<float> grad(const Model& model, const std::string& name) {
+  StatusOr<std::vector<float>> v = model.gradient(name);
+  EXPECT_TRUE(v.ok()) << v.status().to_string();
+  return v.ok() ? v.value() : std::vector<float>();
+}
+
+namespace testing {
+
+// Real English from Debian's fortunes package (scripts/setup.sh installs it), else the
+// datasets tests' sample_english; about `bytes` long.
+std::string english_text(size_t bytes);
+
+struct Corpus {
+  std::string tokenizer;        // 500-piece BPE trained on the text
+  std::string other_tokenizer;  // another model (a different hash)
+  std::string train_dir;        // <root>/shards/train
+  std::string val_dir;          // <root>/shards/val (found as the sibling `val`)
+  uint32_t vocab = 0;
+};
+// Built on first use; removed when the test binary exits.
+const Corpus& corpus();
+
+// resolve_config() of an experiment (tiny-gpt, tiny-llama) over corpus() with overrides.
+Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides);
+
+// rows windows of seq_len + 1 random tokens in [0, vocab).
+std::vector<uint32_t> random_windows(uint64_t seed, int64_t rows, int64_t seq_len, uint32_t vocab);
+
+}  // namespace testing
+}  // namespace ax::train

@@ -1,0 +1,349 @@
+// The train loop on real text: loss going down, bit-exact resume, and bad input (corrupt
+// checkpoint, tokenizer mismatch, NaN, model change, full disk); sampling from a run.
+#include "ax/trainer/train_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/optimizer.h"
+#include "ax/trainer/sampler.h"
+#include "model_test_util.h"
+#include "test_util.h"
+#include "train_state.h"
+
+namespace ax::train {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::corpus;
+using testing::corpus_config;
+
+struct TrainRun {
+  Status status;
+  std::optional<TrainOutcome> outcome;
+  std::vector<StepResult> steps;
+  std::string out;
+};
+
+// Trains config in dir; stop_after > 0 stops after that step as SIGTERM would.
+TrainRun train_run(const Config& config, const std::string& dir, int64_t stop_after = 0) {
+  TrainRun run;
+  std::ostringstream out;
+  TrainOptions options;
+  options.device = "cpu";
+  options.threads = 2;
+  options.out = &out;
+  options.after_step = [&](const StepResult& r) {
+    run.steps.push_back(r);
+    return r.step != stop_after;
+  };
+  StatusOr<TrainOutcome> outcome = train(config, dir, options);
+  run.status = outcome.status();
+  if (outcome.ok()) run.outcome = *outcome;
+  run.out = out.str();
+  return run;
+}
+
+std::string new_dir(const std::string& tag) { return data::testing::temp_dir(tag) + "/run"; }
+
+double mean(const std::vector<StepResult>& steps, size_t begin, size_t end) {
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += steps[i].loss;
+  return s / static_cast<double>(end - begin);
+}
+
+TEST(ResolveConfig, VocabularyFromTheTokenizer) {
+  Config c = corpus_config("tiny-gpt", {"model.vocab_size=0"});
+  EXPECT_EQ(c.model.vocab_size, 512);  // 500 pieces rounded up to a multiple of 128
+  c = corpus_config("tiny-gpt", {"model.vocab_size=0", "model.vocab_multiple=100"});
+  EXPECT_EQ(c.model.vocab_size, 500);
+  EXPECT_TRUE(fs::path(c.data.train_dir).is_absolute());
+
+  RunRequest r;
+  r.experiment = "tiny-gpt";
+  r.data_dir = corpus().train_dir;
+  r.tokenizer = corpus().tokenizer;
+  r.overrides = {"model.vocab_size=256"};
+  StatusOr<Config> small = resolve_config(r);
+  EXPECT_EQ(small.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("model.vocab_size"), std::string::npos);
+  r.overrides = {"model.no_such_key=1"};
+  EXPECT_EQ(resolve_config(r).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TrainLoop, TwentyStepsOnRealTextLowerTheLoss) {
+  const Config config = corpus_config("tiny-gpt", {});
+  const std::string dir = new_dir("loop-20");
+  TrainRun run = train_run(config, dir);
+  ASSERT_TRUE(run.status.ok()) << run.status.to_string();
+  EXPECT_EQ(run.outcome, TrainOutcome::kFinished);
+  ASSERT_EQ(run.steps.size(), 20u);
+  for (const StepResult& r : run.steps) ASSERT_TRUE(std::isfinite(r.loss)) << r.step;
+  EXPECT_NEAR(run.steps[0].loss, std::log(500.0), 0.3);
+  EXPECT_LT(mean(run.steps, 15, 20), mean(run.steps, 0, 5) - 0.3) << run.out;
+
+  EXPECT_NE(run.out.find("device: cpu"), std::string::npos);
+  EXPECT_NE(run.out.find("validation: " + corpus().val_dir), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("eval step 10 | val loss"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("step 20/20 | loss"), std::string::npos) << run.out;
+  EXPECT_TRUE(fs::exists(dir + "/config.json"));
+  const std::string metrics = data::testing::read_file(dir + "/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"val_loss\""), std::string::npos);
+  CheckpointManager checkpoints(dir, 3);
+  auto latest = checkpoints.latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, std::optional<int64_t>(20));
+  // Every run directory keeps its resolved config; a second call has nothing left to do.
+  TrainRun again = train_run(config, dir);
+  ASSERT_TRUE(again.status.ok()) << again.status.to_string();
+  EXPECT_TRUE(again.steps.empty());
+}
+
+void expect_bit_exact_resume(const std::vector<std::string>& overrides) {
+  std::vector<std::string> o = overrides;
+  o.insert(o.end(), {"train.max_steps=8", "train.eval_every=4", "train.checkpoint_every=0"});
+  const Config config = corpus_config("tiny-gpt", o);
+  const std::string whole = new_dir("resume-a"), split = new_dir("resume-b");
+  TrainRun a = train_run(config, whole);
+  ASSERT_TRUE(a.status.ok()) << a.status.to_string();
+  TrainRun b1 = train_run(config, split, 3);
+  ASSERT_TRUE(b1.status.ok()) << b1.status.to_string();
+  EXPECT_EQ(b1.outcome, TrainOutcome::kStopped);
+  TrainRun b2 = train_run(config, split);
+  ASSERT_TRUE(b2.status.ok()) << b2.status.to_string();
+  EXPECT_NE(b2.out.find("resumed from step 3"), std::string::npos) << b2.out;
+
+  std::vector<StepResult> b = b1.steps;
+  b.insert(b.end(), b2.steps.begin(), b2.steps.end());
+  ASSERT_EQ(a.steps.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(a.steps[i].step, b[i].step);
+    EXPECT_EQ(a.steps[i].loss, b[i].loss) << "step " << i + 1;  // exact
+    EXPECT_EQ(a.steps[i].grad_norm, b[i].grad_norm) << "step " << i + 1;
+  }
+  // And the final weights and optimizer state are identical.
+  auto sa = CheckpointManager(whole, 3).load(8);
+  auto sb = CheckpointManager(split, 3).load(8);
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  ASSERT_EQ(sa->tensors.size(), sb->tensors.size());
+  for (size_t i = 0; i < sa->tensors.size(); ++i) {
+    EXPECT_EQ(sa->tensors[i].data, sb->tensors[i].data) << sa->tensors[i].name;
+  }
+}
+
+TEST(TrainLoop, ResumeIsBitExact) { expect_bit_exact_resume({}); }
+TEST(TrainLoop, ResumeIsBitExactWithTwoMicroBatches) {
+  expect_bit_exact_resume({"NUM_MICROBATCHES=2"});
+}
+TEST(TrainLoop, ResumeIsBitExactForLlama) {
+  const Config config = corpus_config("tiny-llama", {"train.max_steps=4"});
+  const std::string whole = new_dir("resume-llama-a"), split = new_dir("resume-llama-b");
+  TrainRun a = train_run(config, whole);
+  TrainRun b1 = train_run(config, split, 2);
+  TrainRun b2 = train_run(config, split);
+  ASSERT_TRUE(a.status.ok() && b1.status.ok() && b2.status.ok()) << b2.status.to_string();
+  ASSERT_EQ(a.steps.size(), 4u);
+  ASSERT_EQ(b2.steps.size(), 2u);
+  EXPECT_EQ(a.steps[2].loss, b2.steps[0].loss);
+  EXPECT_EQ(a.steps[3].loss, b2.steps[1].loss);
+}
+
+TEST(TrainLoop, MicroBatchesMustDivideTheGlobalBatch) {
+  const Config config = corpus_config("tiny-gpt", {"NUM_MICROBATCHES=3"});
+  TrainRun run = train_run(config, new_dir("micro"));
+  EXPECT_EQ(run.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(run.status.message().find("NUM_MICROBATCHES (train.num_microbatches = 3)"),
+            std::string::npos)
+      << run.status.message();
+  EXPECT_NE(run.status.message().find("GLOBAL_BATCH = 4"), std::string::npos);
+}
+
+// Flips one byte in the middle of every safetensors file of a checkpoint directory.
+void corrupt(const std::string& step_dir) {
+  int corrupted = 0;
+  for (const auto& entry : fs::directory_iterator(step_dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(fs::file_size(entry.path()));
+    f.seekg(size / 2);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5a);
+    f.seekp(size / 2);
+    f.write(&c, 1);
+    ++corrupted;
+  }
+  ASSERT_GT(corrupted, 0) << "no safetensors file in " << step_dir;
+}
+
+TEST(TrainLoop, CorruptCheckpointIsAnError) {
+  const Config config = corpus_config("tiny-gpt", {});
+  const std::string dir = new_dir("corrupt");
+  ASSERT_TRUE(train_run(config, dir, 2).status.ok());
+  corrupt(CheckpointManager(dir, 3).step_dir(2));
+  TrainRun run = train_run(config, dir);
+  EXPECT_EQ(run.status.code(), StatusCode::kDataLoss) << run.status.to_string();
+  EXPECT_NE(run.status.message().find("step_"), std::string::npos) << run.status.message();
+  EXPECT_TRUE(run.steps.empty());
+}
+
+// restore_state checks everything before it writes anything.
+TEST(RestoreState, IsAllOrNothing) {
+  const Config config = corpus_config("tiny-gpt", {});
+  auto be = make_cpu_backend(2);
+  auto make = [&](uint64_t seed) {
+    auto model = Model::create(config.model, corpus().vocab, 2, 16, be.get());
+    EXPECT_TRUE(model.ok());
+    (*model)->init(seed);
+    return std::move(*model);
+  };
+  auto source = make(1);
+  auto source_opt = AdamW::create(config.optim, 10, source.get());
+  ASSERT_TRUE(source_opt.ok());
+  TrainProgress progress;
+  progress.step = 5;
+  progress.tokens_seen = 640;
+  progress.loader = {1, 17};
+  CheckpointState state = capture_state(config, *source, **source_opt, progress);
+
+  auto target = make(2);
+  auto target_opt = AdamW::create(config.optim, 10, target.get());
+  ASSERT_TRUE(target_opt.ok());
+  const std::vector<float> before = param(*target, "wte");
+  TrainProgress restored;
+
+  CheckpointState missing = state;
+  missing.tensors.pop_back();  // adam_v of the last parameter
+  Status s = restore_state(missing, config, target.get(), target_opt->get(), &restored);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("adam_v/"), std::string::npos) << s.message();
+  EXPECT_EQ(param(*target, "wte"), before);
+  EXPECT_EQ(restored.step, 0);
+
+  CheckpointState bad_blob = state;
+  bad_blob.blobs["loader.json"] = "{\"epoch\": -1}";
+  EXPECT_EQ(restore_state(bad_blob, config, target.get(), target_opt->get(), &restored).code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(param(*target, "wte"), before);
+
+  Config other = config;
+  other.model.num_layers = 3;
+  CheckpointState other_model = capture_state(other, *source, **source_opt, progress);
+  s = restore_state(other_model, config, target.get(), target_opt->get(), &restored);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("model.num_layers"), std::string::npos);
+
+  ASSERT_TRUE(restore_state(state, config, target.get(), target_opt->get(), &restored).ok());
+  EXPECT_EQ(param(*target, "wte"), param(*source, "wte"));
+  EXPECT_EQ(restored.step, 5);
+  EXPECT_EQ(restored.tokens_seen, 640);
+  EXPECT_EQ(restored.loader, (data::LoaderState{1, 17}));
+}
+
+TEST(TrainLoop, TokenizerMismatchIsRefused) {
+  RunRequest r;
+  r.experiment = "tiny-gpt";
+  r.data_dir = corpus().train_dir;
+  r.tokenizer = corpus().other_tokenizer;
+  StatusOr<Config> config = resolve_config(r);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  TrainRun run = train_run(*config, new_dir("mismatch"));
+  EXPECT_EQ(run.status.code(), StatusCode::kFailedPrecondition) << run.status.to_string();
+  EXPECT_NE(run.status.message().find("training data"), std::string::npos);
+  EXPECT_TRUE(run.steps.empty());
+}
+
+TEST(TrainLoop, NanLossStopsAndKeepsTheLastCheckpoint) {
+  const Config config =
+      corpus_config("tiny-gpt", {"optim.lr=1e30", "optim.grad_clip=0", "train.checkpoint_every=1"});
+  const std::string dir = new_dir("nan");
+  TrainRun run = train_run(config, dir);
+  EXPECT_EQ(run.status.code(), StatusCode::kAborted) << run.status.to_string();
+  EXPECT_NE(run.status.message().find("loss is NaN at step "), std::string::npos)
+      << run.status.message();
+  EXPECT_NE(run.status.message().find("Lower optim.lr"), std::string::npos);
+  ASSERT_FALSE(run.steps.empty());
+  CheckpointManager checkpoints(dir, 3);
+  auto latest = checkpoints.latest();
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(**latest, run.steps.back().step);  // the last finite step
+  EXPECT_TRUE(checkpoints.load(**latest).ok());
+}
+
+TEST(TrainLoop, ModelChangeOnResumeIsRefused) {
+  const std::string dir = new_dir("model-change");
+  ASSERT_TRUE(train_run(corpus_config("tiny-gpt", {"train.max_steps=2"}), dir).status.ok());
+  TrainRun changed = train_run(corpus_config("tiny-gpt", {"model.num_layers=3"}), dir);
+  EXPECT_EQ(changed.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(changed.status.message().find("model.num_layers=2"), std::string::npos)
+      << changed.status.message();
+  // Other keys may change: a longer run with another learning rate continues.
+  TrainRun longer =
+      train_run(corpus_config("tiny-gpt", {"train.max_steps=3", "optim.lr=5e-4"}), dir);
+  ASSERT_TRUE(longer.status.ok()) << longer.status.to_string();
+  ASSERT_EQ(longer.steps.size(), 1u);
+  EXPECT_EQ(longer.steps[0].step, 3);
+}
+
+TEST(TrainLoop, FullDiskKeepsThePreviousCheckpoint) {
+  const Config config = corpus_config("tiny-gpt", {"train.checkpoint_every=1"});
+  const std::string dir = new_dir("full-disk");
+  ASSERT_TRUE(train_run(config, dir, 2).status.ok());
+  setenv("AX_CHECKPOINT_FAIL_AFTER_BYTES", "4096", 1);
+  TrainRun run = train_run(config, dir);
+  unsetenv("AX_CHECKPOINT_FAIL_AFTER_BYTES");
+  EXPECT_FALSE(run.status.ok());
+  EXPECT_NE(run.status.message().find("checkpoint of step 3"), std::string::npos)
+      << run.status.message();
+  CheckpointManager checkpoints(dir, 3);
+  auto latest = checkpoints.latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, std::optional<int64_t>(2));
+  EXPECT_TRUE(checkpoints.load(2).ok());
+}
+
+TEST(Sampler, PickToken) {
+  const std::vector<float> logits = {0.f, 3.f, 1.f, 2.9f};
+  EXPECT_EQ(pick_token(logits, 0.0, 0, 0.7), 1);
+  EXPECT_EQ(pick_token(logits, 1.0, 1, 0.99), 1);  // top-1 is greedy
+  for (double u : {0.0, 0.3, 0.6, 0.99}) {
+    const int32_t t = pick_token(logits, 1.0, 2, u);
+    EXPECT_TRUE(t == 1 || t == 3);
+  }
+  // A very low temperature concentrates on the argmax; a high one spreads.
+  EXPECT_EQ(pick_token(logits, 1e-3, 0, 0.999), 1);
+  EXPECT_EQ(pick_token(logits, 100.0, 0, 0.01), 1);  // draws follow the sorted order
+  EXPECT_EQ(pick_token(logits, 100.0, 0, 0.999), 0);
+}
+
+TEST(Sampler, ContinuesAPromptFromTheNewestCheckpoint) {
+  const std::string dir = new_dir("sample");
+  ASSERT_TRUE(train_run(corpus_config("tiny-gpt", {"train.max_steps=3"}), dir).status.ok());
+  SampleOptions o;
+  o.run_dir = dir;
+  o.prompt = "The man";
+  o.tokens = 12;
+  o.temperature = 0;
+  o.device = "cpu";
+  std::ostringstream log;
+  StatusOr<std::string> a = sample_text(o, log);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->rfind("The man", 0), 0u) << *a;
+  EXPECT_NE(log.str().find("step_00000003"), std::string::npos) << log.str();
+  EXPECT_EQ(*sample_text(o, log), *a);  // greedy is deterministic
+  o.temperature = 1.0;
+  o.prompt = "";
+  EXPECT_TRUE(sample_text(o, log).ok());
+  o.run_dir = new_dir("sample-empty");
+  EXPECT_EQ(sample_text(o, log).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ax::train

@@ -1,0 +1,141 @@
+// The independent oracle: a tiny model's loss and every parameter gradient from ax against
+// PyTorch. This test gives each parameter random values (not the initial ones, so biases, norm
+// weights and attention patterns are non-trivial), runs one forward + backward on the CPU
+// backend, writes weights, batch, loss and gradients to a directory (layout: torch_oracle.py's
+// header), and runs torch_oracle.py under Debian's /usr/bin/python3, which rebuilds the model in
+// PyTorch from the documented semantics and compares.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ax/common/strings.h"
+#include "ax/trainer/backend.h"
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+#include "test_util.h"
+
+namespace ax::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kSetup = "bash scripts/setup.sh --with oracle";
+
+// Real vocabulary below the experiments' 512-row table, so padded rows and logit columns exist.
+constexpr int64_t kVocab = 500;
+constexpr int64_t kBatch = 3;
+// Below max_seq_len (64), so the learned position table has rows no token uses.
+constexpr int64_t kSeq = 40;
+
+template <typename T>
+void write_raw(const fs::path& path, const std::vector<T>& values) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(values.data()),
+          static_cast<std::streamsize>(values.size() * sizeof(T)));
+  ASSERT_TRUE(f.good()) << "cannot write " << path;
+}
+
+// Values that make every op matter: weights scaled by fan-in so activations and attention
+// scores are O(1), embeddings large enough for a peaked softmax, biases and norm weights away
+// from their initial 0 and 1.
+std::vector<float> random_values(const ParamSpec& spec, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const bool embedding = spec.name == "wte" || spec.name == "wpe" || spec.name == "lm_head.weight";
+  double mean = 0, std = 0.1;
+  if (spec.init == ParamInit::kOnes) {
+    mean = 1;
+  } else if (spec.init == ParamInit::kNormal) {
+    std = embedding ? 0.3 : 1.0 / std::sqrt(static_cast<double>(spec.shape.back()));
+  }
+  std::vector<float> v(static_cast<size_t>(spec.numel));
+  for (float& x : v) x = static_cast<float>(mean + std * normal(rng));
+  return v;
+}
+
+// Writes the oracle's input directory for `experiment`.
+void dump_model(const std::string& experiment, const fs::path& dir) {
+  StatusOr<Config> config = make_experiment(experiment);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  auto backend = make_cpu_backend(2);
+  auto created = Model::create(config->model, kVocab, kBatch, kSeq, backend.get());
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  Model& model = **created;
+
+  std::mt19937_64 rng(20261101);
+  for (const ParamSpec& spec : model.layout().specs()) {
+    ASSERT_TRUE(model.set_parameter(spec.name, random_values(spec, rng)).ok()) << spec.name;
+  }
+  // Targets are the next tokens, with every 7th ignored (< 0) to check the mean's denominator.
+  std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+  std::vector<int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+  for (int32_t& t : tokens) t = token(rng);
+  for (size_t i = 0; i < targets.size(); ++i) targets[i] = i % 7 == 3 ? -1 : token(rng);
+
+  model.zero_grad();
+  const float loss = model.forward(tokens, targets);
+  model.backward(1.0f);
+
+  fs::create_directories(dir / "params");
+  fs::create_directories(dir / "grads");
+  write_raw(dir / "tokens.i32", tokens);
+  write_raw(dir / "targets.i32", targets);
+  Json tensors = Json::array();
+  for (const ParamSpec& spec : model.layout().specs()) {
+    StatusOr<std::vector<float>> p = model.parameter(spec.name);
+    StatusOr<std::vector<float>> g = model.gradient(spec.name);
+    ASSERT_TRUE(p.ok() && g.ok()) << spec.name;
+    write_raw(dir / "params" / (spec.name + ".f32"), *p);
+    write_raw(dir / "grads" / (spec.name + ".f32"), *g);
+    tensors.push_back({{"name", spec.name}, {"shape", spec.shape}});
+  }
+  Json manifest = {{"config", Json::parse(to_json(*config))},
+                   {"backend", backend->name()},
+                   {"vocab", kVocab},
+                   {"batch", kBatch},
+                   {"seq_len", kSeq},
+                   {"loss", loss},
+                   {"num_targets", model.num_targets()},
+                   {"tensors", tensors}};
+  std::ofstream(dir / "manifest.json") << manifest.dump(2) << "\n";
+}
+
+// Runs `command`, returning its exit status and echoing its output (the comparison table).
+int run(const std::string& command, std::string* output) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output->append(buf, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void check_against_torch(const std::string& experiment) {
+  ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
+                                   << "python3-torch: run `" << kSetup << "`";
+  const fs::path dir = data::testing::temp_dir("oracle-" + experiment);
+  dump_model(experiment, dir);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string output;
+  const int status =
+      run(str_cat(kPython, " '", AX_ORACLE_SCRIPT, "' '", dir.string(), "'"), &output);
+  std::cout << output;
+  EXPECT_EQ(status, 0) << "torch_oracle.py failed for " << experiment << " (output above)";
+}
+
+TEST(TorchOracle, TinyGpt) { check_against_torch("tiny-gpt"); }
+TEST(TorchOracle, TinyLlama) { check_against_torch("tiny-llama"); }
+
+}  // namespace
+}  // namespace ax::train

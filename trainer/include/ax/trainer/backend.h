@@ -1,0 +1,118 @@
+// The backend interface: memory, a queue, and every op as a forward/backward pair. Model code
+// calls these and never tests #ifdefs. The CPU backend is the fp32 reference; the CUDA backend
+// computes in bf16 with fp32 master weights and optimizer state, on its stream.
+//
+// Conventions (as in llm.c):
+//   - shapes: B batch, T sequence, C channels, N = B*T rows, OC output channels, Vp padded
+//     vocabulary (storage), V real vocabulary, NH query heads, KVH key/value heads, HD head dim;
+//   - every gradient output (`d...`) is ACCUMULATED into (+=); the caller zeroes it when needed,
+//     so residual branches and micro-batches add up without extra copies;
+//   - every op checks the shapes and dtypes of its views and aborts (AX_CHECK) on a mismatch: a
+//     mismatch is a bug in model code, not a user error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ax/common/status.h"
+#include "ax/trainer/tensor.h"
+
+namespace ax::train {
+
+struct AdamWArgs {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0;  // decoupled: p -= lr * wd * p
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1;    // multiplies the gradient first (global-norm clipping)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu (2 threads, OpenBLAS)", "cuda:0 NVIDIA H100"
+  // The dtype activations and compute weights use (f32 on CPU, bf16 on CUDA).
+  virtual DType compute_dtype() const = 0;
+  // Peak dense FLOP/s of the device for MFU (0 when unknown).
+  virtual double peak_flops() const = 0;
+
+  // Memory (device memory for CUDA). alloc returns zeroed memory or fails with ResourceExhausted.
+  virtual StatusOr<void*> alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual void copy_from_host(Tensor dst, const void* src) = 0;
+  virtual void copy_to_host(void* dst, Tensor src) = 0;
+  virtual void copy(Tensor dst, Tensor src) = 0;  // same shape; casts between f32 and bf16
+  virtual void zero(Tensor t) = 0;
+  virtual void synchronize() = 0;
+
+  // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe is not empty).
+  // out (B,T,C), tokens (B,T) i32, wte (Vp,C), wpe (maxT,C) or empty.
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
+  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+
+  // out (N,C), mean (N) f32, rstd (N) f32, inp (N,C), weight (C), bias (C) or empty.
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                                 Tensor bias, float eps) = 0;
+  virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                                  Tensor inp, Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // out (N,C), rstd (N) f32, inp (N,C), weight (C).
+  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) = 0;
+  virtual void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                                Tensor rstd) = 0;
+
+  // out = inp · weightᵀ + bias. out (N,OC), inp (N,C), weight (OC,C), bias (OC) or empty.
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) = 0;
+  // dinp (N,C) += dout · weight; dweight (OC,C) += doutᵀ · inp; dbias (OC) += Σ dout.
+  // dinp or dbias may be empty (not needed).
+  virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor weight) = 0;
+
+  // Rotary embedding on the query and key heads of a packed qkv tensor; value heads are copied.
+  // out, inp (B,T,(NH+2*KVH)*HD); pairs (i, i+HD/2) rotate by angle t * theta^(-2i/HD).
+  virtual void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
+                            float theta) = 0;
+  virtual void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                             float theta) = 0;
+
+  // Scaled dot-product attention over a packed qkv (B,T,(NH+2*KVH)*HD): query head h uses
+  // key/value head h / (NH/KVH). out (B,T,NH*HD); lse (B,NH,T) f32 saves the softmax
+  // log-sum-exp for the backward pass. Scale 1/sqrt(HD).
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
+                                 int num_kv_heads, bool causal) = 0;
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                                  int num_heads, int num_kv_heads, bool causal) = 0;
+
+  // GELU, tanh approximation. out, inp (N,F).
+  virtual void gelu_forward(Tensor out, Tensor inp) = 0;
+  virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+  // out (N,F) = silu(inp[:, :F]) * inp[:, F:], inp (N,2F).
+  virtual void swiglu_forward(Tensor out, Tensor inp) = 0;
+  virtual void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+
+  // out = a + b (the residual stream), same shapes.
+  virtual void add_forward(Tensor out, Tensor a, Tensor b) = 0;
+
+  // Softmax cross-entropy over the first V columns of logits (N,Vp); targets (N) i32, a target
+  // < 0 is ignored (loss 0, no gradient). losses (N) f32.
+  virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) = 0;
+  // dlogits (N,Vp) = (softmax(logits) - onehot(target)) * dloss for the first V columns, 0 for
+  // padded columns. Overwrites (does not accumulate) and may alias logits, so the full logits are
+  // never kept twice.
+  virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
+                                      float dloss) = 0;
+
+  // Σ x² in f64 precision over one tensor (for the global gradient norm).
+  virtual double sum_squares(Tensor x) = 0;
+  // In-place AdamW on f32 params / grads / m / v of one parameter group.
+  virtual void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
+                            const AdamWArgs& args) = 0;
+};
+
+// The fp32 reference backend. threads = 0: all cores.
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+}  // namespace ax::train

@@ -1,0 +1,62 @@
+// Checkpoints: one directory per step under <run_dir>/checkpoints/, written under a temporary
+// name, renamed, and made visible by a COMMIT marker only when complete; the newest K are kept.
+// Tensors are stored in logical (unsharded) layout: each rank writes the slices it owns into its
+// own safetensors file and tensors.json maps every logical tensor to its slices, so a checkpoint
+// restores onto any mesh. Layout: docs/checkpoint-format.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/trainer/config.h"
+
+namespace ax::train {
+
+// An f32 tensor in host memory. With sharding, `data` is the slice at `offset` of a logical
+// tensor of shape `logical_shape` (both empty = the whole tensor, shape `shape`).
+struct HostTensor {
+  std::string name;  // "params/h.0.attn.qkv.weight", "adam_m/...", "adam_v/..."
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  std::vector<int64_t> logical_shape;
+  std::vector<int64_t> offset;
+};
+
+struct CheckpointState {
+  int64_t step = 0;
+  std::vector<HostTensor> tensors;
+  // Small JSON documents saved beside the tensors: "config.json" (the resolved config),
+  // "loader.json" (data loader state), "rng.json", "trainer.json" (step, tokens seen, ...).
+  std::map<std::string, std::string> blobs;
+};
+
+class CheckpointManager {
+ public:
+  CheckpointManager(std::string run_dir, int64_t keep);
+
+  // Writes the checkpoint of state.step. On any failure (a full disk included) the partial
+  // directory is removed and the previous checkpoints stay valid and visible.
+  Status save(const CheckpointState& state);
+  // The newest committed step, or nullopt when there is none.
+  StatusOr<std::optional<int64_t>> latest() const;
+  // Loads a committed checkpoint, checking every file's size and checksum; any problem is
+  // DataLoss naming the file, and nothing partial is returned.
+  StatusOr<CheckpointState> load(int64_t step) const;
+  std::string step_dir(int64_t step) const;
+
+ private:
+  std::string run_dir_;
+  int64_t keep_;
+};
+
+// Writes model.safetensors (+ config.json) with Hugging Face tensor names: GPT-2 names
+// (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...) for the gpt family, Llama
+// names (model.layers.0.self_attn.q_proj.weight, ...) for the llama family.
+Status export_hugging_face(const CheckpointState& state, const Config& config,
+                           const std::string& out_dir);
+
+}  // namespace ax::train

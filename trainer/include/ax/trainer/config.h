@@ -1,0 +1,103 @@
+// Experiment configuration: a named experiment plus `--set key=value` overrides. Keys are grouped
+// (model.*, optim.*, train.*, data.*, mesh.*); the Pax knobs PERCORE_BATCH_SIZE,
+// NUM_MICROBATCHES, ICI_MESH_SHAPE, DCN_MESH_SHAPE and MAX_STEPS are accepted by those names.
+// An unknown key or a bad value is an error naming the key and the allowed values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ax/common/status.h"
+
+namespace ax::train {
+
+struct ModelConfig {
+  std::string family = "gpt";  // gpt | llama
+  int64_t num_layers = 2;
+  int64_t model_dim = 64;
+  int64_t num_heads = 4;
+  int64_t num_kv_heads = 4;          // < num_heads: grouped-query attention
+  int64_t hidden_dim = 256;          // MLP inner width (per SwiGLU branch for llama)
+  int64_t vocab_size = 0;            // 0: the tokenizer's size rounded up to vocab_multiple
+  int64_t vocab_multiple = 128;      // padding of the embedding table
+  int64_t max_seq_len = 256;         // learned position table size (gpt)
+  std::string norm = "layernorm";    // layernorm | rmsnorm
+  std::string activation = "gelu";   // gelu | swiglu
+  std::string position = "learned";  // learned | rope
+  double rope_theta = 10000.0;
+  bool tied_embeddings = true;
+  bool bias = true;  // biases in linear layers and norms
+  double norm_eps = 1e-5;
+  double init_std = 0.02;  // residual projections get init_std / sqrt(2 * num_layers)
+
+  int64_t head_dim() const { return model_dim / num_heads; }
+};
+
+struct OptimConfig {
+  double lr = 6e-4;
+  int64_t warmup_steps = 100;
+  int64_t decay_steps = 0;    // cosine decay ends here (0: train.max_steps)
+  double min_lr_ratio = 0.1;  // lr at the end of the decay, as a fraction of lr
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // not applied to norms and biases
+  double grad_clip = 1.0;     // global-norm clipping; 0 = off
+};
+
+struct TrainConfig {
+  int64_t max_steps = 1000;
+  double percore_batch_size = 8;  // GLOBAL_BATCH = PERCORE_BATCH_SIZE × devices (Pax)
+  int64_t num_microbatches = 1;   // gradient accumulation: a step is this many micro-batches
+  int64_t seq_len = 256;
+  uint64_t seed = 1234;
+  int64_t log_every = 10;
+  int64_t eval_every = 100;  // 0 = never
+  int64_t eval_batches = 8;
+  int64_t checkpoint_every = 500;  // 0 = only at the end
+  int64_t keep_checkpoints = 3;
+};
+
+struct DataConfig {
+  std::string train_dir;       // shard set for training (--data)
+  std::string validation_dir;  // held-out shard set ("" = <data>/../validation if present)
+  std::string tokenizer;       // SentencePiece model (--tokenizer)
+};
+
+struct MeshConfig {
+  std::string ici = "auto";  // ICI_MESH_SHAPE, e.g. "1,8,1" (data,fsdp,tensor)
+  std::string dcn = "auto";  // DCN_MESH_SHAPE
+};
+
+struct Config {
+  std::string experiment;
+  ModelConfig model;
+  OptimConfig optim;
+  TrainConfig train;
+  DataConfig data;
+  MeshConfig mesh;
+};
+
+// Names of every registered experiment (Pile126M, GPT5B, GPT175B, fuji-1B-v1 ..., tiny-gpt, ...).
+std::vector<std::string> experiment_names();
+// The named experiment's config; NotFound lists the known names.
+StatusOr<Config> make_experiment(const std::string& name);
+// Applies one "key=value" (or key, value). InvalidArgument for an unknown key (with the
+// closest known keys) or a value of the wrong type / outside its allowed set.
+Status apply_override(Config* config, const std::string& key, const std::string& value);
+Status apply_override(Config* config, const std::string& assignment);
+// Cross-field checks (heads divide model_dim, kv heads divide heads, rope needs even head_dim,
+// seq_len <= max_seq_len for learned positions, ...), each error naming the keys.
+Status validate(const Config& config);
+
+// The resolved config as JSON text (saved as config.json in the run directory and in every
+// checkpoint) and back. from_json rejects unknown keys the same way apply_override does.
+std::string to_json(const Config& config);
+StatusOr<Config> from_json(const std::string& json);
+// Human-readable "key = value" lines, grouped, for the start of a run.
+std::string to_text(const Config& config);
+// Every key with its type and description, for `ax-train --help-config`.
+std::string describe_keys();
+
+}  // namespace ax::train

@@ -1,0 +1,47 @@
+// AdamW over a Model's flat parameter buffer: one Backend::adamw_update per group (with weight
+// decay: matrices and embeddings; without: norms and biases — contiguous ranges of the layout),
+// global-norm gradient clipping and the learning-rate schedule.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ax/common/status.h"
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+
+namespace ax::train {
+
+// The learning rate of update `step` (1-based): linear warm-up from lr/warmup_steps to lr at
+// warmup_steps, cosine decay to min_lr_ratio·lr at decay_steps (0: max_steps), constant after.
+double learning_rate(const OptimConfig& optim, int64_t max_steps, int64_t step);
+
+class AdamW {
+ public:
+  // Allocates m and v (zeros) with the model's layout. The model must outlive the optimizer.
+  static StatusOr<std::unique_ptr<AdamW>> create(const OptimConfig& optim, int64_t max_steps,
+                                                 Model* model);
+  ~AdamW();
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
+
+  // sqrt(Σ g²) over every gradient.
+  double grad_norm() const;
+  // Applies update `step` (1-based) with the gradients scaled by min(1, grad_clip / norm), then
+  // refreshes the model's compute weights. Returns the learning rate used.
+  double apply(int64_t step, double grad_norm);
+
+  // First and second moments, flat, in the model's layout (f32).
+  Tensor m() const;
+  Tensor v() const;
+
+ private:
+  AdamW(const OptimConfig& optim, int64_t max_steps, Model* model);
+  OptimConfig optim_;
+  int64_t max_steps_;
+  Model* model_;
+  void* m_ = nullptr;
+  void* v_ = nullptr;
+};
+
+}  // namespace ax::train

@@ -1,0 +1,80 @@
+// Tensor views and the arena they live in. A Tensor does not own memory: parameters, gradients,
+// optimizer state and activations are slices of a few allocations planned up front (llm.c's
+// layout tables), and ops receive views with their shapes.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "ax/common/check.h"
+
+namespace ax::train {
+
+enum class DType : uint8_t { kF32, kBF16, kI32 };
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+
+inline constexpr int kMaxDims = 4;
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int ndim = 0;
+  std::array<int64_t, kMaxDims> shape{};
+
+  Tensor() = default;
+  Tensor(void* d, DType t, std::initializer_list<int64_t> dims);
+
+  bool empty() const { return data == nullptr; }
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  int64_t dim(int i) const { return shape[i < 0 ? ndim + i : i]; }
+  // Size of the last dimension and product of the others (rows × cols view).
+  int64_t cols() const { return ndim == 0 ? 1 : shape[ndim - 1]; }
+  int64_t rows() const { return cols() == 0 ? 0 : numel() / cols(); }
+  // Same memory, another shape with the same element count.
+  Tensor view(std::initializer_list<int64_t> dims) const;
+  std::string shape_string() const;  // "(8, 256, 384) f32"
+
+  template <typename T>
+  T* as() const {
+    AX_CHECK(dtype_matches<T>()) << "tensor " << shape_string() << " accessed with wrong type";
+    return static_cast<T*>(data);
+  }
+
+ private:
+  template <typename T>
+  bool dtype_matches() const;
+};
+
+template <>
+inline bool Tensor::dtype_matches<float>() const {
+  return dtype == DType::kF32;
+}
+template <>
+inline bool Tensor::dtype_matches<int32_t>() const {
+  return dtype == DType::kI32;
+}
+template <>
+inline bool Tensor::dtype_matches<uint16_t>() const {
+  return dtype == DType::kBF16;
+}
+
+// Bump allocator over one backend allocation: plan by calling take() with sizes first in a
+// dry run (base == nullptr, counts bytes), allocate once, then take() again in the same order.
+class Arena {
+ public:
+  explicit Arena(void* base = nullptr, size_t capacity = SIZE_MAX) : base_(base), cap_(capacity) {}
+  Tensor take(DType dtype, std::initializer_list<int64_t> dims);
+  size_t used() const { return used_; }
+
+ private:
+  void* base_;
+  size_t cap_;
+  size_t used_ = 0;
+};
+
+}  // namespace ax::train

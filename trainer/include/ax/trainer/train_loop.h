@@ -1,0 +1,81 @@
+// The training loop behind `ax-train`: resolves the config, builds the backend, model, optimizer
+// and data loaders, resumes from the newest checkpoint in the run directory, trains, evaluates,
+// logs and checkpoints. Behaviour and file layout: docs/trainer.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/trainer/backend.h"
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+
+namespace ax::train {
+
+// Exit statuses of ax-train.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;    // the run failed; the message says why
+inline constexpr int kExitUsage = 2;     // the command line is wrong
+inline constexpr int kExitStopped = 75;  // stopped by a signal after a checkpoint: requeue it
+
+// What the command line asks for.
+struct RunRequest {
+  std::string experiment;
+  std::string data_dir;                // data.train_dir
+  std::string tokenizer;               // data.tokenizer
+  std::vector<std::string> overrides;  // "key=value", applied in order
+  std::optional<int64_t> max_steps;
+};
+
+// The named experiment, then the overrides, then the command line's paths (made absolute) and
+// --max-steps; model.vocab_size from the tokenizer when 0; validated.
+StatusOr<Config> resolve_config(const RunRequest& request);
+
+// --device auto|cpu|cuda. threads = 0: AX_CPU_THREADS, else all cores. Writes one line saying
+// what was chosen to `log`.
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
+                                                std::ostream& log);
+
+struct StepResult {
+  int64_t step = 0;  // 1-based: the update just applied
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+};
+
+struct TrainOptions {
+  std::string device = "auto";
+  int threads = 0;              // CPU backend threads, 0 = AX_CPU_THREADS or all cores
+  std::ostream* out = nullptr;  // progress lines (nullptr = std::cout)
+  // Called after every step; returning false stops the run as SIGTERM does.
+  std::function<bool(const StepResult&)> after_step;
+};
+
+enum class TrainOutcome { kFinished, kStopped };
+
+// Trains `config` in run_dir (created if needed), resuming from its newest checkpoint.
+// kStopped: a stop was requested (signal or after_step), and a checkpoint was written.
+StatusOr<TrainOutcome> train(const Config& config, const std::string& run_dir,
+                             const TrainOptions& options);
+
+// Zeroes the gradients, then runs forward and backward over `rows` windows of seq_len + 1
+// tokens (inputs [0, T), targets [1, T]) as micro-batches of model->batch() rows. The gradients
+// are those of the mean loss over the whole batch, which is returned.
+double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows);
+// The same without gradients: the mean loss over the windows.
+double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows);
+
+// SIGTERM, SIGINT and SIGUSR1 ask the loop to stop at the next step boundary (a second SIGINT
+// ends the process at once).
+void install_stop_handlers();
+void request_stop(int signal_number);
+int stop_signal();  // 0 while no stop was requested
+
+}  // namespace ax::train

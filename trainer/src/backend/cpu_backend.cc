@@ -1,0 +1,364 @@
+#include "cpu_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "ax/common/build_config.h"
+#include "ax/common/env.h"
+#include "ax/common/strings.h"
+#include "cpu_math.h"
+
+namespace ax::train {
+namespace cpu {
+namespace {
+
+const EnvKnob<std::string> kCpuGemm("AX_CPU_GEMM", "auto",
+                                    "GEMMs of the CPU backend: 'auto' (OpenBLAS when it loads) "
+                                    "or 'builtin' (the loop kernel, for tests and comparisons)",
+                                    {"auto", "builtin"});
+
+constexpr int64_t kRowGrain = 1 << 14;  // elements per parallel chunk, at least
+
+// Rows per chunk so that a chunk holds about kRowGrain elements.
+int64_t row_grain(int64_t cols) {
+  return std::max<int64_t>(1, kRowGrain / std::max<int64_t>(cols, 1));
+}
+
+// bf16 <-> f32: bf16 is the top half of an f32; rounding to nearest even, NaN stays NaN.
+uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float bf16_to_f32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct AdamWScalars {
+  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps,
+      neg_step_size;
+};
+
+// torch.optim.AdamW (torch 1.13, single-tensor path) in the same float operations and order:
+//   p *= 1 - lr·wd;  m = m·b1 + (1-b1)·g;  v = v·b2 + ((1-b2)·g)·g;
+//   p += (-lr/bc1 · m) / (sqrt(v)/sqrt(bc2) + eps).
+AX_CPU_KERNEL
+void adamw_kernel(float* __restrict p, const float* __restrict g, float* __restrict m,
+                  float* __restrict v, int64_t n, AdamWScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    float grad = s.grad_scale * g[i];
+    float param = p[i] * s.decay;
+    float mi = m[i] * s.beta1 + s.one_minus_beta1 * grad;
+    float vi = v[i] * s.beta2 + (s.one_minus_beta2 * grad) * grad;
+    m[i] = mi;
+    v[i] = vi;
+    float denom = std::sqrt(vi) / s.bias2_sqrt + s.eps;
+    p[i] = param + (s.neg_step_size * mi) / denom;
+  }
+}
+
+AX_CPU_KERNEL
+double sum_squares_kernel(const float* x, int64_t n) {
+  constexpr int kL = 8;
+  double acc[kL] = {};
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL) {
+    for (int l = 0; l < kL; ++l) acc[l] += static_cast<double>(x[i + l]) * x[i + l];
+  }
+  double s = 0;
+  for (int l = 0; l < kL; ++l) s += acc[l];
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+AX_CPU_KERNEL
+void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* arg) {
+  AX_CHECK(!t.empty()) << op << ": " << arg << " is empty";
+  AX_CHECK(t.dtype == dtype) << op << ": " << arg << " is " << t.shape_string() << ", expected "
+                             << dtype_name(dtype);
+}
+
+void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* arg) {
+  expect_dtype(t, DType::kF32, op, arg);
+  AX_CHECK(t.rows() == rows && t.cols() == cols) << op << ": " << arg << " is " << t.shape_string()
+                                                 << ", expected " << rows << " rows of " << cols;
+}
+
+void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> dims, const char* op,
+                  const char* arg) {
+  expect_dtype(t, dtype, op, arg);
+  bool same = t.ndim == static_cast<int>(dims.size());
+  int i = 0;
+  for (int64_t d : dims) same = same && t.shape[i++] == d;
+  if (!same) {
+    Tensor want(nullptr, dtype, {});
+    for (int64_t d : dims) want.shape[want.ndim++] = d;
+    AX_CHECK(false) << op << ": " << arg << " is " << t.shape_string() << ", expected "
+                    << want.shape_string();
+  }
+}
+
+CpuBackend::CpuBackend(int threads, bool use_openblas)
+    : pool_(threads), gemm_(use_openblas), scratch_(threads) {}
+
+std::string CpuBackend::name() const {
+  return str_cat("cpu (", pool_.size(), pool_.size() == 1 ? " thread, " : " threads, ",
+                 gemm_.description(), ")");
+}
+
+// Peak FLOP/s is measured, not taken from a datasheet: CPU clocks under turbo, in VMs and with
+// AVX-512 down-clocking are not knowable from /proc. The best of three 1024×1024×512 sgemms on
+// all threads (~10 ms, once) is what dense fp32 math reaches here, so MFU on the CPU reads as
+// the fraction of attainable GEMM throughput.
+double CpuBackend::peak_flops() const {
+  std::call_once(peak_once_, [this] {
+    constexpr int64_t M = 1024, N = 1024, K = 512;
+    std::vector<float> a(M * K, 0.5f), b(K * N, 0.25f), c(M * N);
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      gemm_parallel({Trans::kNo, Trans::kNo, M, N, K, 1, a.data(), K, b.data(), N, 0, c.data(), N});
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    peak_flops_ = 2.0 * M * N * K / best;
+  });
+  return peak_flops_;
+}
+
+StatusOr<void*> CpuBackend::alloc(size_t bytes) {
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) return ResourceExhausted("cpu backend: cannot allocate ", human_bytes(bytes));
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void CpuBackend::free(void* ptr) { std::free(ptr); }
+
+void CpuBackend::copy_from_host(Tensor dst, const void* src) {
+  AX_CHECK(!dst.empty()) << "copy_from_host: dst is empty";
+  std::memcpy(dst.data, src, dst.bytes());
+}
+
+void CpuBackend::copy_to_host(void* dst, Tensor src) {
+  AX_CHECK(!src.empty()) << "copy_to_host: src is empty";
+  std::memcpy(dst, src.data, src.bytes());
+}
+
+void CpuBackend::copy(Tensor dst, Tensor src) {
+  AX_CHECK(!dst.empty() && !src.empty()) << "copy: empty tensor";
+  AX_CHECK_EQ(dst.numel(), src.numel())
+      << "copy: " << dst.shape_string() << " from " << src.shape_string();
+  AX_CHECK(dst.ndim == src.ndim && dst.shape == src.shape)
+      << "copy: " << dst.shape_string() << " from " << src.shape_string();
+  int64_t n = dst.numel();
+  if (dst.dtype == src.dtype) {
+    size_t size = dtype_size(dst.dtype);
+    pool_.parallel_for(n, kRowGrain * 4, [&](int64_t b, int64_t e) {
+      std::memmove(static_cast<char*>(dst.data) + b * size,
+                   static_cast<const char*>(src.data) + b * size, (e - b) * size);
+    });
+  } else if (dst.dtype == DType::kBF16 && src.dtype == DType::kF32) {
+    uint16_t* d = dst.as<uint16_t>();
+    const float* s = src.as<float>();
+    pool_.parallel_for(n, kRowGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = f32_to_bf16(s[i]);
+    });
+  } else if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
+    float* d = dst.as<float>();
+    const uint16_t* s = src.as<uint16_t>();
+    pool_.parallel_for(n, kRowGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = bf16_to_f32(s[i]);
+    });
+  } else {
+    AX_CHECK(false) << "copy: no cast from " << src.shape_string() << " to " << dst.shape_string();
+  }
+}
+
+void CpuBackend::zero(Tensor t) {
+  if (t.empty()) return;
+  auto* p = static_cast<char*>(t.data);
+  size_t size = dtype_size(t.dtype);
+  pool_.parallel_for(t.numel(), kRowGrain * 4,
+                     [&](int64_t b, int64_t e) { std::memset(p + b * size, 0, (e - b) * size); });
+}
+
+void CpuBackend::gemm_parallel(const GemmArgs& g) const {
+  constexpr int64_t kAlign = 16;  // split on multiples of 16 rows/columns
+  constexpr int64_t kMinSplitWork = 1 << 20;
+  bool by_rows = g.M >= g.N;
+  int64_t len = by_rows ? g.M : g.N;
+  int64_t parts = std::min<int64_t>(pool_.size(), len / kAlign);
+  if (parts <= 1 || g.M * g.N * g.K < kMinSplitWork) {
+    gemm_(g);
+    return;
+  }
+  pool_.run(parts, [&](int64_t p, int) {
+    int64_t b = len * p / parts / kAlign * kAlign;
+    int64_t e = p + 1 == parts ? len : len * (p + 1) / parts / kAlign * kAlign;
+    GemmArgs s = g;
+    if (by_rows) {
+      s.M = e - b;
+      s.A = g.ta == Trans::kNo ? g.A + b * g.lda : g.A + b;
+      s.C = g.C + b * g.ldc;
+    } else {
+      s.N = e - b;
+      s.B = g.tb == Trans::kNo ? g.B + b : g.B + b * g.ldb;
+      s.C = g.C + b;
+    }
+    gemm_(s);
+  });
+}
+
+float* CpuBackend::scratch(int thread, size_t floats) {
+  auto& buffer = scratch_[thread];
+  if (buffer.size() < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  // out (N, OC), inp (N, C), weight (OC, C), bias (OC) or empty.
+  constexpr const char* kOp = "matmul_forward";
+  expect_dtype(weight, DType::kF32, kOp, "weight");
+  AX_CHECK_EQ(weight.ndim, 2) << kOp << ": weight is " << weight.shape_string();
+  int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.rows();
+  expect_matrix(inp, N, C, kOp, "inp");
+  expect_matrix(out, N, OC, kOp, "out");
+  float* o = out.as<float>();
+  float beta = 0;
+  if (!bias.empty()) {
+    expect_shape(bias, DType::kF32, {OC}, kOp, "bias");
+    const float* b = bias.as<float>();
+    pool_.parallel_for(N, row_grain(OC), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) std::memcpy(o + n * OC, b, OC * sizeof(float));
+    });
+    beta = 1;
+  }
+  gemm_parallel({Trans::kNo, Trans::kYes, N, OC, C, 1, inp.as<float>(), C, weight.as<float>(), C,
+                 beta, o, OC});
+}
+
+void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                 Tensor weight) {
+  // dinp (N, C) or empty, dweight (OC, C), dbias (OC) or empty, dout (N, OC), inp (N, C),
+  // weight (OC, C).
+  constexpr const char* kOp = "matmul_backward";
+  expect_dtype(weight, DType::kF32, kOp, "weight");
+  AX_CHECK_EQ(weight.ndim, 2) << kOp << ": weight is " << weight.shape_string();
+  int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.rows();
+  expect_matrix(inp, N, C, kOp, "inp");
+  expect_matrix(dout, N, OC, kOp, "dout");
+  expect_shape(dweight, DType::kF32, {OC, C}, kOp, "dweight");
+  const float* dy = dout.as<float>();
+  if (!dinp.empty()) {
+    expect_matrix(dinp, N, C, kOp, "dinp");
+    gemm_parallel({Trans::kNo, Trans::kNo, N, C, OC, 1, dy, OC, weight.as<float>(), C, 1,
+                   dinp.as<float>(), C});
+  }
+  gemm_parallel({Trans::kYes, Trans::kNo, OC, C, N, 1, dy, OC, inp.as<float>(), C, 1,
+                 dweight.as<float>(), C});
+  if (!dbias.empty()) {
+    expect_shape(dbias, DType::kF32, {OC}, kOp, "dbias");
+    float* db = dbias.as<float>();
+    // Column blocks: each thread sums its columns over all rows in order (deterministic).
+    pool_.parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {
+      for (int64_t n = 0; n < N; ++n) {
+        const float* row = dy + n * OC;
+        for (int64_t o = o0; o < o1; ++o) db[o] += row[o];
+      }
+    });
+  }
+}
+
+void CpuBackend::add_forward(Tensor out, Tensor a, Tensor b) {
+  constexpr const char* kOp = "add_forward";
+  int64_t rows = out.rows(), cols = out.cols();
+  expect_matrix(out, rows, cols, kOp, "out");
+  expect_matrix(a, rows, cols, kOp, "a");
+  expect_matrix(b, rows, cols, kOp, "b");
+  float* o = out.as<float>();
+  const float* pa = a.as<float>();
+  const float* pb = b.as<float>();
+  pool_.parallel_for(out.numel(), kRowGrain, [&](int64_t i0, int64_t i1) {
+    add_kernel(o + i0, pa + i0, pb + i0, i1 - i0);
+  });
+}
+
+double CpuBackend::sum_squares(Tensor x) {
+  constexpr int64_t kChunk = 1 << 16;  // fixed chunks: the same sum for any thread count
+  expect_dtype(x, DType::kF32, "sum_squares", "x");
+  const float* p = x.as<float>();
+  int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+  if (static_cast<int64_t>(partials_.size()) < chunks) partials_.resize(chunks);
+  pool_.run(chunks, [&](int64_t c, int) {
+    int64_t b = c * kChunk;
+    partials_[c] = sum_squares_kernel(p + b, std::min(kChunk, n - b));
+  });
+  double s = 0;
+  for (int64_t c = 0; c < chunks; ++c) s += partials_[c];
+  return s;
+}
+
+void CpuBackend::adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
+                              const AdamWArgs& args) {
+  constexpr const char* kOp = "adamw_update";
+  expect_dtype(params, DType::kF32, kOp, "params");
+  int64_t n = params.numel();
+  for (auto [t, name] : {std::pair{&grads, "grads"}, {&m, "m"}, {&v, "v"}}) {
+    expect_dtype(*t, DType::kF32, kOp, name);
+    AX_CHECK_EQ(t->numel(), n) << kOp << ": " << name << " is " << t->shape_string() << ", params "
+                               << params.shape_string();
+  }
+  AX_CHECK_GE(args.step, 1) << kOp << ": step is 1-based";
+  // Scalars as torch derives them: in double from the (here float) hyperparameters.
+  double bias1 = 1.0 - std::pow(static_cast<double>(args.beta1), static_cast<double>(args.step));
+  double bias2 = 1.0 - std::pow(static_cast<double>(args.beta2), static_cast<double>(args.step));
+  AdamWScalars s{
+      args.grad_scale,
+      static_cast<float>(1.0 - static_cast<double>(args.lr) * args.weight_decay),
+      args.beta1,
+      static_cast<float>(1.0 - args.beta1),
+      args.beta2,
+      static_cast<float>(1.0 - args.beta2),
+      static_cast<float>(std::sqrt(bias2)),
+      args.eps,
+      static_cast<float>(-(args.lr / bias1)),
+  };
+  float* p = params.as<float>();
+  const float* g = grads.as<float>();
+  float* pm = m.as<float>();
+  float* pv = v.as<float>();
+  pool_.parallel_for(n, kRowGrain, [&](int64_t b, int64_t e) {
+    adamw_kernel(p + b, g + b, pm + b, pv + b, e - b, s);
+  });
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  AX_CHECK_GE(threads, 0);
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  auto gemm = cpu::kCpuGemm.get();
+  AX_CHECK(gemm.ok()) << gemm.status().to_string();
+  bool use_openblas = AX_HAVE_OPENBLAS && *gemm == "auto";
+  return std::make_unique<cpu::CpuBackend>(threads, use_openblas);
+}
+
+}  // namespace ax::train

@@ -1,0 +1,93 @@
+// The CPU reference backend: fp32 everywhere, row loops spread over a small thread pool, GEMMs
+// (matmuls and per-head attention products) through OpenBLAS or the builtin kernel. Every op
+// gives the same bits for any thread count except where a GEMM is split across threads. The
+// ops are defined in cpu_backend.cc (memory, matmul, optimizer), cpu_norms.cc (embedding,
+// LayerNorm, RMSNorm), cpu_pointwise.cc (GELU, SwiGLU, RoPE, cross-entropy) and
+// cpu_attention.cc.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ax/trainer/backend.h"
+#include "cpu_blas.h"
+#include "cpu_threads.h"
+
+namespace ax::train::cpu {
+
+// Shape checks shared by the ops: abort naming the op, the argument and both shapes.
+void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* arg);
+// t is a non-empty f32 matrix of `rows` × `cols` (any leading dimensions that multiply to rows).
+void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* arg);
+// t has exactly the shape `dims` and the dtype.
+void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> dims, const char* op,
+                  const char* arg);
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int threads, bool use_openblas);
+
+  std::string name() const override;
+  DType compute_dtype() const override { return DType::kF32; }
+  double peak_flops() const override;
+
+  StatusOr<void*> alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void copy_from_host(Tensor dst, const void* src) override;
+  void copy_to_host(void* dst, Tensor src) override;
+  void copy(Tensor dst, Tensor src) override;
+  void zero(Tensor t) override;
+  void synchronize() override {}
+
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override;
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override;
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                         Tensor bias, float eps) override;
+  void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                          Tensor weight, Tensor mean, Tensor rstd) override;
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) override;
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                        Tensor rstd) override;
+  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
+  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                       Tensor weight) override;
+  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta) override;
+  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                     float theta) override;
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int num_heads, int num_kv_heads,
+                         bool causal) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                          int num_heads, int num_kv_heads, bool causal) override;
+  void gelu_forward(Tensor out, Tensor inp) override;
+  void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void swiglu_forward(Tensor out, Tensor inp) override;
+  void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void add_forward(Tensor out, Tensor a, Tensor b) override;
+  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) override;
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
+                              float dloss) override;
+  double sum_squares(Tensor x) override;
+  void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
+                    const AdamWArgs& args) override;
+
+ private:
+  // A GEMM split over the pool by rows of C (or columns when C has few rows).
+  void gemm_parallel(const GemmArgs& g) const;
+  // Per-thread scratch of at least `floats` floats; grows on first use only.
+  float* scratch(int thread, size_t floats);
+  // cos/sin of t · theta^(-2j/HD), (T, HD/2) each, recomputed when (T, HD, theta) changes.
+  void update_rope_table(int64_t T, int64_t head_dim, float theta);
+
+  mutable ThreadPool pool_;  // running a job leaves no trace: const ops may use it
+  Gemm gemm_;
+  std::vector<std::vector<float>> scratch_;  // one per pool thread
+  std::vector<double> partials_;             // sum_squares chunk sums
+  std::vector<float> rope_cos_, rope_sin_;   // (T, HD/2)
+  int64_t rope_T_ = 0, rope_head_dim_ = 0;
+  float rope_theta_ = 0;
+  mutable std::once_flag peak_once_;
+  mutable double peak_flops_ = 0;
+};
+
+}  // namespace ax::train::cpu

@@ -1,0 +1,282 @@
+// GELU, SwiGLU, RoPE and the softmax cross-entropy: element- and row-wise ops split over rows.
+#include <cmath>
+#include <cstring>
+
+#include "cpu_backend.h"
+#include "cpu_math.h"
+
+namespace ax::train::cpu {
+namespace {
+
+constexpr int64_t kGrain = 1 << 14;          // elements per parallel chunk, at least
+constexpr float kGeluScale = 0.7978845608f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+int64_t rows_per_chunk(int64_t cols) {
+  return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
+}
+
+AX_CPU_KERNEL
+void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = inp[i];
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanh_f32(u));
+  }
+}
+
+AX_CPU_KERNEL
+void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = inp[i];
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    float th = tanh_f32(u);
+    float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// out (rows, F) = silu(inp[:, :F]) · inp[:, F:], inp (rows, 2F).
+AX_CPU_KERNEL
+void swiglu_forward_rows(float* out, const float* inp, int64_t n0, int64_t n1, int64_t F) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* gate = inp + n * 2 * F;
+    const float* up = gate + F;
+    float* y = out + n * F;
+    for (int64_t f = 0; f < F; ++f) y[f] = gate[f] * sigmoid_f32(gate[f]) * up[f];
+  }
+}
+
+AX_CPU_KERNEL
+void swiglu_backward_rows(float* dinp, const float* dout, const float* inp, int64_t n0, int64_t n1,
+                          int64_t F) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* gate = inp + n * 2 * F;
+    const float* up = gate + F;
+    const float* dy = dout + n * F;
+    float* dgate = dinp + n * 2 * F;
+    float* dup = dgate + F;
+    for (int64_t f = 0; f < F; ++f) {
+      float a = gate[f], sig = sigmoid_f32(a);
+      dgate[f] += dy[f] * up[f] * (sig * (1.0f + a * (1.0f - sig)));
+      dup[f] += dy[f] * a * sig;
+    }
+  }
+}
+
+AX_CPU_KERNEL
+void cross_entropy_forward_rows(float* losses, const float* logits, const int32_t* targets,
+                                int64_t n0, int64_t n1, int64_t V, int64_t Vp) {
+  for (int64_t n = n0; n < n1; ++n) {
+    if (targets[n] < 0) {
+      losses[n] = 0;
+      continue;
+    }
+    const float* x = logits + n * Vp;
+    float m = max_f32(x, V);
+    float lse = m + std::log(sum_exp_f32(x, m, V));
+    losses[n] = lse - x[targets[n]];
+  }
+}
+
+// Row by row; d may be x (in place) or a separate buffer.
+AX_CPU_KERNEL
+void cross_entropy_backward_rows(float* dlogits, const float* logits, const int32_t* targets,
+                                 int64_t n0, int64_t n1, int64_t V, int64_t Vp, float dloss) {
+  for (int64_t n = n0; n < n1; ++n) {
+    float* d = dlogits + n * Vp;
+    int32_t target = targets[n];
+    if (target < 0) {
+      std::fill(d, d + Vp, 0.0f);
+      continue;
+    }
+    // One pointer from here on, so the loops vectorise without alias checks.
+    if (d != logits + n * Vp) std::memcpy(d, logits + n * Vp, V * sizeof(float));
+    float m = max_f32(d, V);
+    float scale = dloss / exp_in_place_sum(d, m, V);
+    for (int64_t i = 0; i < V; ++i) d[i] *= scale;
+    d[target] -= dloss;
+    std::fill(d + V, d + Vp, 0.0f);
+  }
+}
+
+// Rotates pairs (j, j + HD/2) of `heads` heads of HD values by the angles of one position:
+// y = (x0 c - x1 s, x0 s + x1 c); `inverse` rotates by minus the angle (the backward pass) and
+// accumulates into y.
+void rope_rotate(float* y, const float* x, const float* cos_t, const float* sin_t, int64_t heads,
+                 int64_t HD, bool inverse) {
+  int64_t half = HD / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* xh = x + h * HD;
+    float* yh = y + h * HD;
+    if (!inverse) {
+      for (int64_t j = 0; j < half; ++j) {
+        float x0 = xh[j], x1 = xh[j + half];
+        yh[j] = x0 * cos_t[j] - x1 * sin_t[j];
+        yh[j + half] = x0 * sin_t[j] + x1 * cos_t[j];
+      }
+    } else {
+      for (int64_t j = 0; j < half; ++j) {
+        float x0 = xh[j], x1 = xh[j + half];
+        yh[j] += x0 * cos_t[j] + x1 * sin_t[j];
+        yh[j + half] += x1 * cos_t[j] - x0 * sin_t[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::gelu_forward(Tensor out, Tensor inp) {
+  int64_t rows = inp.rows(), cols = inp.cols();
+  expect_matrix(inp, rows, cols, "gelu_forward", "inp");
+  expect_matrix(out, rows, cols, "gelu_forward", "out");
+  pool_.parallel_for(inp.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+    gelu_forward_kernel(out.as<float>() + i0, inp.as<float>() + i0, i1 - i0);
+  });
+}
+
+void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  int64_t rows = inp.rows(), cols = inp.cols();
+  expect_matrix(inp, rows, cols, "gelu_backward", "inp");
+  expect_matrix(dout, rows, cols, "gelu_backward", "dout");
+  expect_matrix(dinp, rows, cols, "gelu_backward", "dinp");
+  pool_.parallel_for(inp.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+    gelu_backward_kernel(dinp.as<float>() + i0, dout.as<float>() + i0, inp.as<float>() + i0,
+                         i1 - i0);
+  });
+}
+
+void CpuBackend::swiglu_forward(Tensor out, Tensor inp) {
+  // out (N, F), inp (N, 2F).
+  int64_t N = out.rows(), F = out.cols();
+  expect_matrix(out, N, F, "swiglu_forward", "out");
+  expect_matrix(inp, N, 2 * F, "swiglu_forward", "inp");
+  pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
+    swiglu_forward_rows(out.as<float>(), inp.as<float>(), n0, n1, F);
+  });
+}
+
+void CpuBackend::swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  // dinp (N, 2F), dout (N, F), inp (N, 2F).
+  int64_t N = dout.rows(), F = dout.cols();
+  expect_matrix(dout, N, F, "swiglu_backward", "dout");
+  expect_matrix(inp, N, 2 * F, "swiglu_backward", "inp");
+  expect_matrix(dinp, N, 2 * F, "swiglu_backward", "dinp");
+  pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
+    swiglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
+  });
+}
+
+void CpuBackend::update_rope_table(int64_t T, int64_t head_dim, float theta) {
+  if (T <= rope_T_ && head_dim == rope_head_dim_ && theta == rope_theta_) return;
+  int64_t half = head_dim / 2;
+  rope_cos_.resize(T * half);
+  rope_sin_.resize(T * half);
+  for (int64_t j = 0; j < half; ++j) {
+    double freq = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
+    for (int64_t t = 0; t < T; ++t) {
+      double angle = static_cast<double>(t) * freq;
+      rope_cos_[t * half + j] = static_cast<float>(std::cos(angle));
+      rope_sin_[t * half + j] = static_cast<float>(std::sin(angle));
+    }
+  }
+  rope_T_ = T;
+  rope_head_dim_ = head_dim;
+  rope_theta_ = theta;
+}
+
+namespace {
+struct RopeDims {
+  int64_t B, T, R, HD;
+};
+
+RopeDims rope_dims(const Tensor& t, int num_heads, int num_kv_heads, const char* op,
+                   const char* arg) {
+  expect_dtype(t, DType::kF32, op, arg);
+  AX_CHECK(t.ndim == 3 && num_heads > 0 && num_kv_heads > 0)
+      << op << ": " << arg << " is " << t.shape_string() << ", expected (B, T, (NH+2*KVH)*HD)";
+  int64_t heads = num_heads + 2 * num_kv_heads, R = t.dim(2);
+  AX_CHECK(R % heads == 0 && (R / heads) % 2 == 0)
+      << op << ": " << arg << " is " << t.shape_string() << ", not " << heads
+      << " heads of an even head_dim";
+  return {t.dim(0), t.dim(1), R, R / heads};
+}
+}  // namespace
+
+void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
+                              float theta) {
+  // out, inp (B, T, (NH + 2·KVH)·HD): query and key heads rotated, value heads copied.
+  auto d = rope_dims(inp, num_heads, num_kv_heads, "rope_forward", "inp");
+  expect_shape(out, DType::kF32, {d.B, d.T, d.R}, "rope_forward", "out");
+  update_rope_table(d.T, d.HD, theta);
+  int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
+  const float* x = inp.as<float>();
+  float* y = out.as<float>();
+  pool_.parallel_for(d.B * d.T, rows_per_chunk(d.R), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      int64_t t = n % d.T;
+      rope_rotate(y + n * d.R, x + n * d.R, &rope_cos_[t * half], &rope_sin_[t * half], rotated,
+                  d.HD, false);
+      if (y != x) {
+        std::memcpy(y + n * d.R + rotated * d.HD, x + n * d.R + rotated * d.HD,
+                    num_kv_heads * d.HD * sizeof(float));
+      }
+    }
+  });
+}
+
+void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                               float theta) {
+  // dinp, dout (B, T, (NH + 2·KVH)·HD).
+  auto d = rope_dims(dout, num_heads, num_kv_heads, "rope_backward", "dout");
+  expect_shape(dinp, DType::kF32, {d.B, d.T, d.R}, "rope_backward", "dinp");
+  update_rope_table(d.T, d.HD, theta);
+  int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
+  const float* dy = dout.as<float>();
+  float* dx = dinp.as<float>();
+  pool_.parallel_for(d.B * d.T, rows_per_chunk(d.R), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      int64_t t = n % d.T;
+      rope_rotate(dx + n * d.R, dy + n * d.R, &rope_cos_[t * half], &rope_sin_[t * half], rotated,
+                  d.HD, true);
+      for (int64_t i = rotated * d.HD; i < d.R; ++i) dx[n * d.R + i] += dy[n * d.R + i];
+    }
+  });
+}
+
+void CpuBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) {
+  // losses (N), logits (N, Vp), targets (N) i32.
+  constexpr const char* kOp = "cross_entropy_forward";
+  int64_t N = logits.rows(), Vp = logits.cols();
+  expect_matrix(logits, N, Vp, kOp, "logits");
+  expect_shape(losses, DType::kF32, {N}, kOp, "losses");
+  expect_dtype(targets, DType::kI32, kOp, "targets");
+  AX_CHECK_EQ(targets.numel(), N) << kOp << ": targets is " << targets.shape_string();
+  AX_CHECK(V > 0 && V <= Vp) << kOp << ": V=" << V << " for logits " << logits.shape_string();
+  const int32_t* tgt = targets.as<int32_t>();
+  for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
+  pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
+    cross_entropy_forward_rows(losses.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp);
+  });
+}
+
+void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
+                                        float dloss) {
+  // dlogits (N, Vp) (may be logits itself), logits (N, Vp), targets (N) i32.
+  constexpr const char* kOp = "cross_entropy_backward";
+  int64_t N = logits.rows(), Vp = logits.cols();
+  expect_matrix(logits, N, Vp, kOp, "logits");
+  expect_matrix(dlogits, N, Vp, kOp, "dlogits");
+  expect_dtype(targets, DType::kI32, kOp, "targets");
+  AX_CHECK_EQ(targets.numel(), N) << kOp << ": targets is " << targets.shape_string();
+  AX_CHECK(V > 0 && V <= Vp) << kOp << ": V=" << V << " for logits " << logits.shape_string();
+  const int32_t* tgt = targets.as<int32_t>();
+  for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
+  pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
+    cross_entropy_backward_rows(dlogits.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp, dloss);
+  });
+}
+
+}  // namespace ax::train::cpu

@@ -1,0 +1,175 @@
+// CheckpointManager: the single-process save (both protocol steps), latest(), load() and
+// retention. Layout and protocol: docs/checkpoint-format.md.
+
+#include "ax/trainer/checkpoint.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "ax/common/logging.h"
+#include "checkpoint_internal.h"
+
+namespace ax::train {
+namespace {
+
+namespace fs = std::filesystem;
+using ckpt::join_path;
+
+constexpr const char* kStepPrefix = "step_";
+constexpr const char* kTmpMarker = ".tmp-";
+
+// "step_00000120".
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%08lld", kStepPrefix, static_cast<long long>(step));
+  return name;
+}
+
+// The step of a final step directory name ("step_00000120"), nullopt for anything else.
+std::optional<int64_t> parse_step_name(const std::string& name) {
+  if (!starts_with(name, kStepPrefix)) return std::nullopt;
+  const std::string digits = name.substr(std::string(kStepPrefix).size());
+  if (digits.empty() ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return parse_int64(digits);
+}
+
+bool is_committed(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(join_path(dir, ckpt::kCommitFile), ec);
+}
+
+// The entries of the checkpoints directory: committed steps (newest first) and the directories a
+// crash left behind (temporary ones, and step directories without COMMIT).
+struct Listing {
+  std::vector<int64_t> committed;
+  std::vector<std::string> leftovers;
+};
+
+StatusOr<Listing> list_checkpoints(const std::string& root) {
+  Listing out;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return out;
+  fs::directory_iterator it(root, ec);
+  if (ec) return IoError(str_cat("list ", root), ec.value());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    const std::string name = it->path().filename().string();
+    if (std::optional<int64_t> step = parse_step_name(name)) {
+      if (is_committed(it->path().string())) {
+        out.committed.push_back(*step);
+      } else {
+        out.leftovers.push_back(it->path().string());
+      }
+    } else if (starts_with(name, kStepPrefix) && name.find(kTmpMarker) != std::string::npos) {
+      out.leftovers.push_back(it->path().string());
+    }
+  }
+  if (ec) return IoError(str_cat("list ", root), ec.value());
+  std::sort(out.committed.begin(), out.committed.end(), std::greater<>());
+  return out;
+}
+
+// After a successful save: removes what crashes left and the oldest committed steps beyond
+// `keep` (never the one just saved). Failures only warn; the new checkpoint is already safe.
+void prune(const std::string& root, int64_t keep, int64_t saved) {
+  StatusOr<Listing> listing = list_checkpoints(root);
+  if (!listing.ok()) {
+    AX_LOG(kWarn, "checkpoint") << "not pruning: " << listing.status().to_string();
+    return;
+  }
+  for (const std::string& dir : listing->leftovers) {
+    AX_LOG(kInfo, "checkpoint") << "removing incomplete checkpoint " << dir;
+    ckpt::remove_tree(dir);
+  }
+  if (keep <= 0) return;
+  int64_t kept = 1;  // the step just saved, whatever its place in the order
+  for (int64_t step : listing->committed) {
+    if (step == saved) continue;
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    // COMMIT goes first, so a crash midway leaves a directory that is plainly not a checkpoint.
+    const std::string dir = join_path(root, step_name(step));
+    if (::unlink(join_path(dir, ckpt::kCommitFile).c_str()) != 0) {
+      AX_LOG(kWarn, "checkpoint") << "could not remove " << dir << ": " << std::strerror(errno);
+      continue;
+    }
+    ckpt::remove_tree(dir);
+  }
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(std::string run_dir, int64_t keep)
+    : run_dir_(std::move(run_dir)), keep_(keep) {}
+
+std::string CheckpointManager::step_dir(int64_t step) const {
+  return join_path(join_path(run_dir_, "checkpoints"), step_name(step));
+}
+
+Status CheckpointManager::save(const CheckpointState& state) {
+  if (state.step < 0) return InvalidArgument("checkpoint step ", state.step, " is negative");
+  AX_ASSIGN_OR_RETURN(ckpt::WriteBudget budget, ckpt::write_budget_from_env());
+  const std::string root = join_path(run_dir_, "checkpoints");
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    fs::create_directories(root, ec);
+    if (ec) return IoError(str_cat("create ", root), ec.value());
+    AX_RETURN_IF_ERROR(ckpt::fsync_dir(run_dir_));
+  }
+  const std::string final_dir = step_dir(state.step);
+  const std::string tmp_dir = str_cat(final_dir, kTmpMarker, ::getpid());
+  ckpt::remove_tree(tmp_dir);
+  if (::mkdir(tmp_dir.c_str(), 0755) != 0) return IoError(str_cat("create ", tmp_dir), errno);
+
+  Status status = [&]() -> Status {
+    AX_ASSIGN_OR_RETURN(ckpt::RankWrite mine, ckpt::write_rank_files(tmp_dir, 0, state, &budget));
+    return ckpt::commit_checkpoint(tmp_dir, final_dir, state.step, {mine}, &budget);
+  }();
+  if (!status.ok()) {
+    ckpt::remove_tree(tmp_dir);
+    return status.with_context(str_cat("saving the checkpoint of step ", state.step));
+  }
+  AX_LOG(kDebug, "checkpoint") << "saved step " << state.step << " to " << final_dir;
+  prune(root, keep_, state.step);
+  return Status::Ok();
+}
+
+StatusOr<std::optional<int64_t>> CheckpointManager::latest() const {
+  AX_ASSIGN_OR_RETURN(Listing listing, list_checkpoints(join_path(run_dir_, "checkpoints")));
+  if (listing.committed.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(listing.committed.front());
+}
+
+StatusOr<CheckpointState> CheckpointManager::load(int64_t step) const {
+  AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader,
+                      ckpt::CheckpointReader::open(step_dir(step), step));
+  CheckpointState state;
+  state.step = step;
+  for (const ckpt::TensorRecord& t : reader.tensors()) {
+    HostTensor h;
+    h.name = t.name;
+    h.shape = t.shape;
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    h.data.resize(static_cast<size_t>(n));
+    AX_RETURN_IF_ERROR(
+        reader.read_region(t, std::vector<int64_t>(t.shape.size(), 0), t.shape, h.data.data()));
+    state.tensors.push_back(std::move(h));
+  }
+  state.blobs = reader.blobs();
+  return state;
+}
+
+}  // namespace ax::train

@@ -1,0 +1,268 @@
+#include "layers.h"
+
+#include <cmath>
+
+namespace ax::train::layers {
+namespace {
+
+// The (rows, cols) view that matmuls and norms take of a (B, T, X) activation.
+Tensor rows_view(Tensor t) { return t.view({t.rows(), t.cols()}); }
+
+void add_param(ParamLayout* layout, std::string name, std::vector<int64_t> shape, bool matrix,
+               ParamInit init, double std) {
+  ParamSpec spec;
+  spec.name = std::move(name);
+  spec.shape = std::move(shape);
+  spec.weight_decay = matrix;
+  spec.matmul = matrix;
+  spec.init = init;
+  spec.init_std = std;
+  layout->add(std::move(spec));
+}
+
+}  // namespace
+
+Weights ParamBinder::get(const std::string& name) const {
+  if (name.empty()) return {};
+  const ParamSpec* spec = layout_.find(name);
+  AX_CHECK(spec != nullptr) << "no parameter " << name << " in the layout";
+  return {param_view(*spec, weights_, weight_dtype_), param_view(*spec, grads_, DType::kF32)};
+}
+
+// ---- Linear ----
+
+void Linear::declare(ParamLayout* layout, const std::string& prefix, int64_t out, int64_t in,
+                     bool has_bias, double init_std) {
+  weight_name = prefix + ".weight";
+  add_param(layout, weight_name, {out, in}, true, ParamInit::kNormal, init_std);
+  bias_name = has_bias ? prefix + ".bias" : "";
+  if (has_bias) add_param(layout, bias_name, {out}, false, ParamInit::kZeros, 0);
+}
+
+void Linear::bind(const ParamBinder& binder) {
+  weight = binder.get(weight_name);
+  bias = binder.get(bias_name);
+}
+
+void Linear::forward(Backend& be, Tensor out, Tensor inp) const {
+  be.matmul_forward(rows_view(out), rows_view(inp), weight.w, bias.w);
+}
+
+void Linear::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const {
+  be.matmul_backward(dinp.empty() ? dinp : rows_view(dinp), weight.dw, bias.dw, rows_view(dout),
+                     rows_view(inp), weight.w);
+}
+
+// ---- Norm ----
+
+void Norm::declare(ParamLayout* layout, const std::string& prefix, int64_t dim, bool rms_norm,
+                   bool has_bias, double norm_eps) {
+  rms = rms_norm;
+  eps = static_cast<float>(norm_eps);
+  weight_name = prefix + ".weight";
+  add_param(layout, weight_name, {dim}, false, ParamInit::kOnes, 0);
+  bias_name = (has_bias && !rms) ? prefix + ".bias" : "";
+  if (!bias_name.empty()) add_param(layout, bias_name, {dim}, false, ParamInit::kZeros, 0);
+}
+
+void Norm::bind(const ParamBinder& binder) {
+  weight = binder.get(weight_name);
+  bias = binder.get(bias_name);
+}
+
+void Norm::plan(Arena* arena, DType dtype, int64_t rows, int64_t dim, Acts* acts) const {
+  acts->out = arena->take(dtype, {rows, dim});
+  acts->mean = rms ? Tensor() : arena->take(DType::kF32, {rows});
+  acts->rstd = arena->take(DType::kF32, {rows});
+}
+
+void Norm::forward(Backend& be, const Acts& acts, Tensor inp) const {
+  if (rms) {
+    be.rmsnorm_forward(acts.out, acts.rstd, rows_view(inp), weight.w, eps);
+  } else {
+    be.layernorm_forward(acts.out, acts.mean, acts.rstd, rows_view(inp), weight.w, bias.w, eps);
+  }
+}
+
+void Norm::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts) const {
+  if (rms) {
+    be.rmsnorm_backward(rows_view(dinp), weight.dw, rows_view(dout), rows_view(inp), weight.w,
+                        acts.rstd);
+  } else {
+    be.layernorm_backward(rows_view(dinp), weight.dw, bias.dw, rows_view(dout), rows_view(inp),
+                          weight.w, acts.mean, acts.rstd);
+  }
+}
+
+// ---- SelfAttention ----
+
+void SelfAttention::declare(ParamLayout* layout, const std::string& prefix,
+                            const ModelConfig& config, double proj_std) {
+  num_heads = static_cast<int>(config.num_heads);
+  num_kv_heads = static_cast<int>(config.num_kv_heads);
+  head_dim = config.head_dim();
+  rope = config.position == "rope";
+  rope_theta = static_cast<float>(config.rope_theta);
+  qkv.declare(layout, prefix + ".qkv", qkv_dim(), config.model_dim, config.bias, config.init_std);
+  proj.declare(layout, prefix + ".proj", config.model_dim, num_heads * head_dim, config.bias,
+               proj_std);
+}
+
+void SelfAttention::bind(const ParamBinder& binder) {
+  qkv.bind(binder);
+  proj.bind(binder);
+}
+
+void SelfAttention::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const {
+  acts->qkv = arena->take(dtype, {batch, seq, qkv_dim()});
+  acts->out = arena->take(dtype, {batch, seq, num_heads * head_dim});
+  acts->lse = arena->take(DType::kF32, {batch, num_heads, seq});
+}
+
+void SelfAttention::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq,
+                                 Scratch* scratch) const {
+  scratch->qkv_pre = rope ? arena->take(dtype, {batch, seq, qkv_dim()}) : Tensor();
+  scratch->dqkv = arena->take(dtype, {batch, seq, qkv_dim()});
+  scratch->dqkv_pre = rope ? arena->take(dtype, {batch, seq, qkv_dim()}) : Tensor();
+  scratch->dout = arena->take(dtype, {batch, seq, num_heads * head_dim});
+}
+
+void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
+                            const Scratch& scratch) const {
+  if (rope) {
+    qkv.forward(be, scratch.qkv_pre, inp);
+    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta);
+  } else {
+    qkv.forward(be, acts.qkv, inp);
+  }
+  be.attention_forward(acts.out, acts.lse, acts.qkv, num_heads, num_kv_heads, causal);
+  proj.forward(be, out, acts.out);
+}
+
+void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
+                             const Scratch& scratch) const {
+  be.zero(scratch.dout);
+  proj.backward(be, scratch.dout, dout, acts.out);
+  be.zero(scratch.dqkv);
+  be.attention_backward(scratch.dqkv, scratch.dout, acts.out, acts.lse, acts.qkv, num_heads,
+                        num_kv_heads, causal);
+  Tensor dqkv = scratch.dqkv;
+  if (rope) {
+    be.zero(scratch.dqkv_pre);
+    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_theta);
+    dqkv = scratch.dqkv_pre;
+  }
+  qkv.backward(be, dinp, dqkv, inp);
+}
+
+// ---- Mlp ----
+
+void Mlp::declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
+                  double proj_std) {
+  swiglu = config.activation == "swiglu";
+  hidden = config.hidden_dim;
+  fc.declare(layout, prefix + ".fc", swiglu ? 2 * hidden : hidden, config.model_dim, config.bias,
+             config.init_std);
+  proj.declare(layout, prefix + ".proj", config.model_dim, hidden, config.bias, proj_std);
+}
+
+void Mlp::bind(const ParamBinder& binder) {
+  fc.bind(binder);
+  proj.bind(binder);
+}
+
+void Mlp::plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const {
+  acts->fch = arena->take(dtype, {rows, swiglu ? 2 * hidden : hidden});
+  acts->act = arena->take(dtype, {rows, hidden});
+}
+
+void Mlp::plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const {
+  scratch->dfch = arena->take(dtype, {rows, swiglu ? 2 * hidden : hidden});
+  scratch->dact = arena->take(dtype, {rows, hidden});
+}
+
+void Mlp::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const {
+  fc.forward(be, acts.fch, inp);
+  if (swiglu) {
+    be.swiglu_forward(acts.act, acts.fch);
+  } else {
+    be.gelu_forward(acts.act, acts.fch);
+  }
+  proj.forward(be, out, acts.act);
+}
+
+void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
+                   const Scratch& scratch) const {
+  be.zero(scratch.dact);
+  proj.backward(be, scratch.dact, dout, acts.act);
+  be.zero(scratch.dfch);
+  if (swiglu) {
+    be.swiglu_backward(scratch.dfch, scratch.dact, acts.fch);
+  } else {
+    be.gelu_backward(scratch.dfch, scratch.dact, acts.fch);
+  }
+  fc.backward(be, dinp, scratch.dfch, inp);
+}
+
+// ---- DecoderLayer ----
+
+void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix,
+                           const ModelConfig& config) {
+  const bool rms = config.norm == "rmsnorm";
+  // GPT-2's scaled init of the projections that write into the residual stream.
+  const double proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  ln1.declare(layout, prefix + ".ln1", config.model_dim, rms, config.bias, config.norm_eps);
+  attn.declare(layout, prefix + ".attn", config, proj_std);
+  ln2.declare(layout, prefix + ".ln2", config.model_dim, rms, config.bias, config.norm_eps);
+  mlp.declare(layout, prefix + ".mlp", config, proj_std);
+}
+
+void DecoderLayer::bind(const ParamBinder& binder) {
+  ln1.bind(binder);
+  attn.bind(binder);
+  ln2.bind(binder);
+  mlp.bind(binder);
+}
+
+void DecoderLayer::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
+                        Acts* acts) const {
+  const int64_t rows = batch * seq;
+  ln1.plan(arena, dtype, rows, dim, &acts->ln1);
+  attn.plan(arena, dtype, batch, seq, &acts->attn);
+  acts->res_mid = arena->take(dtype, {rows, dim});
+  ln2.plan(arena, dtype, rows, dim, &acts->ln2);
+  mlp.plan(arena, dtype, rows, &acts->mlp);
+  acts->res_out = arena->take(dtype, {rows, dim});
+}
+
+void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
+                                Scratch* scratch) const {
+  scratch->branch = arena->take(dtype, {batch * seq, dim});
+  scratch->dln = arena->take(dtype, {batch * seq, dim});
+  attn.plan_scratch(arena, dtype, batch, seq, &scratch->attn);
+  mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp);
+}
+
+void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts,
+                           const Scratch& scratch) const {
+  ln1.forward(be, acts.ln1, res_in);
+  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn);
+  be.add_forward(acts.res_mid, res_in, scratch.branch);
+  ln2.forward(be, acts.ln2, acts.res_mid);
+  mlp.forward(be, scratch.branch, acts.ln2.out, acts.mlp);
+  be.add_forward(acts.res_out, acts.res_mid, scratch.branch);
+}
+
+void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts,
+                            const Scratch& scratch) const {
+  // The skip connections pass dres through unchanged; each branch adds its part through its
+  // norm's backward, which accumulates into dres.
+  be.zero(scratch.dln);
+  mlp.backward(be, scratch.dln, dres, acts.ln2.out, acts.mlp, scratch.mlp);
+  ln2.backward(be, dres, scratch.dln, acts.res_mid, acts.ln2);
+  be.zero(scratch.dln);
+  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn);
+  ln1.backward(be, dres, scratch.dln, res_in, acts.ln1);
+}
+
+}  // namespace ax::train::layers

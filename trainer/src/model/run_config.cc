@@ -1,0 +1,150 @@
+// Everything the loop needs before its first step that does not depend on the loop itself:
+// the resolved config, the backend, stop signals and the micro-batch split.
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+
+#include "ax/common/env.h"
+#include "ax/datasets/tokenizer.h"
+#include "ax/trainer/train_loop.h"
+
+namespace ax::train {
+namespace {
+
+const EnvKnob<int64_t> kCpuThreads("AX_CPU_THREADS", 0,
+                                   "threads of the CPU backend (0 = all cores); a run resumes "
+                                   "bit-exactly only with the same count",
+                                   0, 4096);
+
+std::atomic<int> g_stop_signal{0};
+
+// The first signal asks for a checkpoint at the next step boundary; a second SIGINT (an
+// impatient Ctrl-C) ends the process at once.
+extern "C" void on_stop_signal(int signal_number) {
+  if (signal_number == SIGINT && g_stop_signal.load() != 0) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+    return;
+  }
+  g_stop_signal.store(signal_number);
+}
+
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+// Runs forward over `rows` windows of seq_len + 1 tokens (inputs [0, T), targets [1, T]) in
+// micro-batches of model->batch() rows; after each, `then(loss, targets)` returns what to add to
+// the sum this returns.
+template <typename Then>
+double for_each_micro_batch(Model* model, std::span<const uint32_t> windows, int64_t rows,
+                            Then then) {
+  const int64_t B = model->batch(), T = model->seq_len();
+  AX_CHECK(rows > 0 && rows % B == 0) << rows << " rows in micro-batches of " << B;
+  AX_CHECK_EQ(static_cast<int64_t>(windows.size()), rows * (T + 1));
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  double sum = 0;
+  for (int64_t first = 0; first < rows; first += B) {
+    for (int64_t r = 0; r < B; ++r) {
+      const uint32_t* w = windows.data() + (first + r) * (T + 1);
+      for (int64_t t = 0; t < T; ++t) {
+        tokens[r * T + t] = static_cast<int32_t>(w[t]);
+        targets[r * T + t] = static_cast<int32_t>(w[t + 1]);
+      }
+    }
+    const float loss = model->forward(tokens, targets);
+    sum += then(loss, model->num_targets());
+  }
+  return sum;
+}
+
+}  // namespace
+
+StatusOr<Config> resolve_config(const RunRequest& request) {
+  AX_ASSIGN_OR_RETURN(Config config, make_experiment(request.experiment));
+  for (const std::string& assignment : request.overrides) {
+    AX_RETURN_IF_ERROR(apply_override(&config, assignment));
+  }
+  if (!request.data_dir.empty()) config.data.train_dir = request.data_dir;
+  if (!request.tokenizer.empty()) config.data.tokenizer = request.tokenizer;
+  if (request.max_steps) {
+    AX_RETURN_IF_ERROR(
+        apply_override(&config, "train.max_steps", std::to_string(*request.max_steps)));
+  }
+  if (config.data.train_dir.empty()) {
+    return InvalidArgument(
+        "no training data: pass --data DIR (a directory made by ax-data "
+        "tokenize)");
+  }
+  if (config.data.tokenizer.empty()) {
+    return InvalidArgument(
+        "no tokenizer: pass --tokenizer spm.model (the one the shards were "
+        "made with)");
+  }
+  config.data.train_dir = absolute_path(config.data.train_dir);
+  config.data.tokenizer = absolute_path(config.data.tokenizer);
+  if (!config.data.validation_dir.empty()) {
+    config.data.validation_dir = absolute_path(config.data.validation_dir);
+  }
+  AX_ASSIGN_OR_RETURN(auto tokenizer, data::Tokenizer::load(config.data.tokenizer));
+  AX_ASSIGN_OR_RETURN(config.model.vocab_size,
+                      padded_vocab_size(config.model, tokenizer->vocab_size()));
+  AX_RETURN_IF_ERROR(validate(config));
+  return config;
+}
+
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
+                                                std::ostream& log) {
+  if (device == "cuda") {
+    return FailedPrecondition(
+        "--device cuda: this build has no CUDA backend; use --device cpu "
+        "or auto");
+  }
+  if (device != "auto" && device != "cpu") {
+    return InvalidArgument("--device expects auto|cpu|cuda, got '", device, "'");
+  }
+  if (threads == 0) {
+    AX_ASSIGN_OR_RETURN(int64_t from_env, kCpuThreads.get());
+    threads = static_cast<int>(from_env);
+  }
+  log << (device == "auto" ? "device: cpu (no CUDA backend in this build)" : "device: cpu") << "\n";
+  return make_cpu_backend(threads);
+}
+
+double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows) {
+  model->zero_grad();
+  // Each micro-batch's mean loss is weighted by its share of the targets, so that the sum of the
+  // micro-batch gradients is the gradient of the mean over the whole batch.
+  const double total = static_cast<double>(rows * model->seq_len());
+  return for_each_micro_batch(
+             model, windows, rows,
+             [&](float loss, int64_t targets) {
+               model->backward(static_cast<float>(static_cast<double>(targets) / total));
+               return static_cast<double>(loss) * static_cast<double>(targets);
+             }) /
+         total;
+}
+
+double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows) {
+  const double total = static_cast<double>(rows * model->seq_len());
+  return for_each_micro_batch(model, windows, rows,
+                              [](float loss, int64_t targets) {
+                                return static_cast<double>(loss) * static_cast<double>(targets);
+                              }) /
+         total;
+}
+
+void install_stop_handlers() {
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;  // the loader's reads carry on; the loop polls the flag
+  sigemptyset(&action.sa_mask);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1}) sigaction(s, &action, nullptr);
+}
+
+void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
+int stop_signal() { return g_stop_signal.load(); }
+
+}  // namespace ax::train

@@ -1,0 +1,402 @@
+// The loop: set up (data, model, optimizer, resume), then step, log, evaluate and checkpoint
+// until max_steps, a stop request or an error.
+#include "ax/trainer/train_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "ax/datasets/shard_reader.h"
+#include "ax/datasets/token_loader.h"
+#include "ax/datasets/tokenizer.h"
+#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/metrics.h"
+#include "ax/trainer/optimizer.h"
+#include "train_state.h"
+
+namespace ax::train {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Data-parallel devices. One process trains on one device until the sharded paths land.
+constexpr int64_t kDevices = 1;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+bool has_index(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "index.json", ec);
+}
+
+// data.validation_dir, else a sibling `val` or `validation` of the training shards, else "".
+std::string find_validation_dir(const DataConfig& data) {
+  if (!data.validation_dir.empty()) return data.validation_dir;
+  const fs::path parent = fs::path(data.train_dir).parent_path();
+  for (const char* name : {"val", "validation"}) {
+    if (has_index(parent / name) && (parent / name) != fs::path(data.train_dir)) {
+      return (parent / name).string();
+    }
+  }
+  return "";
+}
+
+Status write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) return IoError(str_cat("writing ", tmp.string()), errno);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec)
+    return Status(StatusCode::kIoError, str_cat("renaming ", tmp.string(), ": ", ec.message()));
+  return Status::Ok();
+}
+
+class Trainer {
+ public:
+  Trainer(const Config& config, std::string run_dir, const TrainOptions& options)
+      : config_(config),
+        run_dir_(std::move(run_dir)),
+        options_(options),
+        out_(options.out != nullptr ? *options.out : std::cout),
+        checkpoints_(run_dir_, config.train.keep_checkpoints) {}
+
+  Status setup();
+  StatusOr<TrainOutcome> run();
+
+ private:
+  Status check_run_dir();
+  Status open_data();
+  Status resume();
+  Status step(int64_t step, StepResult* result);
+  Status check_tokens(const data::TokenBatch& batch) const;
+  // The error that stops a run when the loss or the gradient norm is NaN or inf.
+  Status non_finite(const char* what, double value, int64_t step) const;
+  Status evaluate(int64_t step);
+  Status save_checkpoint();
+  Status log_step(const StepResult& result, double step_time_s);
+  void print_summary() const;
+
+  Config config_;
+  std::string run_dir_;
+  TrainOptions options_;
+  std::ostream& out_;
+  CheckpointManager checkpoints_;
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::shared_ptr<data::ShardSet> train_set_, val_set_;
+  std::string val_dir_;
+  std::unique_ptr<data::TokenLoader> loader_, val_loader_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<MetricsLogger> metrics_;
+  int64_t global_batch_ = 0, micro_batch_ = 0;
+  TrainProgress progress_;
+  int64_t saved_step_ = -1;
+  bool resumed_ = false;
+  bool logged_any_ = false;
+  data::TokenBatch batch_;
+  // Step times since the last progress line.
+  double window_time_s_ = 0;
+  int64_t window_steps_ = 0;
+};
+
+Status Trainer::check_run_dir() {
+  std::error_code ec;
+  fs::create_directories(run_dir_, ec);
+  if (ec) return Status(StatusCode::kIoError, str_cat("creating ", run_dir_, ": ", ec.message()));
+  const fs::path saved_path = fs::path(run_dir_) / "config.json";
+  if (!fs::exists(saved_path)) return Status::Ok();
+  std::ifstream f(saved_path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  StatusOr<Config> saved = from_json(text);
+  if (!saved.ok()) return saved.status().with_context(saved_path.string());
+  ConfigDifference diff = first_model_difference(*saved, config_);
+  if (!diff.key.empty()) {
+    return FailedPrecondition("run directory ", run_dir_, " holds a run with ", diff.key, "=",
+                              diff.old_value, ", the new config has ", diff.new_value,
+                              ": use another --run-dir, or the run's model config");
+  }
+  return Status::Ok();
+}
+
+Status Trainer::open_data() {
+  AX_ASSIGN_OR_RETURN(tokenizer_, data::Tokenizer::load(config_.data.tokenizer));
+  StatusOr<std::shared_ptr<data::ShardSet>> train =
+      data::ShardSet::open(config_.data.train_dir, tokenizer_->hash());
+  if (!train.ok()) return train.status().with_context("training data");
+  train_set_ = *train;
+
+  const double global = config_.train.percore_batch_size * static_cast<double>(kDevices);
+  if (global < 1 || global != std::floor(global)) {
+    return InvalidArgument("GLOBAL_BATCH = PERCORE_BATCH_SIZE (", config_.train.percore_batch_size,
+                           ") x ", kDevices, " device(s) must be a whole number of sequences");
+  }
+  global_batch_ = static_cast<int64_t>(global);
+  const int64_t micro = config_.train.num_microbatches;
+  if (micro < 1 || global_batch_ % micro != 0) {
+    return InvalidArgument("NUM_MICROBATCHES (train.num_microbatches = ", micro,
+                           ") must divide GLOBAL_BATCH = ", global_batch_, " (PERCORE_BATCH_SIZE ",
+                           config_.train.percore_batch_size, " x ", kDevices, " device(s))");
+  }
+  micro_batch_ = global_batch_ / micro;
+
+  data::LoaderOptions lo;
+  lo.seq_len = static_cast<uint64_t>(config_.train.seq_len);
+  lo.seed = config_.train.seed;
+  lo.global_batch = static_cast<uint64_t>(global_batch_);
+  StatusOr<std::unique_ptr<data::TokenLoader>> loader = data::TokenLoader::create(train_set_, lo);
+  if (!loader.ok()) return loader.status().with_context("training data");
+  loader_ = std::move(*loader);
+
+  if (config_.train.eval_every > 0) {
+    val_dir_ = find_validation_dir(config_.data);
+    if (!val_dir_.empty()) {
+      StatusOr<std::shared_ptr<data::ShardSet>> val =
+          data::ShardSet::open(val_dir_, tokenizer_->hash());
+      if (!val.ok()) return val.status().with_context("validation data");
+      val_set_ = *val;
+      // Micro-batches in storage order; created now so that a set too small fails early.
+      lo.global_batch = static_cast<uint64_t>(micro_batch_);
+      lo.shuffle = false;
+      lo.prefetch_batches = 0;
+      StatusOr<std::unique_ptr<data::TokenLoader>> val_loader =
+          data::TokenLoader::create(val_set_, lo);
+      if (!val_loader.ok()) {
+        return val_loader.status().with_context(str_cat("validation data ", val_dir_));
+      }
+      val_loader_ = std::move(*val_loader);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Trainer::resume() {
+  AX_ASSIGN_OR_RETURN(std::optional<int64_t> latest, checkpoints_.latest());
+  if (!latest) {
+    model_->init(config_.train.seed);
+    return Status::Ok();
+  }
+  StatusOr<CheckpointState> state = checkpoints_.load(*latest);
+  if (!state.ok()) {
+    return state.status().with_context(
+        str_cat("resuming from ", checkpoints_.step_dir(*latest),
+                " (remove that directory to resume from an older checkpoint)"));
+  }
+  AX_RETURN_IF_ERROR(restore_state(*state, config_, model_.get(), optimizer_.get(), &progress_));
+  AX_RETURN_IF_ERROR(loader_->restore(progress_.loader));
+  saved_step_ = progress_.step;
+  resumed_ = true;
+  return Status::Ok();
+}
+
+Status Trainer::setup() {
+  AX_RETURN_IF_ERROR(check_run_dir());
+  AX_ASSIGN_OR_RETURN(backend_, make_backend(options_.device, options_.threads, out_));
+  AX_RETURN_IF_ERROR(open_data());
+  AX_ASSIGN_OR_RETURN(model_, Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
+                                            config_.train.seq_len, backend_.get()));
+  AX_ASSIGN_OR_RETURN(optimizer_,
+                      AdamW::create(config_.optim, config_.train.max_steps, model_.get()));
+  AX_RETURN_IF_ERROR(resume());
+  AX_RETURN_IF_ERROR(write_text_atomically(fs::path(run_dir_) / "config.json", to_json(config_)));
+  AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_));
+  print_summary();
+  return Status::Ok();
+}
+
+void Trainer::print_summary() const {
+  const ParamLayout& layout = model_->layout();
+  const ModelConfig& m = config_.model;
+  out_ << to_text(config_);
+  out_ << "backend: " << backend_->name() << "\n";
+  out_ << "model: " << m.family << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
+       << fixed(static_cast<double>(layout.num_parameters()) / 1e6, 2) << "M parameters ("
+       << fixed(static_cast<double>(layout.num_matmul_parameters()) / 1e6, 2)
+       << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size
+       << ", activations " << human_bytes(static_cast<double>(model_->activation_bytes())) << "\n";
+  out_ << "data: " << train_set_->num_tokens() << " tokens in " << config_.data.train_dir
+       << "; GLOBAL_BATCH " << global_batch_ << " = " << config_.train.num_microbatches
+       << " micro-batch(es) of " << micro_batch_ << " x " << config_.train.seq_len << " tokens\n";
+  if (config_.train.eval_every > 0) {
+    out_ << (val_set_ ? "validation: " + val_dir_
+                      : std::string("validation: none (no data.validation_dir and no sibling "
+                                    "val/ or validation/ directory)"))
+         << "\n";
+  }
+  if (resumed_) {
+    out_ << "resumed from step " << progress_.step << " (" << checkpoints_.step_dir(progress_.step)
+         << ")\n";
+  }
+}
+
+Status Trainer::check_tokens(const data::TokenBatch& batch) const {
+  const uint32_t vocab = tokenizer_->vocab_size();
+  for (size_t i = 0; i < batch.tokens.size(); ++i) {
+    if (batch.tokens[i] >= vocab) {
+      return DataLoss("training data: token id ", batch.tokens[i], " in sample ",
+                      batch.sample_ids[i / (batch.seq_len + 1)],
+                      " is outside the tokenizer's vocabulary (", vocab, ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Trainer::step(int64_t step, StepResult* result) {
+  AX_RETURN_IF_ERROR(loader_->next(&batch_));
+  AX_RETURN_IF_ERROR(check_tokens(batch_));
+  const double loss = forward_backward(model_.get(), batch_.tokens, global_batch_);
+  if (!std::isfinite(loss)) return non_finite("loss", loss, step);
+  const double norm = optimizer_->grad_norm();
+  if (!std::isfinite(norm)) return non_finite("gradient norm", norm, step);
+  result->step = step;
+  result->loss = loss;
+  result->grad_norm = norm;
+  result->lr = optimizer_->apply(step, norm);
+  progress_.step = step;
+  progress_.tokens_seen += global_batch_ * config_.train.seq_len;
+  progress_.loader = loader_->state();
+  return Status::Ok();
+}
+
+Status Trainer::non_finite(const char* what, double value, int64_t step) const {
+  const std::string last = saved_step_ >= 0 ? str_cat("the last checkpoint is step ", saved_step_)
+                                            : std::string("no checkpoint was written");
+  return Status(
+      StatusCode::kAborted,
+      str_cat(what, " is ", std::isnan(value) ? "NaN" : (value > 0 ? "inf" : "-inf"), " at step ",
+              step, "; stopping (", last, "). Lower optim.lr or check the data"));
+}
+
+Status Trainer::evaluate(int64_t step) {
+  // Every evaluation reads the same first batches of the set.
+  AX_RETURN_IF_ERROR(val_loader_->restore(data::LoaderState{}));
+  double sum = 0;
+  data::TokenBatch batch;
+  for (int64_t i = 0; i < config_.train.eval_batches; ++i) {
+    AX_RETURN_IF_ERROR(val_loader_->next(&batch));
+    AX_RETURN_IF_ERROR(check_tokens(batch));
+    sum += evaluate_loss(model_.get(), batch.tokens, micro_batch_);
+  }
+  // Every batch has the same number of targets: the mean of the means is the mean.
+  const double val_loss =
+      sum / static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches));
+  out_ << "eval step " << step << " | val loss " << fixed(val_loss, 4) << " | ppl "
+       << fixed(std::exp(val_loss), 2) << std::endl;
+  return metrics_->log_eval(step, val_loss);
+}
+
+Status Trainer::save_checkpoint() {
+  if (saved_step_ == progress_.step) return Status::Ok();
+  const auto t0 = Clock::now();
+  Status s = checkpoints_.save(capture_state(config_, *model_, *optimizer_, progress_));
+  if (!s.ok()) {
+    return s.with_context(
+        str_cat("checkpoint of step ", progress_.step, " (the previous checkpoints are intact)"));
+  }
+  saved_step_ = progress_.step;
+  out_ << "checkpoint: step " << progress_.step << " -> " << checkpoints_.step_dir(progress_.step)
+       << " (" << fixed(seconds_since(t0), 2) << " s)" << std::endl;
+  return Status::Ok();
+}
+
+Status Trainer::log_step(const StepResult& r, double step_time_s) {
+  window_time_s_ += step_time_s;
+  ++window_steps_;
+  const int64_t every = std::max<int64_t>(1, config_.train.log_every);
+  // The first step of a process is logged too: it shows at once that the run works.
+  const bool first = !logged_any_;
+  if (r.step % every != 0 && r.step != config_.train.max_steps && !first) return Status::Ok();
+  logged_any_ = true;
+  const ModelConfig& mc = config_.model;
+  const double mean_time = window_time_s_ / static_cast<double>(window_steps_);
+  StepMetrics m;
+  m.step = r.step;
+  m.max_steps = config_.train.max_steps;
+  m.loss = r.loss;
+  m.lr = r.lr;
+  m.grad_norm = r.grad_norm;
+  m.step_time_s = mean_time;
+  m.tokens_per_s = static_cast<double>(global_batch_ * config_.train.seq_len) / mean_time;
+  m.peak_flops = backend_->peak_flops();
+  if (m.peak_flops > 0) {
+    const double per_token =
+        flops_per_token(model_->layout().num_matmul_parameters(), mc.num_layers, mc.num_heads,
+                        mc.head_dim(), config_.train.seq_len);
+    m.mfu = m.tokens_per_s * per_token / m.peak_flops;
+  }
+  m.eta_s = mean_time * static_cast<double>(config_.train.max_steps - r.step);
+  out_ << format_progress(m) << "\n";
+  out_.flush();
+  window_time_s_ = 0;
+  window_steps_ = 0;
+  return metrics_->log_train(m);
+}
+
+StatusOr<TrainOutcome> Trainer::run() {
+  const int64_t max_steps = config_.train.max_steps;
+  if (progress_.step >= max_steps) {
+    out_ << "the run is at step " << progress_.step << " of " << max_steps
+         << ": nothing to do (raise train.max_steps / --max-steps to continue)\n";
+    return TrainOutcome::kFinished;
+  }
+  for (int64_t k = progress_.step + 1; k <= max_steps; ++k) {
+    const auto t0 = Clock::now();
+    StepResult result;
+    Status s = step(k, &result);
+    if (!s.ok()) {
+      metrics_->flush().ignore();
+      return s;
+    }
+    AX_RETURN_IF_ERROR(log_step(result, seconds_since(t0)));
+    const int64_t eval_every = config_.train.eval_every;
+    if (val_set_ && eval_every > 0 && (k % eval_every == 0 || k == max_steps)) {
+      AX_RETURN_IF_ERROR(evaluate(k));
+    }
+    const int64_t ckpt_every = config_.train.checkpoint_every;
+    if ((ckpt_every > 0 && k % ckpt_every == 0) || k == max_steps) {
+      AX_RETURN_IF_ERROR(save_checkpoint());
+    }
+    const bool keep_going = !options_.after_step || options_.after_step(result);
+    if ((!keep_going || stop_signal() != 0) && k < max_steps) {
+      AX_RETURN_IF_ERROR(save_checkpoint());
+      AX_RETURN_IF_ERROR(metrics_->flush());
+      const int sig = stop_signal();
+      out_ << "stopped after step " << k
+           << (sig != 0 ? str_cat(" on signal ", sig) : std::string(" on request"))
+           << "; checkpoint written, run the same command to resume\n";
+      return TrainOutcome::kStopped;
+    }
+  }
+  AX_RETURN_IF_ERROR(metrics_->flush());
+  out_ << "done: step " << max_steps << ", " << progress_.tokens_seen << " tokens\n";
+  return TrainOutcome::kFinished;
+}
+
+}  // namespace
+
+StatusOr<TrainOutcome> train(const Config& config, const std::string& run_dir,
+                             const TrainOptions& options) {
+  Trainer trainer(config, run_dir, options);
+  AX_RETURN_IF_ERROR(trainer.setup());
+  return trainer.run();
+}
+
+}  // namespace ax::train

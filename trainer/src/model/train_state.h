@@ -1,0 +1,44 @@
+// What a checkpoint of a run holds and how it maps to the model, the optimizer and the loader:
+// params/<name>, adam_m/<name>, adam_v/<name> tensors and the blobs config.json, loader.json,
+// rng.json and trainer.json (docs/trainer.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ax/common/status.h"
+#include "ax/datasets/token_loader.h"
+#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+#include "ax/trainer/optimizer.h"
+
+namespace ax::train {
+
+// The loop's own counters.
+struct TrainProgress {
+  int64_t step = 0;  // updates applied
+  int64_t tokens_seen = 0;
+  data::LoaderState loader;
+};
+
+CheckpointState capture_state(const Config& config, const Model& model, const AdamW& optimizer,
+                              const TrainProgress& progress);
+
+// Checks everything in `state` first (every tensor present with its shape, the blobs parse, the
+// model config matches) and only then writes into model, optimizer and progress: an error leaves
+// them untouched.
+Status restore_state(const CheckpointState& state, const Config& config, Model* model,
+                     AdamW* optimizer, TrainProgress* progress);
+
+// Only the parameters (for sampling and evaluation), with the same all-or-nothing checks.
+Status restore_parameters(const CheckpointState& state, Model* model);
+
+// The first model.* key whose value differs between two configs ("" when none), with both
+// values as JSON text.
+struct ConfigDifference {
+  std::string key, old_value, new_value;
+};
+ConfigDifference first_model_difference(const Config& old_config, const Config& new_config);
+
+}  // namespace ax::train
