@@ -43,7 +43,7 @@ constexpr uint64_t kWindowBlocks = 64;
 // The text's own shard set is a few frames, all cached; the reader is also
 // measured on this many copies of its documents, more frames than the cache
 // holds.
-constexpr int kCopies = 40;
+constexpr int kCopies = 120;
 
 struct Args {
   std::string text;

@@ -3,13 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "ax/common/strings.h"
+
 namespace ax {
 namespace {
 
 TEST(Logging, PrefixNamesHostPidAndRank) {
   set_log_rank(-1);
   std::string p = log_prefix();
-  EXPECT_NE(p.find(":" + std::to_string(getpid()) + " rank -"), std::string::npos) << p;
+  EXPECT_NE(p.find(str_cat(":", getpid(), " rank -")), std::string::npos) << p;
   set_log_rank(3);
   EXPECT_NE(log_prefix().find(" rank 3"), std::string::npos);
   set_log_rank(-1);

@@ -243,9 +243,9 @@ TEST(ConfigExperiments, SmallConfigs) {
   Config d = experiment("demo-gpt");
   EXPECT_EQ(d.model.family, "gpt");
   EXPECT_EQ(d.model.vocab_size, 0);
-  EXPECT_EQ(d.train.log_every, 10);
-  EXPECT_EQ(d.train.eval_every, 100);
-  EXPECT_EQ(d.train.checkpoint_every, 200);
+  EXPECT_EQ(d.train.log_every, 25);
+  EXPECT_EQ(d.train.eval_every, 250);
+  EXPECT_EQ(d.train.checkpoint_every, 500);
 }
 
 // Parameter counts from the configs against the reference's computed counts
