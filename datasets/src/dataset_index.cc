@@ -13,6 +13,8 @@
 #include <set>
 #include <string>
 
+#include "ax/common/file_io.h"
+
 namespace ax::data {
 namespace {
 
@@ -20,11 +22,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kFormatName = "ax-shards";
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -55,26 +52,6 @@ bool valid_shard_name(const std::string& name) {
   return name.size() > suffix.size() && ends_with(name, suffix) &&
          name.find('/') == std::string::npos && name.find("..") == std::string::npos &&
          name.find('\0') == std::string::npos;
-}
-
-Status read_whole_file(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("open ", path), errno);
-  out->clear();
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return IoError(str_cat("read ", path), err);
-    }
-    if (n == 0) break;
-    out->append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return Status::Ok();
 }
 
 // Reads typed fields of index.json; each error names the file and the field.
@@ -296,27 +273,6 @@ Json to_json(const DatasetIndex& index) {
   return j;
 }
 
-Status write_all(int fd, const char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError(str_cat("write ", path), errno);
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-Status fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("open directory ", dir), errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return IoError(str_cat("fsync directory ", dir), err);
-  return Status::Ok();
-}
-
 Status write_tmp(const std::string& tmp, const std::string& text) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return IoError(str_cat("open ", tmp), errno);
@@ -330,8 +286,7 @@ Status write_tmp(const std::string& tmp, const std::string& text) {
 
 StatusOr<DatasetIndex> read_dataset_index(const std::string& dir) {
   const std::string path = join_path(dir, kIndexFile);
-  std::string text;
-  AX_RETURN_IF_ERROR(read_whole_file(path, &text));
+  AX_ASSIGN_OR_RETURN(std::string text, read_file(path));
   Json j;
   try {
     j = Json::parse(text);

@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <zstd.h>
 #include <zstd_errors.h>
 
@@ -19,6 +18,7 @@
 #include <mutex>
 
 #include "ax/common/check.h"
+#include "ax/common/file_io.h"
 
 namespace ax::data {
 namespace {
@@ -57,10 +57,6 @@ std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
   return buf;
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
 struct DCtxDeleter {
@@ -612,34 +608,12 @@ class ShardSet::Impl {
 
   Status check_file_hash(const ShardEntry& e) const {
     const std::string path = join_path(dir_, e.file);
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return IoError(str_cat("open ", path), errno);
-    XXH64_state_t* state = XXH64_createState();
-    AX_CHECK(state != nullptr);
-    XXH64_reset(state, 0);
-    std::vector<char> buf(size_t{4} << 20);
-    uint64_t total = 0;
-    Status status;
-    while (true) {
-      ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        status = IoError(str_cat("read ", path), errno);
-        break;
-      }
-      if (n == 0) break;
-      XXH64_update(state, buf.data(), static_cast<size_t>(n));
-      total += static_cast<uint64_t>(n);
+    AX_ASSIGN_OR_RETURN(FileDigest got, xxh64_file(path));
+    if (got.size != e.bytes) {
+      return DataLoss(path, ": file is ", got.size, " bytes, index.json says ", e.bytes);
     }
-    const uint64_t hash = XXH64_digest(state);
-    XXH64_freeState(state);
-    ::close(fd);
-    AX_RETURN_IF_ERROR(status);
-    if (total != e.bytes) {
-      return DataLoss(path, ": file is ", total, " bytes, index.json says ", e.bytes);
-    }
-    if (hash != e.xxh64) {
-      return DataLoss(path, ": XXH64 of the file is ", hex64(hash), ", index.json says ",
+    if (got.xxh64 != e.xxh64) {
+      return DataLoss(path, ": XXH64 of the file is ", hex64(got.xxh64), ", index.json says ",
                       hex64(e.xxh64));
     }
     return Status::Ok();

@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "ax/common/check.h"
+#include "ax/common/file_io.h"
 
 namespace ax::data {
 namespace {
@@ -47,20 +48,6 @@ std::string dir_name(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-Status fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("open directory ", dir), errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return IoError(str_cat("fsync directory ", dir), err);
-  return Status::Ok();
 }
 
 struct CCtxDeleter {
@@ -164,15 +151,9 @@ class ShardWriter::Impl {
   }
 
   Status append(const void* data, size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      ssize_t n = ::write(fd_, p, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return fail(IoError(str_cat("write ", tmp_), errno));
-      p += n;
-      size -= static_cast<size_t>(n);
-      file_bytes_ += static_cast<uint64_t>(n);
-    }
+    Status s = write_all(fd_, data, size, tmp_);
+    if (!s.ok()) return fail(std::move(s));
+    file_bytes_ += size;
     return Status::Ok();
   }
 

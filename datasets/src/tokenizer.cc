@@ -11,24 +11,13 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ax/common/file_io.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/shard_format.h"
 #include "ax/datasets/text_source.h"
 
 namespace ax::data {
-namespace {
-
-StatusOr<std::string> read_whole_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return IoError(str_cat("open ", path), errno);
-  std::ostringstream os;
-  os << f.rdbuf();
-  if (f.bad()) return IoError(str_cat("read ", path), errno);
-  return os.str();
-}
-
-}  // namespace
 
 class Tokenizer::Impl {
  public:
@@ -42,7 +31,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_pa
   if (!std::filesystem::exists(model_path, ec)) {
     return NotFound("tokenizer model ", model_path, " does not exist");
   }
-  AX_ASSIGN_OR_RETURN(std::string bytes, read_whole_file(model_path));
+  AX_ASSIGN_OR_RETURN(std::string bytes, read_file(model_path));
   auto impl = std::make_unique<Impl>();
   impl->path = model_path;
   impl->hash = hash64(bytes.data(), bytes.size());

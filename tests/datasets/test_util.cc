@@ -11,49 +11,6 @@
 #include <stdexcept>
 
 namespace ax::data::testing {
-namespace {
-
-std::vector<std::string>& dirs_to_remove() {
-  static std::vector<std::string>* dirs = [] {
-    auto* d = new std::vector<std::string>();
-    std::atexit([] {
-      for (const auto& p : dirs_to_remove()) {
-        std::error_code ec;
-        std::filesystem::remove_all(p, ec);
-      }
-    });
-    return d;
-  }();
-  return *dirs;
-}
-
-}  // namespace
-
-std::string temp_dir(const std::string& tag) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/ax-" + tag + "-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-  dirs_to_remove().emplace_back(buf.data());
-  return buf.data();
-}
-
-void write_file(const std::string& path, const std::string& content) {
-  std::ofstream f(path, std::ios::binary);
-  f << content;
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  std::ostringstream os;
-  os << f.rdbuf();
-  return os.str();
-}
 
 std::vector<std::vector<uint32_t>> random_documents(uint64_t seed, size_t n, uint32_t vocab,
                                                     size_t min_len, size_t max_len, uint32_t eos) {

@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "test_files.h"
+
 namespace ax::data::testing {
 
-// A fresh empty directory under $TMPDIR (or /tmp), removed with its contents when the test
-// binary exits.
-std::string temp_dir(const std::string& tag);
-void write_file(const std::string& path, const std::string& content);
-std::string read_file(const std::string& path);
+using ax::testing::read_file;
+using ax::testing::temp_dir;
+using ax::testing::write_file;
 // Deterministic random documents of token ids in [3, vocab), lengths in [min_len, max_len], each
 // ending with eos.
 std::vector<std::vector<uint32_t>> random_documents(uint64_t seed, size_t n, uint32_t vocab,

@@ -13,49 +13,6 @@
 #include <stdexcept>
 
 namespace ax::train::testing {
-namespace {
-
-std::vector<std::string>& dirs_to_remove() {
-  static std::vector<std::string>* dirs = [] {
-    auto* d = new std::vector<std::string>();
-    std::atexit([] {
-      for (const auto& p : dirs_to_remove()) {
-        std::error_code ec;
-        std::filesystem::remove_all(p, ec);
-      }
-    });
-    return d;
-  }();
-  return *dirs;
-}
-
-}  // namespace
-
-std::string temp_dir(const std::string& tag) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/ax-" + tag + "-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-  dirs_to_remove().emplace_back(buf.data());
-  return buf.data();
-}
-
-void write_file(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(content.data(), static_cast<std::streamsize>(content.size()));
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "ax/trainer/checkpoint.h"
+#include "test_files.h"
 
 namespace ax::train::testing {
 
-// A fresh empty directory under $TMPDIR (or /tmp), removed when the test binary exits.
-std::string temp_dir(const std::string& tag);
-void write_file(const std::string& path, const std::string& content);
-std::string read_file(const std::string& path);
+using ax::testing::read_file;
+using ax::testing::temp_dir;
+using ax::testing::write_file;
 // The names in a directory, sorted.
 std::vector<std::string> list_dir(const std::string& dir);
 // Deterministic values in [-1, 1) from the seed.

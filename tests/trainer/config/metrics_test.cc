@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ax/trainer/config.h"
-#include "temp_dir.h"
+#include "test_files.h"
 
 namespace ax::train {
 namespace {
@@ -117,9 +117,9 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path, int* torn) {
 }
 
 TEST(MetricsLogger, WritesJsonlThatParsesBackAndAppendsOnResume) {
-  ax_test::TempDir dir;
-  ASSERT_FALSE(dir.path().empty());
-  std::string run = dir.path() + "/run";
+  const std::string dir = ax::testing::temp_dir("metrics");
+  ASSERT_FALSE(dir.empty());
+  std::string run = dir + "/run";
   {
     auto logger = MetricsLogger::open(run);
     ASSERT_TRUE(logger.ok()) << logger.status().to_string();
@@ -172,8 +172,8 @@ TEST(MetricsLogger, WritesJsonlThatParsesBackAndAppendsOnResume) {
 }
 
 TEST(MetricsLogger, ReportsAnUnwritableRunDirectory) {
-  ax_test::TempDir dir;
-  std::string file = dir.path() + "/not_a_dir";
+  const std::string dir = ax::testing::temp_dir("metrics");
+  std::string file = dir + "/not_a_dir";
   std::ofstream(file) << "x";
   auto logger = MetricsLogger::open(file + "/run");
   EXPECT_FALSE(logger.ok());

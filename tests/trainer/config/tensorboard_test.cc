@@ -15,7 +15,7 @@
 
 #include "ax/trainer/metrics.h"
 #include "crc32c.h"  // the writer's, private to the library
-#include "temp_dir.h"
+#include "test_files.h"
 #include "tfevents_decoder.h"
 
 namespace ax::train {
@@ -85,8 +85,8 @@ void expect_scalar(const Event& e, const std::string& tag, int64_t step, float v
 }
 
 TEST(TensorBoardWriter, ScalarsDecodeWithTheGeneratedClasses) {
-  ax_test::TempDir dir;
-  std::string tb = dir.path() + "/nested/tensorboard";  // created by open()
+  const std::string dir = ax::testing::temp_dir("metrics");
+  std::string tb = dir + "/nested/tensorboard";  // created by open()
   double before = static_cast<double>(std::time(nullptr));
   auto writer = TensorBoardWriter::open(tb);
   ASSERT_TRUE(writer.ok()) << writer.status().to_string();
@@ -129,8 +129,8 @@ TEST(TensorBoardWriter, ScalarsDecodeWithTheGeneratedClasses) {
 }
 
 TEST(TensorBoardWriter, DecoderNoticesCorruption) {
-  ax_test::TempDir dir;
-  auto writer = TensorBoardWriter::open(dir.path());
+  const std::string dir = ax::testing::temp_dir("metrics");
+  auto writer = TensorBoardWriter::open(dir);
   ASSERT_TRUE(writer.ok()) << writer.status().to_string();
   ASSERT_TRUE((*writer)->add_scalar("train/loss", 5, 1.0).ok());
   std::string path = (*writer)->path();
@@ -153,9 +153,9 @@ TEST(TensorBoardWriter, DecoderNoticesCorruption) {
 }
 
 TEST(TensorBoardWriter, TwoWritersInOneSecondUseTwoFiles) {
-  ax_test::TempDir dir;
-  auto a = TensorBoardWriter::open(dir.path());
-  auto b = TensorBoardWriter::open(dir.path());
+  const std::string dir = ax::testing::temp_dir("metrics");
+  auto a = TensorBoardWriter::open(dir);
+  auto b = TensorBoardWriter::open(dir);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE((*a)->path(), (*b)->path());
   ASSERT_TRUE((*a)->add_scalar("a", 1, 1).ok());
@@ -165,10 +165,10 @@ TEST(TensorBoardWriter, TwoWritersInOneSecondUseTwoFiles) {
 }
 
 TEST(MetricsLogger, TensorBoardHasTheTrainAndEvalScalars) {
-  ax_test::TempDir dir;
+  const std::string dir = ax::testing::temp_dir("metrics");
   double before = static_cast<double>(std::time(nullptr));
   {
-    auto logger = MetricsLogger::open(dir.path());
+    auto logger = MetricsLogger::open(dir);
     ASSERT_TRUE(logger.ok()) << logger.status().to_string();
     StepMetrics m;
     m.step = 50;
@@ -184,7 +184,7 @@ TEST(MetricsLogger, TensorBoardHasTheTrainAndEvalScalars) {
     ASSERT_TRUE((*logger)->log_eval(50, 2.5).ok());
     ASSERT_TRUE((*logger)->flush().ok());
   }
-  std::vector<std::string> files = event_files(dir.path() + "/tensorboard");
+  std::vector<std::string> files = event_files(dir + "/tensorboard");
   ASSERT_EQ(files.size(), 1u);
   std::vector<Event> events = decode(files[0]);
   ASSERT_EQ(events.size(), 9u);

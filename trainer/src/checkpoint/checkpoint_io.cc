@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <utility>
-#include <vector>
 
 #include "ax/common/check.h"
 #include "ax/common/env.h"
@@ -100,73 +99,15 @@ StatusOr<FileRecord> write_file(const std::string& dir, const std::string& name,
   return writer.finish();
 }
 
-Status fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("open directory ", dir), errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return IoError(str_cat("fsync directory ", dir), err);
-  return Status::Ok();
-}
-
 StatusOr<FileRecord> hash_file(const std::string& dir, const std::string& name) {
-  const std::string path = join_path(dir, name);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("open ", path), errno);
-  XXH64_state_t* state = XXH64_createState();
-  AX_CHECK(state != nullptr);
-  XXH64_reset(state, 0);
-  std::vector<char> buf(size_t{1} << 20);
-  uint64_t size = 0;
-  Status status;
-  while (true) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = IoError(str_cat("read ", path), errno);
-      break;
-    }
-    if (n == 0) break;
-    XXH64_update(state, buf.data(), static_cast<size_t>(n));
-    size += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  const uint64_t digest = XXH64_digest(state);
-  XXH64_freeState(state);
-  if (!status.ok()) return status;
-  return FileRecord{name, size, digest};
-}
-
-StatusOr<std::string> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("open ", path), errno);
-  std::string out;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return IoError(str_cat("read ", path), err);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
+  AX_ASSIGN_OR_RETURN(FileDigest digest, xxh64_file(join_path(dir, name)));
+  return FileRecord{name, digest.size, digest.xxh64};
 }
 
 void remove_tree(const std::string& path) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
   if (ec) AX_LOG(kWarn, "checkpoint") << "could not remove " << path << ": " << ec.message();
-}
-
-std::string join_path(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
 std::string hex64(uint64_t v) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "ax/common/file_io.h"
 #include "ax/common/status.h"
 
 struct XXH64_state_s;  // xxhash.h, kept out of this header
@@ -58,15 +59,15 @@ class FileWriter {
 // Writes `content` as the file `dir/name` (fsynced).
 StatusOr<FileRecord> write_file(const std::string& dir, const std::string& name,
                                 std::string_view content, WriteBudget* budget);
-// fsync of a directory, so the names created or renamed in it survive a crash.
-Status fsync_dir(const std::string& dir);
+// join_path, read_file, fsync_dir: the shared helpers of ax/common/file_io.h.
+using ::ax::fsync_dir;
+using ::ax::join_path;
+using ::ax::read_file;
 // Size and XXH64 of `dir/name` as it is on disk.
 StatusOr<FileRecord> hash_file(const std::string& dir, const std::string& name);
-StatusOr<std::string> read_file(const std::string& path);
 // Best-effort recursive removal (errors are logged); for partial and pruned directories.
 void remove_tree(const std::string& path);
 
-std::string join_path(const std::string& dir, const std::string& name);
 std::string hex64(uint64_t v);
 std::optional<uint64_t> parse_hex64(std::string_view s);
 

@@ -1,0 +1,14 @@
+// File helpers every test suite uses.
+#pragma once
+
+#include <string>
+
+namespace ax::testing {
+
+// A fresh empty directory under $TMPDIR (or /tmp), removed with its contents when the test
+// binary exits.
+std::string temp_dir(const std::string& tag);
+void write_file(const std::string& path, const std::string& content);
+std::string read_file(const std::string& path);
+
+}  // namespace ax::testing
