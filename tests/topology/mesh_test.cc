@@ -1,0 +1,405 @@
+// Mesh derivation: spec parsing (strict, hostile input), golden meshes for the node kinds ax meets
+// (NVSwitch, two NVLink islands, PCIe only, NVL72 cliques, CPU only), errors that name the numbers,
+// placement invariants, and a simulated 1024-node job.
+#include "ax/topology/mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ax::topo {
+namespace {
+
+// A node whose GPUs are joined by NVLink within each group (every pair of a group, as through an
+// NVSwitch) and by PCIe otherwise.
+Topology node_with_islands(const std::vector<std::vector<int>>& groups, int gpus) {
+  Topology t;
+  t.hostname = "node";
+  t.source = "mesh_test";
+  t.packages = 2;
+  for (int g = 0; g < gpus; ++g) {
+    Gpu gpu;
+    gpu.index = g;
+    gpu.numa_node = g * 2 / gpus;
+    t.gpus.push_back(gpu);
+  }
+  t.gpu_paths.assign(gpus, std::vector<PathKind>(gpus, PathKind::kCrossSocket));
+  t.nvlinks.assign(gpus, std::vector<int>(gpus, 0));
+  for (const auto& group : groups) {
+    for (int a : group) {
+      for (int b : group) {
+        if (a == b) continue;
+        t.gpu_paths[a][b] = PathKind::kNvLink;
+        t.nvlinks[a][b] = 18;
+      }
+    }
+  }
+  return t;
+}
+
+Topology nvswitch_node() { return node_with_islands({{0, 1, 2, 3, 4, 5, 6, 7}}, 8); }
+Topology two_island_node() { return node_with_islands({{0, 1, 2, 3}, {4, 5, 6, 7}}, 8); }
+Topology pcie_node() { return node_with_islands({}, 4); }
+Topology cpu_node() { return Topology{}; }
+Topology nvl72_tray(int clique) {
+  Topology t = node_with_islands({{0, 1, 2, 3}}, 4);
+  for (Gpu& gpu : t.gpus) {
+    gpu.fabric_cluster_uuid = "cluster-a";
+    gpu.fabric_clique_id = clique;
+  }
+  return t;
+}
+
+MeshSpec spec(const std::string& text) {
+  StatusOr<MeshSpec> s = parse_mesh_spec(text);
+  EXPECT_TRUE(s.ok()) << text << ": " << s.status().to_string();
+  return s.ok() ? *s : MeshSpec{};
+}
+
+Mesh derive(const std::vector<Topology>& nodes, int num_nodes, int tasks, const std::string& text) {
+  StatusOr<Mesh> mesh = derive_mesh(nodes, num_nodes, tasks, spec(text));
+  EXPECT_TRUE(mesh.ok()) << text << ": " << mesh.status().to_string();
+  return mesh.ok() ? *mesh : Mesh{};
+}
+
+std::string derive_error(const std::vector<Topology>& nodes, int num_nodes, int tasks,
+                         const std::string& text) {
+  StatusOr<Mesh> mesh = derive_mesh(nodes, num_nodes, tasks, spec(text));
+  EXPECT_FALSE(mesh.ok()) << text;
+  if (mesh.ok()) return "";
+  EXPECT_EQ(mesh.status().code(), StatusCode::kInvalidArgument);
+  // Without the " (at file:line)" that AX_RETURN_IF_ERROR appends.
+  const std::string message = mesh.status().message();
+  return message.substr(0, message.find(" (at "));
+}
+
+// Every rank once, consecutive ranks share a domain, every (node, GPU) used once, local ranks
+// 0..tasks-1 on each node, ranks of a domain on the domain's GPUs.
+void check_placement(const Mesh& mesh) {
+  const int ranks = mesh.num_nodes * mesh.tasks_per_node;
+  ASSERT_EQ(static_cast<int>(mesh.placement.size()), ranks);
+  ASSERT_EQ(mesh.global().size(), ranks);
+  ASSERT_EQ(mesh.ici.size(), mesh.domain_size);
+  std::set<std::pair<int, int>> gpus_used;
+  std::set<std::pair<int, int>> local_used;
+  for (int r = 0; r < ranks; ++r) {
+    const Placement& p = mesh.placement[r];
+    EXPECT_EQ(p.rank, r);
+    EXPECT_EQ(p.domain, r / mesh.domain_size);
+    EXPECT_GE(p.node, 0);
+    EXPECT_LT(p.node, mesh.num_nodes);
+    EXPECT_GE(p.local_rank, 0);
+    EXPECT_LT(p.local_rank, mesh.tasks_per_node);
+    EXPECT_TRUE(local_used.insert({p.node, p.local_rank}).second) << "rank " << r;
+    if (p.gpu >= 0) {
+      EXPECT_TRUE(gpus_used.insert({p.node, p.gpu}).second) << "rank " << r;
+    }
+  }
+}
+
+// ---- parse_mesh_spec ----
+
+TEST(MeshSpecTest, ParsesAuto) {
+  MeshSpec s = spec("auto");
+  EXPECT_EQ(s.kind, MeshSpec::Kind::kAuto);
+  EXPECT_EQ(s.auto_tp, 1);
+  EXPECT_FALSE(s.force);
+  s = spec("auto:tp=4");
+  EXPECT_EQ(s.kind, MeshSpec::Kind::kAuto);
+  EXPECT_EQ(s.auto_tp, 4);
+  EXPECT_EQ(spec("auto:tp=65536").auto_tp, 65536);
+}
+
+TEST(MeshSpecTest, ParsesExplicit) {
+  MeshSpec s = spec("ici=1,8,1;dcn=2,1,1");
+  EXPECT_EQ(s.kind, MeshSpec::Kind::kExplicit);
+  EXPECT_EQ(s.ici, (MeshShape{1, 8, 1}));
+  EXPECT_EQ(s.dcn, (MeshShape{2, 1, 1}));
+  EXPECT_FALSE(s.force);
+  s = spec("ici=1,-1,1;dcn=-1,1,1");
+  EXPECT_EQ(s.ici, (MeshShape{1, -1, 1}));
+  EXPECT_EQ(s.dcn, (MeshShape{-1, 1, 1}));
+  s = spec("dcn=1,1,2;ici=1,4,2;force");
+  EXPECT_TRUE(s.force);
+  EXPECT_EQ(s.ici, (MeshShape{1, 4, 2}));
+  EXPECT_EQ(s.dcn, (MeshShape{1, 1, 2}));
+  EXPECT_EQ(MeshShape({2, 4, 1}).to_string(), "2,4,1");
+}
+
+TEST(MeshSpecTest, RejectsBadSpecsNamingTheToken) {
+  struct Case {
+    std::string spec;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"", "empty"},
+      {"Auto", "\"Auto\""},
+      {"auto ", "\"auto \""},
+      {" auto", "\" auto\""},
+      {"auto:tp=0", "\"auto:tp=0\""},
+      {"auto:tp=-1", "\"auto:tp=-1\""},
+      {"auto:tp=65537", "\"auto:tp=65537\""},
+      {"auto:tp=99999999999999999999", "\"auto:tp=99999999999999999999\""},
+      {"auto:tp=", "\"auto:tp=\""},
+      {"auto:pp=2", "\"auto:pp=2\""},
+      {"auto:tp=4x", "\"auto:tp=4x\""},
+      {"auto;auto", "given twice"},
+      {"auto;", "stray ';'"},
+      {";auto", "stray ';'"},
+      {"auto;;force", "stray ';'"},
+      {"force;force", "given twice"},
+      {"auto;ici=1,8,1", "cannot be combined"},
+      {"ici=1,8,1", "missing dcn"},
+      {"dcn=1,8,1", "missing ici"},
+      {"force", "missing ici"},
+      {"ici=1,8;dcn=1,1,1", "\"ici=1,8\" needs three numbers"},
+      {"ici=1,8,1,1;dcn=1,1,1", "needs three numbers"},
+      {"ici=1,-1,-1;dcn=1,1,1", "\"ici=1,-1,-1\" has more than one -1"},
+      {"ici=1,8,1;dcn=-1,-1,1", "\"dcn=-1,-1,1\" has more than one -1"},
+      {"ici=1,0,1;dcn=1,1,1", "bad number \"0\""},
+      {"ici=1,-2,1;dcn=1,1,1", "bad number \"-2\""},
+      {"ici=1,+8,1;dcn=1,1,1", "bad number \"+8\""},
+      {"ici=1,08,1;dcn=1,1,1", "bad number \"08\""},
+      {"ici=1, 8,1;dcn=1,1,1", "bad number \" 8\""},
+      {"ici=1,65537,1;dcn=1,1,1", "bad number \"65537\""},
+      {"ici=1,4294967304,1;dcn=1,1,1", "bad number \"4294967304\""},
+      {"ici=1,8,1;dcn=1,1,", "bad number \"\""},
+      {"ici=1,8,1;dcn=1,1,1;pp=2", "unknown token \"pp=2\""},
+      {"ici=1,8,1\n;dcn=1,1,1", "\\x0a"},
+      {std::string("auto\0x", 6), "\\x00"},
+      {"ICI=1,8,1;dcn=1,1,1", "unknown token \"ICI=1,8,1\""},
+  };
+  for (const Case& c : cases) {
+    StatusOr<MeshSpec> s = parse_mesh_spec(c.spec);
+    ASSERT_FALSE(s.ok()) << c.spec;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find(c.message_part), std::string::npos)
+        << c.spec << " -> " << s.status().message();
+  }
+}
+
+TEST(MeshSpecTest, RejectsLongInputWithoutEchoingIt) {
+  std::string long_spec = "ici=1,8,1;dcn=1,1,1;" + std::string(200, 'A');
+  StatusOr<MeshSpec> s = parse_mesh_spec(long_spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("at most 128"), std::string::npos);
+  EXPECT_EQ(s.status().message().find("AAAA"), std::string::npos);
+  EXPECT_FALSE(parse_mesh_spec(std::string(1 << 20, ';')).ok());
+  EXPECT_TRUE(parse_mesh_spec("ici=1,8,1;dcn=1,1,1;force").ok());
+}
+
+// ---- golden meshes ----
+
+TEST(DeriveMeshTest, NvSwitchNodeAuto) {
+  for (int nodes : {1, 2, 8}) {
+    Mesh mesh = derive({nvswitch_node()}, nodes, 8, "auto");
+    EXPECT_EQ(mesh.ici, (MeshShape{1, 8, 1})) << nodes;
+    EXPECT_EQ(mesh.dcn, (MeshShape{nodes, 1, 1})) << nodes;
+    EXPECT_EQ(mesh.global(), (MeshShape{nodes, 8, 1}));
+    EXPECT_EQ(mesh.domain_size, 8);
+    check_placement(mesh);
+    for (const Placement& p : mesh.placement) {
+      EXPECT_EQ(p.node, p.rank / 8);
+      EXPECT_EQ(p.gpu, p.rank % 8);
+      EXPECT_EQ(p.local_rank, p.rank % 8);
+      EXPECT_EQ(p.domain, p.rank / 8);
+    }
+  }
+  EXPECT_EQ(derive({nvswitch_node()}, 2, 8, "auto").explanation,
+            "auto: FSDP over the 8 GPUs of each ICI domain (NVLink island of node 0), data "
+            "parallel across 2 domains");
+}
+
+TEST(DeriveMeshTest, NvSwitchNodeAutoTensorParallel) {
+  struct Case {
+    int tp;
+    MeshShape ici;
+  };
+  for (const Case& c : {Case{2, {1, 4, 2}}, Case{4, {1, 2, 4}}, Case{8, {1, 1, 8}}}) {
+    for (int nodes : {1, 2, 8}) {
+      Mesh mesh = derive({nvswitch_node()}, nodes, 8, "auto:tp=" + std::to_string(c.tp));
+      EXPECT_EQ(mesh.ici, c.ici) << c.tp;
+      EXPECT_EQ(mesh.dcn, (MeshShape{nodes, 1, 1}));
+      check_placement(mesh);
+    }
+  }
+  EXPECT_EQ(derive({nvswitch_node()}, 1, 8, "auto:tp=2").explanation,
+            "auto:tp=2: tensor 2 x FSDP 4 inside each ICI domain of 8 GPUs (NVLink island of "
+            "node 0), data parallel across 1 domain");
+}
+
+TEST(DeriveMeshTest, ExplicitWithFills) {
+  std::vector<Topology> node = {nvswitch_node()};
+  Mesh mesh = derive(node, 4, 8, "ici=1,-1,2;dcn=-1,1,1");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 4, 2}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{4, 1, 1}));
+  check_placement(mesh);
+  mesh = derive(node, 4, 8, "ici=2,4,1;dcn=2,-1,1");
+  EXPECT_EQ(mesh.ici, (MeshShape{2, 4, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 2, 1}));
+  EXPECT_EQ(mesh.global(), (MeshShape{4, 8, 1}));
+  mesh = derive(node, 2, 8, "ici=-1,1,1;dcn=1,2,1");
+  EXPECT_EQ(mesh.ici, (MeshShape{8, 1, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{1, 2, 1}));
+  mesh = derive(node, 2, 8, "ici=1,4,2;dcn=1,1,2;force");
+  EXPECT_EQ(mesh.dcn, (MeshShape{1, 1, 2}));
+  EXPECT_EQ(mesh.global(), (MeshShape{1, 4, 4}));
+  EXPECT_EQ(mesh.explanation,
+            "explicit: ici=1,4,2 covers each ICI domain of 8 GPUs (NVLink island of node 0), "
+            "dcn=1,1,2 the 2 domains");
+}
+
+TEST(DeriveMeshTest, TwoIslandsGiveDomainsOfFour) {
+  Mesh mesh = derive({two_island_node()}, 2, 8, "auto");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 4, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{4, 1, 1}));
+  EXPECT_EQ(mesh.domain_size, 4);
+  check_placement(mesh);
+  for (const Placement& p : mesh.placement) {
+    EXPECT_EQ(p.node, p.rank / 8);
+    EXPECT_EQ(p.domain, p.rank / 4);
+    EXPECT_EQ(p.gpu, p.rank % 8);
+  }
+  // Interleaved islands: a domain's ranks land on its island's GPUs.
+  Topology interleaved = node_with_islands({{0, 2, 4, 6}, {1, 3, 5, 7}}, 8);
+  mesh = derive({interleaved}, 1, 8, "auto");
+  const std::vector<int> gpus = {0, 2, 4, 6, 1, 3, 5, 7};
+  for (const Placement& p : mesh.placement) {
+    EXPECT_EQ(p.gpu, gpus[p.rank]);
+    EXPECT_EQ(p.local_rank, p.rank);
+  }
+  EXPECT_NE(derive_error({two_island_node()}, 1, 8, "auto:tp=8").find("auto:tp=8 does not divide"),
+            std::string::npos);
+}
+
+TEST(DeriveMeshTest, PcieNodeIsOneDomain) {
+  Mesh mesh = derive({pcie_node()}, 3, 4, "auto");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 4, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{3, 1, 1}));
+  check_placement(mesh);
+  EXPECT_NE(mesh.explanation.find("no NVLink"), std::string::npos) << mesh.explanation;
+}
+
+TEST(DeriveMeshTest, Nvl72CliqueSpansNodes) {
+  std::vector<Topology> nodes;
+  for (int n = 0; n < 18; ++n) nodes.push_back(nvl72_tray(7));
+  Mesh mesh = derive(nodes, 18, 4, "auto");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 72, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{1, 1, 1}));
+  EXPECT_EQ(mesh.domain_size, 72);
+  check_placement(mesh);
+
+  for (int n = 0; n < 18; ++n) nodes.push_back(nvl72_tray(8));
+  mesh = derive(nodes, 36, 4, "auto:tp=4");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 18, 4}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 1, 1}));
+  EXPECT_EQ(mesh.domain_size, 72);
+  check_placement(mesh);
+  for (const Placement& p : mesh.placement) {
+    EXPECT_EQ(p.node, p.rank / 4);
+    EXPECT_EQ(p.gpu, p.rank % 4);
+    EXPECT_EQ(p.domain, p.rank / 72);
+  }
+  EXPECT_NE(mesh.explanation.find("NVLink clique of nodes 0-17"), std::string::npos);
+}
+
+TEST(DeriveMeshTest, Nvl72CliquesMustBeContiguousAndEqual) {
+  std::vector<Topology> nodes = {nvl72_tray(1), nvl72_tray(2), nvl72_tray(1), nvl72_tray(2)};
+  std::string error = derive_error(nodes, 4, 4, "auto");
+  EXPECT_NE(error.find("node 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("contiguously"), std::string::npos) << error;
+  nodes = {nvl72_tray(1), nvl72_tray(1), nvl72_tray(2)};
+  error = derive_error(nodes, 3, 4, "auto");
+  EXPECT_NE(error.find("nodes 2-2 has 1 nodes"), std::string::npos) << error;
+}
+
+TEST(DeriveMeshTest, CpuOnlyNodes) {
+  Mesh mesh = derive({cpu_node()}, 3, 4, "auto");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 4, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{3, 1, 1}));
+  check_placement(mesh);
+  for (const Placement& p : mesh.placement) {
+    EXPECT_EQ(p.gpu, -1);
+    EXPECT_EQ(p.node, p.rank / 4);
+    EXPECT_EQ(p.local_rank, p.rank % 4);
+  }
+  mesh = derive({cpu_node()}, 2, 4, "auto:tp=2");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 2, 2}));
+  mesh = derive({cpu_node(), cpu_node()}, 2, 1, "auto");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 1, 1}));
+}
+
+// ---- errors ----
+
+TEST(DeriveMeshTest, ProductMismatchIsExplained) {
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,4,1;dcn=2,1,1"),
+            "ici=1,4,1 has 4 devices but an ICI domain here has 8 GPUs (NVLink island of node 0)");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,8,1;dcn=4,1,1"),
+            "dcn=4,1,1 has 4 domains but the job has 2 ICI domains (2 nodes of 8 ranks)");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,-1,3;dcn=-1,1,1"),
+            "ici=1,-1,3 cannot be filled: 3 devices do not divide 8; an ICI domain here has 8 "
+            "GPUs (NVLink island of node 0)");
+}
+
+TEST(DeriveMeshTest, TensorParallelMustDivideTheDomain) {
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "auto:tp=3"),
+            "auto:tp=3 does not divide the ICI domain: an ICI domain here has 8 GPUs (NVLink "
+            "island of node 0)");
+  EXPECT_NE(derive_error({nvswitch_node()}, 2, 8, "auto:tp=16").find("auto:tp=16"),
+            std::string::npos);
+}
+
+TEST(DeriveMeshTest, TensorAcrossDcnNeedsForce) {
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,4,2;dcn=1,1,2"),
+            "tensor parallelism across DCN (dcn tensor=2) crosses the network; pass force to "
+            "allow it");
+  EXPECT_NE(derive_error({nvswitch_node()}, 2, 8, "ici=1,4,2;dcn=1,1,-1").find("dcn tensor=2"),
+            std::string::npos);
+}
+
+TEST(DeriveMeshTest, DisagreeingNodesAreNamed) {
+  std::string error = derive_error({nvswitch_node(), nvswitch_node(), pcie_node()}, 3, 8, "auto");
+  EXPECT_EQ(error, "nodes disagree: node 2 has 4 GPUs but node 0 has 8");
+  error = derive_error({nvswitch_node(), two_island_node()}, 2, 8, "auto");
+  EXPECT_EQ(error, "nodes disagree: node 1 has NVLink islands 4+4 but node 0 has 8");
+  error = derive_error({nvswitch_node(), cpu_node()}, 2, 8, "auto");
+  EXPECT_EQ(error, "nodes disagree: node 1 has 0 GPUs but node 0 has 8");
+  error = derive_error({node_with_islands({{0, 1}, {2, 3, 4, 5}}, 6)}, 1, 6, "auto");
+  EXPECT_EQ(error,
+            "node 0 has NVLink islands of unequal size (2+4); ICI domains must be the same size");
+  error = derive_error({nvswitch_node(), nvswitch_node()}, 3, 8, "auto");
+  EXPECT_EQ(error, "got 2 node topologies for 3 nodes (pass one per node, or one shared by all)");
+}
+
+TEST(DeriveMeshTest, TasksMustMatchGpus) {
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 4, "auto"),
+            "tasks_per_node=4 but node 0 has 8 GPUs; run one task per GPU");
+  EXPECT_NE(derive_error({cpu_node()}, 2, 0, "auto").find("tasks_per_node must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(derive_error({cpu_node()}, 0, 1, "auto").find("number of nodes"), std::string::npos);
+}
+
+// ---- scale ----
+
+TEST(DeriveMeshTest, ThousandNodesOfEightGpus) {
+  std::vector<Topology> nodes(1024, nvswitch_node());
+  const MeshSpec s = spec("auto:tp=2");
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<Mesh> mesh = derive_mesh(nodes, 1024, 8, s);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(mesh.ok()) << mesh.status().to_string();
+  std::printf("derive_mesh 1024 nodes x 8 GPUs (one topology per node): %.2f ms\n", ms);
+  EXPECT_LT(ms, 1000.0);
+  EXPECT_EQ(mesh->ici, (MeshShape{1, 4, 2}));
+  EXPECT_EQ(mesh->dcn, (MeshShape{1024, 1, 1}));
+  check_placement(*mesh);
+}
+
+}  // namespace
+}  // namespace ax::topo

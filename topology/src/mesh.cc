@@ -1,0 +1,398 @@
+// Mesh derivation (DESIGN.md "Mesh"): find the ICI domains of the job, fit the requested shapes to
+// them, and place every rank. The layout follows
+// jax.experimental.mesh_utils.create_hybrid_device_mesh: one granule per ICI domain, domains in
+// node order, the DCN coordinate the major component.
+#include "ax/topology/mesh.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <utility>
+
+namespace ax::topo {
+namespace {
+
+constexpr size_t kMaxSpecLength = 128;
+constexpr int kMaxDim = 65536;
+
+// Spec text is user input (it reaches slurmstepd): echo it only with odd bytes escaped.
+std::string quoted(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out + "\"";
+}
+
+// 1..65536, digits only, no sign, no leading zero; -1 only when allow_fill.
+bool parse_dim(std::string_view s, bool allow_fill, int* out) {
+  if (allow_fill && s == "-1") {
+    *out = -1;
+    return true;
+  }
+  if (s.empty() || s.size() > 5 || s[0] == '0') return false;
+  int value = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value > kMaxDim) return false;
+  *out = value;
+  return true;
+}
+
+Status parse_shape(std::string_view token, std::string_view value, MeshShape* shape) {
+  std::vector<std::string> parts = str_split(value, ',');
+  if (parts.size() != 3) {
+    return InvalidArgument(quoted(token), " needs three numbers data,fsdp,tensor (got ",
+                           parts.size(), ")");
+  }
+  int dims[3];
+  int fills = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (!parse_dim(parts[i], /*allow_fill=*/true, &dims[i])) {
+      return InvalidArgument("bad number ", quoted(parts[i]), " in ", quoted(token),
+                             " (expected 1..65536 or -1)");
+    }
+    if (dims[i] == -1) ++fills;
+  }
+  if (fills > 1) return InvalidArgument(quoted(token), " has more than one -1");
+  *shape = MeshShape{dims[0], dims[1], dims[2]};
+  return Status::Ok();
+}
+
+// Plain returns here: the caller wraps the message for the user, without a source location.
+Status parse_spec_tokens(const std::string& spec, MeshSpec* out) {
+  std::vector<std::string> tokens = str_split(spec, ';');
+  bool have_ici = false, have_dcn = false, have_auto = false;
+  for (const std::string& token : tokens) {
+    std::string_view t = token;
+    if (t.empty()) return InvalidArgument("empty token (stray ';')");
+    bool duplicate = false;
+    if (t == "force") {
+      duplicate = out->force;
+      out->force = true;
+    } else if (t == "auto" || starts_with(t, "auto:")) {
+      duplicate = have_auto;
+      have_auto = true;
+      out->kind = MeshSpec::Kind::kAuto;
+      if (t != "auto") {
+        if (!starts_with(t, "auto:tp=") ||
+            !parse_dim(t.substr(8), /*allow_fill=*/false, &out->auto_tp)) {
+          return InvalidArgument("bad token ", quoted(t),
+                                 " (expected auto or auto:tp=N, N 1..65536)");
+        }
+      }
+    } else if (starts_with(t, "ici=")) {
+      duplicate = have_ici;
+      have_ici = true;
+      if (Status s = parse_shape(t, t.substr(4), &out->ici); !s.ok()) return s;
+    } else if (starts_with(t, "dcn=")) {
+      duplicate = have_dcn;
+      have_dcn = true;
+      if (Status s = parse_shape(t, t.substr(4), &out->dcn); !s.ok()) return s;
+    } else {
+      return InvalidArgument("unknown token ", quoted(t),
+                             " (expected auto, auto:tp=N, ici=d,f,t, dcn=d,f,t or force)");
+    }
+    if (duplicate) return InvalidArgument(quoted(t), " given twice");
+  }
+  if (have_auto && (have_ici || have_dcn)) {
+    return InvalidArgument("auto cannot be combined with ici=/dcn=");
+  }
+  if (!have_auto) {
+    if (!have_ici || !have_dcn) {
+      return InvalidArgument("missing ", have_ici ? "dcn=d,f,t" : "ici=d,f,t",
+                             " (an explicit mesh needs both ici= and dcn=)");
+    }
+    out->kind = MeshSpec::Kind::kExplicit;
+  }
+  return Status::Ok();
+}
+
+// The ICI domains of a job: `count` domains of `size` slots each; slot d*size+i is the i-th
+// device of domain d, in the order ranks take them.
+struct Slot {
+  int node;
+  int gpu;  // -1: CPU rank
+};
+struct Domains {
+  int size = 0;
+  int count = 0;
+  std::vector<Slot> slots;
+  std::string what;  // "NVLink island of node 0": what one domain is, for messages
+};
+
+const Topology& node_topology(const std::vector<Topology>& nodes, int node) {
+  return nodes.size() == 1 ? nodes[0] : nodes[node];
+}
+
+std::string plural(int n, const char* noun) { return str_cat(n, " ", noun, n == 1 ? "" : "s"); }
+
+std::string join_islands(const std::vector<std::vector<int>>& islands) {
+  std::string out;
+  for (const auto& island : islands) {
+    if (!out.empty()) out += "+";
+    out += std::to_string(island.size());
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Islands sorted so that the layout is canonical: GPUs ascending inside an island, islands by
+// their first GPU.
+std::vector<std::vector<int>> canonical_islands(const Topology& topology) {
+  std::vector<std::vector<int>> islands = topology.nvlink_islands();
+  for (auto& island : islands) std::sort(island.begin(), island.end());
+  std::sort(islands.begin(), islands.end());
+  return islands;
+}
+
+bool has_fabric(const Gpu& gpu) {
+  return !gpu.fabric_cluster_uuid.empty() && gpu.fabric_clique_id >= 0;
+}
+
+// Multi-node NVLink: consecutive nodes of one (cluster, clique) form a domain.
+StatusOr<Domains> clique_domains(const std::vector<Topology>& nodes, int num_nodes, int gpus) {
+  using Key = std::pair<std::string, int>;
+  std::map<Key, int> first_node;          // clique -> first node seen in it
+  std::vector<std::pair<int, int>> runs;  // [first, last] nodes of each clique
+  Key previous;
+  for (int n = 0; n < num_nodes; ++n) {
+    const Topology& t = node_topology(nodes, n);
+    Key key{t.gpus[0].fabric_cluster_uuid, t.gpus[0].fabric_clique_id};
+    for (const Gpu& gpu : t.gpus) {
+      if (gpu.fabric_cluster_uuid != key.first || gpu.fabric_clique_id != key.second) {
+        return InvalidArgument("node ", n, " has GPUs in more than one NVLink clique (GPU 0 in ",
+                               key.first, "/", key.second, ", GPU ", gpu.index, " in ",
+                               gpu.fabric_cluster_uuid, "/", gpu.fabric_clique_id, ")");
+      }
+    }
+    if (n > 0 && key == previous) {
+      runs.back().second = n;
+    } else {
+      auto [it, inserted] = first_node.emplace(key, n);
+      if (!inserted) {
+        return InvalidArgument("node ", n, " is in NVLink clique ", key.first, "/", key.second,
+                               " like node ", it->second,
+                               " but not next to it (list the nodes of a clique contiguously)");
+      }
+      runs.push_back({n, n});
+    }
+    previous = std::move(key);
+  }
+  const int per_clique = runs[0].second - runs[0].first + 1;
+  for (const auto& [first, last] : runs) {
+    if (last - first + 1 != per_clique) {
+      return InvalidArgument("NVLink clique of nodes ", first, "-", last, " has ", last - first + 1,
+                             " nodes but the clique of nodes ", runs[0].first, "-", runs[0].second,
+                             " has ", per_clique, "; every ICI domain must be the same size");
+    }
+  }
+  Domains d;
+  d.size = gpus * per_clique;
+  d.count = static_cast<int>(runs.size());
+  d.what = per_clique == 1 ? str_cat("NVLink clique of node 0")
+                           : str_cat("NVLink clique of nodes 0-", per_clique - 1);
+  d.slots.reserve(static_cast<size_t>(num_nodes) * gpus);
+  for (int n = 0; n < num_nodes; ++n) {
+    for (int g = 0; g < gpus; ++g) d.slots.push_back({n, g});
+  }
+  return d;
+}
+
+StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes,
+                               int tasks_per_node) {
+  const Topology& first = nodes[0];
+  const int gpus = static_cast<int>(first.gpus.size());
+  for (int n = 1; n < static_cast<int>(nodes.size()); ++n) {
+    if (nodes[n].gpus.size() != first.gpus.size()) {
+      return InvalidArgument("nodes disagree: node ", n, " has ", nodes[n].gpus.size(),
+                             " GPUs but node 0 has ", gpus);
+    }
+  }
+  if (gpus == 0) {
+    Domains d;
+    d.size = tasks_per_node;
+    d.count = num_nodes;
+    d.what = "CPU ranks of node 0";
+    d.slots.reserve(static_cast<size_t>(num_nodes) * tasks_per_node);
+    for (int n = 0; n < num_nodes; ++n) {
+      for (int i = 0; i < tasks_per_node; ++i) d.slots.push_back({n, -1});
+    }
+    return d;
+  }
+  if (tasks_per_node != gpus) {
+    return InvalidArgument("tasks_per_node=", tasks_per_node, " but node 0 has ", gpus,
+                           " GPUs; run one task per GPU");
+  }
+
+  bool fabric = true;
+  for (const Topology& t : nodes) {
+    for (const Gpu& gpu : t.gpus) fabric = fabric && has_fabric(gpu);
+  }
+  if (fabric) return clique_domains(nodes, num_nodes, gpus);
+
+  const std::vector<std::vector<int>> islands = canonical_islands(first);
+  for (int n = 1; n < static_cast<int>(nodes.size()); ++n) {
+    std::vector<std::vector<int>> other = canonical_islands(nodes[n]);
+    if (other != islands) {
+      return InvalidArgument("nodes disagree: node ", n, " has NVLink islands ",
+                             join_islands(other), " but node 0 has ", join_islands(islands),
+                             other.size() == islands.size() ? " (different GPUs)" : "");
+    }
+  }
+  const bool no_nvlink = std::all_of(islands.begin(), islands.end(),
+                                     [](const std::vector<int>& i) { return i.size() == 1; });
+  Domains d;
+  if (islands.size() <= 1 || no_nvlink) {
+    // One island, or no NVLink at all: the node is the domain.
+    d.size = gpus;
+    d.count = num_nodes;
+    d.what = islands.size() <= 1 ? "NVLink island of node 0" : "node 0, no NVLink";
+    d.slots.reserve(static_cast<size_t>(num_nodes) * gpus);
+    for (int n = 0; n < num_nodes; ++n) {
+      for (int g = 0; g < gpus; ++g) d.slots.push_back({n, g});
+    }
+    return d;
+  }
+  for (const auto& island : islands) {
+    if (island.size() != islands[0].size()) {
+      return InvalidArgument("node 0 has NVLink islands of unequal size (", join_islands(islands),
+                             "); ICI domains must be the same size");
+    }
+  }
+  d.size = static_cast<int>(islands[0].size());
+  d.count = num_nodes * static_cast<int>(islands.size());
+  d.what = "NVLink island of node 0";
+  d.slots.reserve(static_cast<size_t>(num_nodes) * gpus);
+  for (int n = 0; n < num_nodes; ++n) {
+    for (const auto& island : islands) {
+      for (int g : island) d.slots.push_back({n, g});
+    }
+  }
+  return d;
+}
+
+// Fills the -1 of `shape` so that its product is `target`.
+Status fit(const char* name, MeshShape* shape, int64_t target, const std::string& unit,
+           const std::string& have) {
+  int* dims[3] = {&shape->data, &shape->fsdp, &shape->tensor};
+  int64_t known = 1;
+  int* fill = nullptr;
+  for (int* d : dims) {
+    if (*d == -1) {
+      fill = d;
+    } else {
+      known *= *d;
+    }
+  }
+  const std::string given = str_cat(name, "=", shape->to_string());
+  if (fill != nullptr) {
+    if (target % known != 0) {
+      return InvalidArgument(given, " cannot be filled: ", known, " ", unit, " do not divide ",
+                             target, "; ", have);
+    }
+    *fill = static_cast<int>(target / known);
+    return Status::Ok();
+  }
+  if (known != target) return InvalidArgument(given, " has ", known, " ", unit, " but ", have);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string MeshShape::to_string() const { return str_cat(data, ",", fsdp, ",", tensor); }
+
+StatusOr<MeshSpec> parse_mesh_spec(const std::string& spec) {
+  if (spec.size() > kMaxSpecLength) {
+    return InvalidArgument("mesh spec is ", spec.size(), " characters long; at most ",
+                           kMaxSpecLength, " allowed");
+  }
+  if (spec.empty())
+    return InvalidArgument(
+        "mesh spec is empty (expected auto, auto:tp=N or "
+        "ici=d,f,t;dcn=d,f,t[;force])");
+  MeshSpec out;
+  Status status = parse_spec_tokens(spec, &out);
+  if (!status.ok()) return InvalidArgument("mesh spec ", quoted(spec), ": ", status.message());
+  return out;
+}
+
+StatusOr<Mesh> derive_mesh(const std::vector<Topology>& nodes, int num_nodes, int tasks_per_node,
+                           const MeshSpec& spec) {
+  if (num_nodes < 1) return InvalidArgument("number of nodes must be >= 1 (got ", num_nodes, ")");
+  if (tasks_per_node < 1) {
+    return InvalidArgument("tasks_per_node must be >= 1 (got ", tasks_per_node, ")");
+  }
+  if (nodes.size() != 1 && nodes.size() != static_cast<size_t>(num_nodes)) {
+    return InvalidArgument("got ", nodes.size(), " node topologies for ", num_nodes,
+                           " nodes (pass one per node, or one shared by all)");
+  }
+  if (int64_t{num_nodes} * tasks_per_node > (int64_t{1} << 24)) {
+    return InvalidArgument(num_nodes, " nodes x ", tasks_per_node, " tasks is too many ranks");
+  }
+  AX_ASSIGN_OR_RETURN(Domains domains, find_domains(nodes, num_nodes, tasks_per_node));
+  const std::string unit = domains.slots[0].gpu < 0 ? "ranks" : "GPUs";
+  const std::string domain_desc =
+      str_cat("an ICI domain here has ", domains.size, " ", unit, " (", domains.what, ")");
+  const std::string count_desc = str_cat("the job has ", domains.count, " ICI domains (", num_nodes,
+                                         " nodes of ", tasks_per_node, " ranks)");
+
+  Mesh mesh;
+  mesh.num_nodes = num_nodes;
+  mesh.tasks_per_node = tasks_per_node;
+  mesh.domain_size = domains.size;
+  if (spec.kind == MeshSpec::Kind::kAuto) {
+    const int tp = spec.auto_tp;
+    if (tp < 1 || domains.size % tp != 0) {
+      return InvalidArgument("auto:tp=", tp, " does not divide the ICI domain: ", domain_desc);
+    }
+    mesh.ici = {1, domains.size / tp, tp};
+    mesh.dcn = {domains.count, 1, 1};
+    mesh.explanation =
+        tp == 1
+            ? str_cat("auto: FSDP over the ", domains.size, " ", unit, " of each ICI domain (",
+                      domains.what, "), data parallel across ", plural(domains.count, "domain"))
+            : str_cat("auto:tp=", tp, ": tensor ", tp, " x FSDP ", domains.size / tp,
+                      " inside each ICI domain of ", domains.size, " ", unit, " (", domains.what,
+                      "), data parallel across ", plural(domains.count, "domain"));
+  } else {
+    mesh.ici = spec.ici;
+    mesh.dcn = spec.dcn;
+    AX_RETURN_IF_ERROR(fit("ici", &mesh.ici, domains.size, "devices", domain_desc));
+    AX_RETURN_IF_ERROR(fit("dcn", &mesh.dcn, domains.count, "domains", count_desc));
+    mesh.explanation =
+        str_cat("explicit: ici=", mesh.ici.to_string(), " covers each ICI domain of ", domains.size,
+                " ", unit, " (", domains.what, "), dcn=", mesh.dcn.to_string(), " the ",
+                domains.count, " domains");
+  }
+  if (mesh.dcn.tensor > 1 && !spec.force) {
+    return InvalidArgument("tensor parallelism across DCN (dcn tensor=", mesh.dcn.tensor,
+                           ") crosses the network; pass force to allow it");
+  }
+
+  // Rank r takes slot r: domain r / size, and inside the domain the ICI coordinates in row-major
+  // [data, fsdp, tensor] order, tensor fastest, which is the slot order.
+  const int ranks = static_cast<int>(domains.slots.size());
+  mesh.placement.resize(ranks);
+  std::vector<int> next_local(num_nodes, 0);
+  for (int r = 0; r < ranks; ++r) {
+    const Slot& slot = domains.slots[r];
+    Placement& p = mesh.placement[r];
+    p.rank = r;
+    p.node = slot.node;
+    p.local_rank = next_local[slot.node]++;
+    p.gpu = slot.gpu;
+    p.domain = r / domains.size;
+  }
+  return mesh;
+}
+
+}  // namespace ax::topo
