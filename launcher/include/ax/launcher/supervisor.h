@@ -1,0 +1,27 @@
+// Starts one child per local rank (own process group, its environment and binding), forwards
+// their output line by line ("[r3] ..." on the console, raw to run-dir/logs/rank_3.log), forwards
+// SIGTERM/SIGINT/SIGUSR1, tears the set down when one child fails, and restarts it when allowed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/launcher/rank_plan.h"
+
+namespace ax::launcher {
+
+struct SuperviseOptions {
+  std::vector<std::string> command;
+  std::string run_dir;
+  std::string host;  // named in failure messages and error.json
+  int max_restarts = 0;
+  double grace_seconds = 10;
+};
+
+// Exit status for the launcher: 0 when a set finished with every child 0; 75 when a forwarded
+// signal made every child exit 75 (or 0); else the first failed child's status (128+signal when
+// killed). A Status error means the launcher itself could not run (run-dir, fork, pipes).
+StatusOr<int> supervise(const std::vector<RankPlan>& ranks, const SuperviseOptions& options);
+
+}  // namespace ax::launcher

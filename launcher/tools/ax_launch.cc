@@ -1,0 +1,114 @@
+// ax-launch: one per node. Discovers the node, derives the mesh, starts one child per local rank
+// with the AX_* environment and binding, and supervises them (docs/launch.md).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "ax/common/logging.h"
+#include "ax/common/strings.h"
+#include "ax/launcher/launch_options.h"
+#include "ax/launcher/rank_plan.h"
+#include "ax/launcher/supervisor.h"
+#include "ax/topology/topology.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+// A port the kernel just handed out on the loopback: free now; the TCP store binds it soon after.
+ax::StatusOr<int> free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ax::IoError("socket", errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  if (rc == 0) rc = getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int err = errno;
+  close(fd);
+  if (rc != 0) return ax::IoError("choosing a coordinator port", err);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+std::vector<int> available_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+int fail(const ax::Status& s, int code) {
+  std::cerr << "ax-launch: " << s.message() << "\n";
+  return code;
+}
+
+int run(int argc, char** argv) {
+  ax::StatusOr<ax::launcher::LaunchOptions> parsed =
+      ax::launcher::parse_launch_options(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) return fail(parsed.status(), kUsageError);
+  const ax::launcher::LaunchOptions& o = *parsed;
+  if (o.help) {
+    std::cout << ax::launcher::kLaunchUsage;
+    return 0;
+  }
+  ax::StatusOr<ax::topo::Topology> node = ax::topo::discover();
+  if (!node.ok()) return fail(node.status().with_context("topology"), 1);
+
+  ax::launcher::PlanInput in;
+  in.nproc = o.nproc;
+  in.mesh_spec = o.mesh;
+  in.nnodes = o.nnodes;
+  in.node_rank = o.node_rank;
+  in.coordinator = o.coordinator;
+  if (in.coordinator.empty()) {
+    ax::StatusOr<int> port = free_port();
+    if (!port.ok()) return fail(port.status(), 1);
+    in.coordinator = ax::str_cat("127.0.0.1:", *port);
+  }
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) in.cuda_visible_devices = cvd;
+  in.available_cpus = available_cpus();
+  const char* hca = std::getenv("NCCL_IB_HCA");
+  in.keep_nccl_ib_hca = hca != nullptr && *hca != '\0';
+  ax::StatusOr<ax::launcher::NodePlan> plan = ax::launcher::plan_node(*node, in);
+  if (!plan.ok()) {
+    bool usage = plan.status().code() == ax::StatusCode::kInvalidArgument;
+    return fail(plan.status(), usage ? kUsageError : 1);
+  }
+
+  ax::launcher::SuperviseOptions so;
+  so.command = o.command;
+  so.run_dir = o.run_dir;
+  so.host = hostname();
+  so.max_restarts = o.max_restarts;
+  so.grace_seconds = o.grace_seconds;
+  AX_LOG(kInfo, "launch") << plan->ranks.size() << " ranks on " << so.host << " (node "
+                          << o.node_rank << "/" << o.nnodes << "), ici "
+                          << plan->mesh.ici.to_string() << " dcn " << plan->mesh.dcn.to_string()
+                          << ", coordinator " << in.coordinator << ", logs in " << o.run_dir
+                          << "/logs";
+  ax::StatusOr<int> status = ax::launcher::supervise(plan->ranks, so);
+  if (!status.ok()) return fail(status.status(), 1);
+  return *status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

@@ -1,0 +1,310 @@
+// Drives the real ax-launch over fake_rank (see fake_rank.cc for its actions).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ax/launcher/launch_options.h"
+#include "ax/launcher/rank_plan.h"
+#include "ax/topology/topology.h"
+#include "test_files.h"
+
+extern char** environ;
+
+namespace ax::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string kFixtures = AX_TOPOLOGY_FIXTURES;
+
+struct Launch {
+  pid_t pid = -1;
+  std::string out_path;
+  Clock::time_point start;
+};
+
+struct Result {
+  int status = -1;  // exit status, or 128+signal
+  std::string out;  // stdout+stderr of ax-launch
+  double seconds = 0;
+};
+
+// Starts ax-launch with `args`; the environment is ours without the variables that would change
+// the plan, plus `env` ("K=V"). The topology defaults to the fixture without GPUs.
+Launch start(const std::string& dir, const std::vector<std::string>& args,
+             std::vector<std::string> env = {}) {
+  std::vector<std::string> storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string name = kv.substr(0, kv.find('='));
+    if (name == "CUDA_VISIBLE_DEVICES" || name == "NCCL_IB_HCA" || name.rfind("AX_", 0) == 0) {
+      continue;
+    }
+    storage.push_back(kv);
+  }
+  bool has_topology = false;
+  for (const std::string& kv : env) has_topology |= kv.rfind("AX_TOPOLOGY_FILE=", 0) == 0;
+  if (!has_topology) storage.push_back("AX_TOPOLOGY_FILE=" + kFixtures + "/no-gpu.json");
+  storage.insert(storage.end(), env.begin(), env.end());
+  std::vector<std::string> full{AX_LAUNCH_BIN};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv, envp;
+  for (std::string& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& kv : storage) envp.push_back(kv.data());
+  envp.push_back(nullptr);
+  Launch l;
+  l.out_path = dir + "/launcher.out";
+  l.start = Clock::now();
+  l.pid = fork();
+  if (l.pid == 0) {
+    int fd = open(l.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(126);
+  }
+  return l;
+}
+
+Result finish(const Launch& l) {
+  int st = 0;
+  waitpid(l.pid, &st, 0);
+  Result r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - l.start).count();
+  r.status = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+  r.out = ax::testing::read_file(l.out_path);
+  return r;
+}
+
+Result launch(const std::string& dir, const std::vector<std::string>& args,
+              std::vector<std::string> env = {}) {
+  return finish(start(dir, args, std::move(env)));
+}
+
+std::string rank_log(const std::string& dir, int rank) {
+  return ax::testing::read_file(dir + "/logs/rank_" + std::to_string(rank) + ".log");
+}
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+std::string host() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+TEST(LaunchTest, CpuRanksGetTheEnvironmentContract) {
+  std::string dir = ax::testing::temp_dir("launch_cpu");
+  Result r = launch(dir, {"--nproc", "4", "--run-dir", dir, "--", AX_FAKE_RANK_BIN});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string log = rank_log(dir, rank);
+    std::string n = std::to_string(rank);
+    EXPECT_TRUE(contains(log, "AX_RANK=" + n + "\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_LOCAL_RANK=" + n + "\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_WORLD_SIZE=4\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_LOCAL_WORLD_SIZE=4\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_NODE_RANK=0\nAX_NNODES=1\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_ICI_MESH=1,4,1\nAX_DCN_MESH=1,1,1\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_DEVICE=cpu\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_COORDINATOR=127.0.0.1:")) << log;
+    EXPECT_TRUE(contains(log, "NCCL_IB_HCA=<unset>\n")) << log;
+    EXPECT_TRUE(contains(log, "stderr line\n")) << log;
+    EXPECT_TRUE(contains(r.out, "[r" + n + "] AX_RANK=" + n + "\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, "[r" + n + "] stderr line\n")) << r.out;
+  }
+}
+
+TEST(LaunchTest, DgxH100AutoGivesOneRankPerGpuWithItsNic) {
+  std::string dir = ax::testing::temp_dir("launch_dgx");
+  Result r = launch(dir, {"--nproc", "auto", "--run-dir", dir, "--", AX_FAKE_RANK_BIN},
+                    {"AX_TOPOLOGY_FILE=" + kFixtures + "/dgx-h100.json"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (int rank = 0; rank < 8; ++rank) {
+    std::string log = rank_log(dir, rank);
+    std::string n = std::to_string(rank);
+    EXPECT_TRUE(contains(log, "AX_WORLD_SIZE=8\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_ICI_MESH=1,8,1\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_DEVICE=" + n + "\n")) << log;
+    EXPECT_TRUE(contains(log, "NCCL_IB_HCA=mlx5_" + n + "\n")) << log;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/logs/rank_8.log"));
+}
+
+TEST(LaunchTest, CudaVisibleDevicesDecidesOrdinals) {
+  std::string dir = ax::testing::temp_dir("launch_cvd");
+  Result r =
+      launch(dir, {"--run-dir", dir, "--", AX_FAKE_RANK_BIN},
+             {"AX_TOPOLOGY_FILE=" + kFixtures + "/dgx-h100.json", "CUDA_VISIBLE_DEVICES=6,2"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/logs/rank_2.log"));
+  std::string r0 = rank_log(dir, 0), r1 = rank_log(dir, 1);
+  EXPECT_TRUE(contains(r0, "AX_WORLD_SIZE=2\n")) << r0;
+  EXPECT_TRUE(contains(r0, "AX_DEVICE=0\n")) << r0;
+  EXPECT_TRUE(contains(r0, "NCCL_IB_HCA=mlx5_6\n")) << r0;  // ordinal 0 is GPU 6
+  EXPECT_TRUE(contains(r1, "AX_DEVICE=1\n")) << r1;
+  EXPECT_TRUE(contains(r1, "NCCL_IB_HCA=mlx5_2\n")) << r1;
+}
+
+TEST(LaunchTest, NodeRankAndCoordinatorFromTheEnvironment) {
+  std::string dir = ax::testing::temp_dir("launch_nodes");
+  Result r = launch(dir, {"--nproc", "2", "--run-dir", dir, "--", AX_FAKE_RANK_BIN},
+                    {"AX_NNODES=3", "AX_NODE_RANK=1", "AX_COORDINATOR=n0:29500"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::string log = rank_log(dir, 3);
+  EXPECT_TRUE(contains(log, "AX_RANK=3\nAX_WORLD_SIZE=6\nAX_LOCAL_RANK=1\n")) << log;
+  EXPECT_TRUE(contains(log, "AX_NODE_RANK=1\nAX_NNODES=3\n")) << log;
+  EXPECT_TRUE(contains(log, "AX_DCN_MESH=3,1,1\n")) << log;
+  EXPECT_TRUE(contains(log, "AX_COORDINATOR=n0:29500\n")) << log;
+}
+
+TEST(LaunchTest, FailingRankEndsTheSetWithItsStatus) {
+  std::string dir = ax::testing::temp_dir("launch_fail");
+  Result r = launch(dir, {"--nproc", "4", "--run-dir", dir, "--", AX_FAKE_RANK_BIN, "3=late-exit:7",
+                          "*=sleep:60"});
+  EXPECT_EQ(r.status, 7) << r.out;
+  EXPECT_LT(r.seconds, 5) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 3 on host " + host() + " exited with status 7")) << r.out;
+  nlohmann::json error = nlohmann::json::parse(ax::testing::read_file(dir + "/error.json"));
+  EXPECT_EQ(error["rank"], 3);
+  EXPECT_EQ(error["exit_code"], 7);
+  EXPECT_EQ(error["host"], host());
+  EXPECT_EQ(error["log_file"], dir + "/logs/rank_3.log");
+  EXPECT_TRUE(error.contains("time"));
+}
+
+TEST(LaunchTest, RankKilledBySignal) {
+  std::string dir = ax::testing::temp_dir("launch_kill");
+  Result r = launch(
+      dir, {"--nproc", "2", "--run-dir", dir, "--", AX_FAKE_RANK_BIN, "1=kill:9", "*=sleep:60"});
+  EXPECT_EQ(r.status, 137) << r.out;
+  EXPECT_LT(r.seconds, 5) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 1 on host " + host() + " was killed by signal 9 (SIGKILL)"))
+      << r.out;
+  nlohmann::json error = nlohmann::json::parse(ax::testing::read_file(dir + "/error.json"));
+  EXPECT_EQ(error["signal"], 9);
+  EXPECT_FALSE(error.contains("exit_code"));
+}
+
+TEST(LaunchTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  std::string dir = ax::testing::temp_dir("launch_grace");
+  Result r = launch(dir, {"--nproc", "2", "--grace-seconds", "1", "--run-dir", dir, "--",
+                          AX_FAKE_RANK_BIN, "0=late-exit:5", "*=ignore-term"});
+  EXPECT_EQ(r.status, 5) << r.out;
+  EXPECT_GE(r.seconds, 1.4) << r.out;
+  EXPECT_LT(r.seconds, 5) << r.out;
+  EXPECT_TRUE(contains(r.out, "sending SIGKILL")) << r.out;
+}
+
+TEST(LaunchTest, SigtermIsForwardedAndPreemptedRanksExit75) {
+  std::string dir = ax::testing::temp_dir("launch_term");
+  Launch l =
+      start(dir, {"--nproc", "3", "--run-dir", dir, "--", AX_FAKE_RANK_BIN, "*=wait-term:75"});
+  for (int tries = 0; tries < 500; ++tries) {
+    int ready = 0;
+    for (int rank = 0; rank < 3; ++rank) {
+      std::string path = dir + "/logs/rank_" + std::to_string(rank) + ".log";
+      ready += std::filesystem::exists(path) && contains(ax::testing::read_file(path), "ready");
+    }
+    if (ready == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(l.pid, SIGTERM);
+  Result r = finish(l);
+  EXPECT_EQ(r.status, 75) << r.out;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(contains(rank_log(dir, rank), "got signal")) << rank_log(dir, rank);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/error.json"));
+}
+
+TEST(LaunchTest, MaxRestartsRestartsTheWholeSet) {
+  std::string dir = ax::testing::temp_dir("launch_restart");
+  std::string marker = dir + "/failed-once";
+  Result r = launch(dir, {"--nproc", "2", "--max-restarts", "1", "--run-dir", dir, "--",
+                          AX_FAKE_RANK_BIN, "1=fail-once:" + marker});
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "restart 1/1")) << r.out;
+  EXPECT_TRUE(contains(rank_log(dir, 1), "first attempt: failing")) << rank_log(dir, 1);
+
+  std::string dir2 = ax::testing::temp_dir("launch_no_restart");
+  Result once = launch(dir2, {"--nproc", "2", "--run-dir", dir2, "--", AX_FAKE_RANK_BIN,
+                              "1=fail-once:" + dir2 + "/marker"});
+  EXPECT_EQ(once.status, 3) << once.out;
+}
+
+TEST(LaunchTest, CommandThatCannotRunExits127) {
+  std::string dir = ax::testing::temp_dir("launch_noexec");
+  Result r = launch(dir, {"--nproc", "1", "--run-dir", dir, "--", dir + "/does-not-exist"});
+  EXPECT_EQ(r.status, 127) << r.out;
+  EXPECT_TRUE(contains(r.out, "[r0] ax-launch: cannot run")) << r.out;
+}
+
+TEST(LaunchTest, BadCommandLinesExit2WithOneLine) {
+  std::string dir = ax::testing::temp_dir("launch_bad");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--nproc", "2"},
+      {"--nproc", "2", "--"},
+      {"--nproc", "zero", "--", "/bin/true"},
+      {"--nproc", "0", "--", "/bin/true"},
+      {"--mesh", "ici=1,2", "--", "/bin/true"},
+      {"--max-restarts", "-1", "--", "/bin/true"},
+      {"--bogus", "--", "/bin/true"},
+      {"--nproc"},
+      {"--nnodes", "2", "--", "/bin/true"},
+      {"--nproc", "3", "--mesh", "ici=1,2,1;dcn=1,1,1", "--", "/bin/true"},
+  };
+  for (const auto& args : cases) {
+    Result r = launch(dir, args);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_EQ(r.out.rfind("ax-launch: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+}
+
+TEST(RankPlanTest, VisibleTopologyByUuidAndErrors) {
+  StatusOr<topo::Topology> node = topo::load_topology(kFixtures + "/dgx-h100.json");
+  ASSERT_TRUE(node.ok()) << node.status().to_string();
+  StatusOr<topo::Topology> v = visible_topology(*node, node->gpus[5].uuid.substr(0, 12) + ",1");
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  ASSERT_EQ(v->gpus.size(), 2u);
+  EXPECT_EQ(v->gpus[0].pci_bus_id, node->gpus[5].pci_bus_id);
+  EXPECT_EQ(v->gpus[1].index, 1);
+  EXPECT_EQ(v->nvlinks[0][1], node->nvlinks[5][1]);
+  EXPECT_FALSE(visible_topology(*node, "8").ok());
+  EXPECT_FALSE(visible_topology(*node, "1,1").ok());
+  EXPECT_FALSE(visible_topology(*node, "GPU-nothing").ok());
+  StatusOr<topo::Topology> none = visible_topology(*node, "");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->gpus.empty());
+}
+
+TEST(RankPlanTest, BindsOnlyWhenTheCoresExist) {
+  StatusOr<topo::Topology> node = topo::load_topology(kFixtures + "/dgx-h100.json");
+  ASSERT_TRUE(node.ok());
+  PlanInput in;
+  in.coordinator = "h:1";
+  in.available_cpus = {0, 1};
+  StatusOr<NodePlan> plan = plan_node(*node, in);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_TRUE(plan->ranks[0].cpus.empty());
+  for (int c = 0; c < 224; ++c) in.available_cpus.push_back(c);
+  plan = plan_node(*node, in);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->ranks[0].cpus, node->gpus[0].cpus);
+}
+
+}  // namespace
+}  // namespace ax::launcher
