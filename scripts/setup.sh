@@ -10,6 +10,7 @@
 # Optional groups:
 #   oracle   PyTorch for Debian's /usr/bin/python3: the PyTorch oracle test
 #            (tests/trainer/oracle) and the training benchmark's peer (bench/torch_peer.py)
+#   slurm    Slurm daemons, client and munge for the local cluster (scripts/slurm-cluster.sh)
 set -euo pipefail
 
 packages=(
@@ -34,6 +35,7 @@ packages=(
 
 declare -A groups=(
   [oracle]="python3-torch python3-numpy"
+  [slurm]="slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libslurm-dev libpmix-dev libhwloc-dev hwloc"
 )
 
 print=0

@@ -1,0 +1,155 @@
+#include "env.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "ax/common/strings.h"
+#include "ax/launcher/rank_plan.h"
+
+namespace ax::spank {
+
+namespace {
+
+constexpr size_t kMaxHostname = 255;
+
+bool all_available(const std::vector<int>& cpus, const std::vector<int>& available) {
+  std::set<int> have(available.begin(), available.end());
+  return !cpus.empty() &&
+         std::all_of(cpus.begin(), cpus.end(), [&](int c) { return have.count(c) > 0; });
+}
+
+std::string all_nics(const topo::Topology& node) {
+  std::string out;
+  for (const topo::Nic& nic : node.nics) {
+    if (nic.name.empty()) continue;
+    if (!out.empty()) out += ',';
+    out += nic.name;
+  }
+  return out;
+}
+
+void set_var(TaskEnv& out, const std::string& name, const std::string& value) {
+  for (auto& [key, v] : out.env) {
+    if (key == name) {
+      v = value;
+      return;
+    }
+  }
+  out.env.emplace_back(name, value);
+}
+
+// Position of node GPU `gpu` in the task's CUDA_VISIBLE_DEVICES, -1 when absent.
+StatusOr<int> ordinal_in(const topo::Topology& node, int gpu, const std::string& cvd) {
+  StatusOr<topo::Topology> visible = launcher::visible_topology(node, cvd);
+  if (!visible.ok()) return visible.status();
+  const std::string& bus = node.gpus.at(static_cast<size_t>(gpu)).pci_bus_id;
+  for (const topo::Gpu& g : visible->gpus) {
+    if (g.pci_bus_id == bus) return g.index;
+  }
+  return -1;
+}
+
+}  // namespace
+
+StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, const TaskInput& in) {
+  if (in.local_id < 0 || in.local_id >= in.tasks_per_node) {
+    return InvalidArgument("task ", in.local_id, " of ", in.tasks_per_node, " on this node");
+  }
+  launcher::PlanInput plan_in;
+  plan_in.nproc = in.tasks_per_node;
+  plan_in.mesh_spec = in.mesh_spec;
+  plan_in.nnodes = in.nnodes;
+  plan_in.node_rank = in.node_id;
+  plan_in.coordinator = in.coordinator;
+  plan_in.available_cpus = in.available_cpus;
+  plan_in.keep_nccl_ib_hca = in.user_nccl_ib_hca || config.nic == NicChoice::kAll;
+  // A CUDA_VISIBLE_DEVICES naming one GPU per task on the node is the step's view (as ax-launch
+  // sees it); otherwise Slurm bound GPUs per task and ordinals are found after planning.
+  bool step_view = false;
+  topo::Topology planned = node;  // the GPUs plan_node indexes
+  if (in.cuda_visible_devices && !node.gpus.empty()) {
+    StatusOr<topo::Topology> visible = launcher::visible_topology(node, *in.cuda_visible_devices);
+    if (!visible.ok()) return visible.status();
+    step_view = static_cast<int>(visible->gpus.size()) == in.tasks_per_node;
+    if (step_view) {
+      plan_in.cuda_visible_devices = in.cuda_visible_devices;
+      planned = std::move(visible).value();
+    }
+  }
+  StatusOr<launcher::NodePlan> plan = launcher::plan_node(node, plan_in);
+  if (!plan.ok()) return plan.status();
+  const launcher::RankPlan& rank = plan->ranks.at(static_cast<size_t>(in.local_id));
+
+  TaskEnv out;
+  out.env = rank.env;
+  if (rank.gpu >= 0 && in.cuda_visible_devices && !step_view) {
+    StatusOr<int> ordinal = ordinal_in(node, rank.gpu, *in.cuda_visible_devices);
+    if (!ordinal.ok()) return ordinal.status();
+    if (*ordinal < 0) {
+      return FailedPrecondition("rank ", rank.rank, " is placed on GPU ", rank.gpu,
+                                " but the task's CUDA_VISIBLE_DEVICES=", *in.cuda_visible_devices,
+                                " does not name it");
+    }
+    set_var(out, "AX_DEVICE", std::to_string(*ordinal));
+  }
+  if (rank.gpu >= 0 && config.nic == NicChoice::kAll && !in.user_nccl_ib_hca) {
+    std::string nics = all_nics(node);
+    if (!nics.empty()) set_var(out, "NCCL_IB_HCA", nics);
+  }
+  if (rank.gpu >= 0 && config.bind == Bind::kCores) {
+    out.cpus = rank.cpus;
+    if (out.cpus.empty()) out.note = "the GPU's cores are not all available to the task";
+  } else if (rank.gpu >= 0 && config.bind == Bind::kNuma) {
+    int numa = planned.gpus.at(static_cast<size_t>(rank.gpu)).numa_node;
+    for (const topo::NumaNode& n : node.numa_nodes) {
+      if (n.id == numa && all_available(n.cpus, in.available_cpus)) out.cpus = n.cpus;
+    }
+    if (out.cpus.empty()) out.note = "the GPU's NUMA node cores are not all available to the task";
+  }
+  if (rank.rank != in.global_id) {
+    out.note = str_cat("AX_RANK ", rank.rank, " differs from Slurm's task id ", in.global_id,
+                       " (mesh placement order)");
+  }
+  return out;
+}
+
+StatusOr<std::string> first_host(const std::string& nodelist) {
+  if (nodelist.size() > kMaxArgLength) {
+    return InvalidArgument("node list longer than ", kMaxArgLength, " characters");
+  }
+  std::string host;
+  size_t i = 0;
+  auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+  };
+  while (i < nodelist.size() && name_char(nodelist[i])) host += nodelist[i++];
+  if (i < nodelist.size() && nodelist[i] == '[') {
+    size_t close = nodelist.find(']', i);
+    if (close == std::string::npos) return InvalidArgument("node list '", nodelist, "': no ']'");
+    std::string first = nodelist.substr(i + 1, close - i - 1);
+    first = first.substr(0, first.find_first_of(",-"));
+    if (first.empty() || !std::all_of(first.begin(), first.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c));
+        })) {
+      return InvalidArgument("node list '", nodelist, "': expected digits after '['");
+    }
+    host += first;
+    i = close + 1;
+    while (i < nodelist.size() && name_char(nodelist[i])) host += nodelist[i++];
+  }
+  if (i < nodelist.size() && nodelist[i] != ',') {
+    return InvalidArgument("node list '", nodelist, "': unexpected character at ", i);
+  }
+  if (host.empty() || host.size() > kMaxHostname) {
+    return InvalidArgument("node list '", nodelist, "': no valid first host name");
+  }
+  return host;
+}
+
+int coordinator_port(uint32_t job_id, uint32_t step_id) {
+  uint64_t key = static_cast<uint64_t>(job_id) * 64 + step_id % 64;
+  return 20000 + static_cast<int>(key % 12000);
+}
+
+}  // namespace ax::spank

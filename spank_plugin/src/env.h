@@ -1,0 +1,48 @@
+// What one task of a step gets: the AX_* contract of docs/launch.md (the same as ax-launch's, built
+// with ax::launcher::plan_node), NCCL_IB_HCA and the cores to bind it to. Pure computation, so
+// tests run it on topology fixtures.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/topology/topology.h"
+#include "config.h"
+
+namespace ax::spank {
+
+struct TaskInput {
+  int nnodes = 1;          // S_JOB_NNODES
+  int node_id = 0;         // S_JOB_NODEID
+  int tasks_per_node = 1;  // S_JOB_LOCAL_TASK_COUNT
+  int local_id = 0;        // S_TASK_ID
+  int global_id = 0;       // S_TASK_GLOBAL_ID (only checked against the placement)
+  std::string mesh_spec;
+  std::string coordinator;  // host:port
+  // CUDA_VISIBLE_DEVICES in the task's environment, when set.
+  std::optional<std::string> cuda_visible_devices;
+  bool user_nccl_ib_hca = false;    // NCCL_IB_HCA already set by the user: kept
+  std::vector<int> available_cpus;  // cores the task may run on
+};
+
+struct TaskEnv {
+  std::vector<std::pair<std::string, std::string>> env;
+  std::vector<int> cpus;  // empty = no binding
+  std::string note;       // why it is not bound, or the rank differs from Slurm's task id
+};
+
+StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, const TaskInput& in);
+
+// The first host of a Slurm host list: "n[1-4,7],m2" -> "n1", "gpu[007-009]" -> "gpu007".
+// Rejects anything but hostname characters, brackets, commas and ranges.
+StatusOr<std::string> first_host(const std::string& nodelist);
+
+// The coordinator's port for a step: 20000 + (job_id * 64 + step_id mod 64) mod 12000, below
+// Linux's ephemeral range (32768-60999) and different for consecutive steps of one job.
+int coordinator_port(uint32_t job_id, uint32_t step_id);
+
+}  // namespace ax::spank
