@@ -124,24 +124,35 @@ void rmsnorm_backward_rows(float* dinp, const float* dout, const float* inp, con
   }
 }
 
+// Checks an embedding op's views and returns its sizes; `table`/`pos` are wte/wpe or their
+// gradients, `acts` is out or dout.
+struct EmbeddingDims {
+  int64_t B, T, Vp, C;
+};
+EmbeddingDims embedding_dims(Tensor tokens, Tensor table, Tensor pos, Tensor acts, const char* op,
+                             const char* table_name, const char* pos_name, const char* acts_name) {
+  expect_dtype(tokens, DType::kI32, op, "tokens");
+  AX_CHECK_EQ(tokens.ndim, 2) << op << ": tokens is " << tokens.shape_string();
+  expect_dtype(table, DType::kF32, op, table_name);
+  AX_CHECK_EQ(table.ndim, 2) << op << ": " << table_name << " is " << table.shape_string();
+  EmbeddingDims d{tokens.dim(0), tokens.dim(1), table.dim(0), table.dim(1)};
+  expect_shape(acts, DType::kF32, {d.B, d.T, d.C}, op, acts_name);
+  if (!pos.empty()) {
+    expect_dtype(pos, DType::kF32, op, pos_name);
+    AX_CHECK(pos.ndim == 2 && pos.dim(0) >= d.T && pos.dim(1) == d.C)
+        << op << ": " << pos_name << " is " << pos.shape_string() << " for T=" << d.T
+        << ", C=" << d.C;
+  }
+  return d;
+}
+
 }  // namespace
 
 void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
   // out (B, T, C), tokens (B, T) i32, wte (Vp, C), wpe (maxT, C) or empty.
   constexpr const char* kOp = "embedding_forward";
-  expect_dtype(tokens, DType::kI32, kOp, "tokens");
-  AX_CHECK_EQ(tokens.ndim, 2) << kOp << ": tokens is " << tokens.shape_string();
-  expect_dtype(wte, DType::kF32, kOp, "wte");
-  AX_CHECK_EQ(wte.ndim, 2) << kOp << ": wte is " << wte.shape_string();
-  int64_t B = tokens.dim(0), T = tokens.dim(1), Vp = wte.dim(0), C = wte.dim(1);
-  expect_shape(out, DType::kF32, {B, T, C}, kOp, "out");
-  const float* pos = nullptr;
-  if (!wpe.empty()) {
-    expect_dtype(wpe, DType::kF32, kOp, "wpe");
-    AX_CHECK(wpe.ndim == 2 && wpe.dim(0) >= T && wpe.dim(1) == C)
-        << kOp << ": wpe is " << wpe.shape_string() << " for T=" << T << ", C=" << C;
-    pos = wpe.as<float>();
-  }
+  auto [B, T, Vp, C] = embedding_dims(tokens, wte, wpe, out, kOp, "wte", "wpe", "out");
+  const float* pos = wpe.empty() ? nullptr : wpe.as<float>();
   const int32_t* tok = tokens.as<int32_t>();
   const float* table = wte.as<float>();
   float* o = out.as<float>();
@@ -164,17 +175,7 @@ void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor
 void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
   // dwte (Vp, C), dwpe (maxT, C) or empty, dout (B, T, C), tokens (B, T) i32.
   constexpr const char* kOp = "embedding_backward";
-  expect_dtype(tokens, DType::kI32, kOp, "tokens");
-  AX_CHECK_EQ(tokens.ndim, 2) << kOp << ": tokens is " << tokens.shape_string();
-  expect_dtype(dwte, DType::kF32, kOp, "dwte");
-  AX_CHECK_EQ(dwte.ndim, 2) << kOp << ": dwte is " << dwte.shape_string();
-  int64_t B = tokens.dim(0), T = tokens.dim(1), Vp = dwte.dim(0), C = dwte.dim(1);
-  expect_shape(dout, DType::kF32, {B, T, C}, kOp, "dout");
-  if (!dwpe.empty()) {
-    expect_dtype(dwpe, DType::kF32, kOp, "dwpe");
-    AX_CHECK(dwpe.ndim == 2 && dwpe.dim(0) >= T && dwpe.dim(1) == C)
-        << kOp << ": dwpe is " << dwpe.shape_string() << " for T=" << T << ", C=" << C;
-  }
+  auto [B, T, Vp, C] = embedding_dims(tokens, dwte, dwpe, dout, kOp, "dwte", "dwpe", "dout");
   const int32_t* tok = tokens.as<int32_t>();
   const float* dy = dout.as<float>();
   float* dtable = dwte.as<float>();
