@@ -98,6 +98,18 @@ if(NOT AX_ENABLE_CUDA STREQUAL "OFF")
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
+    # NCCL ships with the toolkit image (/usr/local/cuda/lib) or as Debian's libnccl-dev.
+    find_path(AX_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(AX_NCCL_LIBRARY nccl
+                 HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
+                       ${CUDAToolkit_LIBRARY_ROOT}/lib64)
+    if(NOT AX_NCCL_INCLUDE OR NOT AX_NCCL_LIBRARY)
+      ax_missing("nccl.h / libnccl" libnccl-dev)
+    endif()
+    add_library(ax_dep_nccl INTERFACE)
+    target_include_directories(ax_dep_nccl SYSTEM INTERFACE ${AX_NCCL_INCLUDE})
+    target_link_libraries(ax_dep_nccl INTERFACE ${AX_NCCL_LIBRARY} CUDA::cudart)
+    add_library(ax::nccl ALIAS ax_dep_nccl)
     set(AX_HAVE_CUDA ON)
   elseif(AX_ENABLE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "ax: AX_ENABLE_CUDA=ON but no CUDA toolkit was found at /usr/local/cuda. "

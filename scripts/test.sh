@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
 # The test command on a fresh machine: installs what ax needs (with PyTorch for the oracle test),
 # builds the CPU configuration and runs the unit suite, then a short libFuzzer run of the shard
-# reader. Ends with one line "tests: N passed, N failed".
-#   AX_FUZZ_SECONDS=0 skips the fuzz run.
+# reader, then the `slurm` suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md).
+# Ends with one line "tests: N passed, N failed" (plus why the slurm suite was skipped, if it was).
+#   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --with oracle
+slurm_tests="${AX_SLURM_TESTS:-1}"
+groups=(--with oracle)
+[[ "$slurm_tests" == 0 ]] || groups+=(--with slurm)
+bash scripts/setup.sh "${groups[@]}"
 build=$(bash scripts/build.sh cpu | tail -n 1)
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+slurm_log=$(mktemp)
+slurm_dir=$(sed -n 's/^AX_SLURM_TEST_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+cleanup() {
+  rm -f "$log" "$slurm_log"
+  # The suite's cleanup fixture tears the cluster down; this covers a ctest that was killed.
+  if [[ -n "$slurm_dir" && -e "$slurm_dir/run" && $(id -u) == 0 ]]; then
+    timeout -k 5 60 bash scripts/slurm-cluster.sh down --state-dir "$slurm_dir" >/dev/null 2>&1 ||
+      true
+  fi
+}
+trap cleanup EXIT
 rc=0
 ctest --test-dir "$build" -L unit --output-on-failure -j "$(nproc)" --timeout 600 | tee "$log" ||
   rc=$?
@@ -24,5 +38,43 @@ if [[ -z "$summary" ]]; then
   echo "tests: ctest printed no summary" >&2
   exit 1
 fi
-echo "tests: $((total - failed + fuzz_passed)) passed, $((failed + fuzz_failed)) failed"
-(( rc == 0 && fuzz_failed == 0 ))
+
+# The slurm suite needs root (UTS namespaces, /etc/hosts) and the Slurm daemons.
+slurm_skip=""
+if [[ "$slurm_tests" == 0 ]]; then
+  slurm_skip="AX_SLURM_TESTS=0"
+elif [[ $(id -u) != 0 ]]; then
+  slurm_skip="needs root (UTS namespaces, /etc/hosts, munged), running as $(id -un)"
+elif ! [[ -x /usr/sbin/slurmctld && -x /usr/sbin/slurmd && -x /usr/sbin/munged ]] ||
+  ! command -v srun >/dev/null; then
+  slurm_skip="Slurm binaries missing (scripts/setup.sh --with slurm)"
+fi
+slurm_passed=0 slurm_failed=0 slurm_rc=0
+if [[ -z "$slurm_skip" ]]; then
+  slurm_start=$SECONDS
+  ctest --test-dir "$build" -L slurm --output-on-failure --timeout 300 | tee "$slurm_log" ||
+    slurm_rc=$?
+  echo "slurm suite: $((SECONDS - slurm_start)) s wall time"
+  slurm_summary=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$slurm_log" || true)
+  if [[ -z "$slurm_summary" ]]; then
+    echo "tests: the slurm suite's ctest printed no summary" >&2
+    slurm_failed=1
+  else
+    slurm_total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$slurm_summary")
+    slurm_failed=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$slurm_summary")
+    # A test that skipped itself (exit 77) counts as passed in ctest's summary: not here.
+    slurm_skipped=$(grep -c '(Skipped)$' "$slurm_log" || true)
+    slurm_passed=$((slurm_total - slurm_failed - slurm_skipped))
+    if ((slurm_skipped > 0)); then
+      slurm_skip="$slurm_skipped of its tests skipped themselves (see above)"
+    fi
+  fi
+else
+  echo "tests: slurm suite SKIPPED: $slurm_skip"
+fi
+
+line="tests: $((total - failed + fuzz_passed + slurm_passed)) passed,"
+line+=" $((failed + fuzz_failed + slurm_failed)) failed"
+[[ -z "$slurm_skip" ]] || line+=" (slurm suite skipped: $slurm_skip)"
+echo "$line"
+(( rc == 0 && fuzz_failed == 0 && slurm_rc == 0 && slurm_failed == 0 ))

@@ -110,6 +110,7 @@ StatusOr<NodePlan> plan_node(const topo::Topology& node, const PlanInput& in) {
     std::string nic;
     if (p.gpu >= 0) {
       const topo::Gpu& gpu = visible.gpus.at(static_cast<size_t>(p.gpu));
+      r.mem_node = gpu.numa_node;
       if (all_available(gpu.cpus, in.available_cpus)) {
         r.cpus = gpu.cpus;
       } else {

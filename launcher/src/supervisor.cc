@@ -2,19 +2,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,9 +38,25 @@ using Clock = std::chrono::steady_clock;
 constexpr int kPreemptedExit = 75;  // EX_TEMPFAIL: the trainer checkpointed on a signal
 constexpr size_t kMaxLine = 64 * 1024;
 
+// Node masks for set_mempolicy/get_mempolicy: 1024 nodes, as many as Linux configures at most.
+constexpr int kMaxNumaNodes = 1024;
+constexpr int kMaskBits = 8 * sizeof(unsigned long);
+using NodeMask = unsigned long[kMaxNumaNodes / kMaskBits];
+// The kernel reads maxnode - 1 bits of a mask.
+constexpr unsigned long kMaskMaxNode = kMaxNumaNodes + 1;
+
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev != nullptr ? str_cat("SIG", abbrev) : str_cat("signal ", sig);
+}
+
+std::string join(const std::vector<int>& values) {
+  std::string out;
+  for (int v : values) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(v);
+  }
+  return out;
 }
 
 // The launcher's exit status for a child's wait status (shell convention).
@@ -70,10 +90,12 @@ struct Launchable {
   std::vector<char*> argv;
   cpu_set_t cpus{};
   bool bind = false;
+  int mem_node = -1;
 };
 
 struct Child {
   const RankPlan* plan = nullptr;
+  int mem_node = -1;  // the plan's, when this machine has it
   std::string log_path;
   int log_fd = -1;
   pid_t pid = -1;
@@ -107,6 +129,7 @@ class Supervisor {
 
  private:
   Status prepare();
+  void resolve_memory_nodes();
   Status start_set(int attempt);
   int supervise_set();  // the set's exit status
   void spawn(Child& c, Launchable& l, int out_w);
@@ -151,7 +174,28 @@ Status Supervisor::prepare() {
   signal_fd_ = signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) return IoError("signalfd", errno);
   signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the supervisor
+  resolve_memory_nodes();
   return Status::Ok();
+}
+
+void Supervisor::resolve_memory_nodes() {
+  std::vector<int> allowed = allowed_memory_nodes();
+  std::map<int, std::vector<int>> absent;  // node -> ranks
+  for (Child& c : children_) {
+    int node = c.plan->mem_node;
+    if (node < 0) continue;
+    if (std::find(allowed.begin(), allowed.end(), node) != allowed.end()) {
+      c.mem_node = node;
+    } else {
+      absent[node].push_back(c.plan->rank);
+    }
+  }
+  for (const auto& [node, ranks] : absent) {
+    AX_LOG(kWarn, "launch") << "NUMA node " << node << " of the GPUs of ranks " << join(ranks)
+                            << " is not one this launcher may allocate on (allowed: "
+                            << (allowed.empty() ? "none" : join(allowed))
+                            << "); their memory is not bound";
+  }
 }
 
 void Supervisor::spawn(Child& c, Launchable& l, int out_w) {
@@ -162,6 +206,10 @@ void Supervisor::spawn(Child& c, Launchable& l, int out_w) {
     dup2(out_w, STDOUT_FILENO);
     dup2(out_w, STDERR_FILENO);
     if (l.bind) sched_setaffinity(0, sizeof l.cpus, &l.cpus);
+    if (l.mem_node >= 0 && prefer_memory_node(l.mem_node) != 0) {
+      const char* what = "ax-launch: warning: set_mempolicy failed; memory not bound\n";
+      (void)!write(STDERR_FILENO, what, strlen(what));
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -199,6 +247,7 @@ Status Supervisor::start_set(int attempt) {
     l.envp.push_back(nullptr);
     for (const std::string& a : options_.command) l.argv.push_back(const_cast<char*>(a.c_str()));
     l.argv.push_back(nullptr);
+    l.mem_node = c.mem_node;
     CPU_ZERO(&l.cpus);
     for (int cpu : c.plan->cpus) {
       if (cpu >= 0 && cpu < CPU_SETSIZE) {
@@ -435,6 +484,25 @@ StatusOr<int> Supervisor::run() {
 StatusOr<int> supervise(const std::vector<RankPlan>& ranks, const SuperviseOptions& options) {
   Supervisor supervisor(ranks, options);
   return supervisor.run();
+}
+
+std::vector<int> allowed_memory_nodes() {
+  NodeMask mask = {};
+  std::vector<int> out;
+  if (syscall(SYS_get_mempolicy, nullptr, mask, kMaskMaxNode, nullptr, MPOL_F_MEMS_ALLOWED) != 0) {
+    return out;
+  }
+  for (int n = 0; n < kMaxNumaNodes; ++n) {
+    if ((mask[n / kMaskBits] >> (n % kMaskBits)) & 1UL) out.push_back(n);
+  }
+  return out;
+}
+
+int prefer_memory_node(int node) {
+  if (node < 0 || node >= kMaxNumaNodes) return EINVAL;
+  NodeMask mask = {};
+  mask[node / kMaskBits] = 1UL << (node % kMaskBits);
+  return syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask, kMaskMaxNode) == 0 ? 0 : errno;
 }
 
 }  // namespace ax::launcher

@@ -97,6 +97,7 @@ StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, con
     std::string nics = all_nics(node);
     if (!nics.empty()) set_var(out, "NCCL_IB_HCA", nics);
   }
+  if (rank.gpu >= 0 && config.bind != Bind::kNone) out.mem_node = rank.mem_node;
   if (rank.gpu >= 0 && config.bind == Bind::kCores) {
     out.cpus = rank.cpus;
     if (out.cpus.empty()) out.note = "the GPU's cores are not all available to the task";

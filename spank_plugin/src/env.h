@@ -1,6 +1,6 @@
 // What one task of a step gets: the AX_* contract of docs/launch.md (the same as ax-launch's, built
-// with ax::launcher::plan_node), NCCL_IB_HCA and the cores to bind it to. Pure computation, so
-// tests run it on topology fixtures.
+// with ax::launcher::plan_node), NCCL_IB_HCA, the cores to bind it to and the NUMA node its memory
+// is preferred on. Pure computation, so tests run it on topology fixtures.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,7 @@ struct TaskInput {
 struct TaskEnv {
   std::vector<std::pair<std::string, std::string>> env;
   std::vector<int> cpus;  // empty = no binding
+  int mem_node = -1;      // the GPU's NUMA node (bind=numa|cores); -1 = memory not bound
   std::string note;       // why it is not bound, or the rank differs from Slurm's task id
 };
 

@@ -1,15 +1,19 @@
 // spank_ax.so: the slurm_spank_* callbacks, dispatching on spank_context(). Client contexts
 // (srun, sbatch, salloc) only register and check --ax-mesh; slurmstepd discovers the node in
-// user_init and sets every task's AX_* environment in task_init (docs/spank-plugin.md).
+// user_init and sets every task's AX_* environment and binding in task_init
+// (docs/spank-plugin.md).
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "ax/launcher/supervisor.h"
 #include "ax/topology/topology.h"
 #include "config.h"
 #include "env.h"
@@ -37,6 +41,9 @@ struct StepState {
   std::optional<topo::Topology> node;
   int nnodes = 0, node_id = 0, tasks_per_node = 0;
   std::string coordinator;
+  // An error of user_init, raised again by every task_init: slurmstepd does not report a
+  // user_init failure to srun, a task_init failure it does (pyxis does the same).
+  Status user_init_error;
 };
 
 StepState& state() {
@@ -132,6 +139,7 @@ std::vector<int> available_cpus() {
 
 Status task_init(spank_t sp) {
   StepState& s = state();
+  if (!s.user_init_error.ok()) return s.user_init_error;
   if (s.spec.empty() || !s.node) return Status::Ok();
   StatusOr<int> local = item<int>(sp, S_TASK_ID, "S_TASK_ID");
   StatusOr<uint32_t> global = item<uint32_t>(sp, S_TASK_GLOBAL_ID, "S_TASK_GLOBAL_ID");
@@ -166,10 +174,26 @@ Status task_init(spank_t sp) {
       return IoError("sched_setaffinity", errno);
     }
   }
+  // Memory binding degrades instead of failing the task: a node the task may not allocate on
+  // (fixture of another machine, cpuset cgroup) or a refused policy only leaves it unbound.
+  if (env->mem_node >= 0) {
+    std::vector<int> allowed = launcher::allowed_memory_nodes();
+    if (std::find(allowed.begin(), allowed.end(), env->mem_node) == allowed.end()) {
+      slurm_verbose(
+          "ax: task %d: NUMA node %d is not one the task may allocate on; memory not "
+          "bound",
+          *local, env->mem_node);
+    } else if (int err = launcher::prefer_memory_node(env->mem_node); err != 0) {
+      slurm_info("ax: task %d: set_mempolicy(NUMA node %d): %s; memory not bound", *local,
+                 env->mem_node, strerror(err));
+    }
+  }
   return Status::Ok();
 }
 
-// Runs one callback body: no exception crosses the C ABI; errors are logged with "ax: ".
+// Runs one callback body: no exception crosses the C ABI; errors are logged with "ax: " and
+// returned as -1. slurmstepd treats only a NEGATIVE return as a failure (ESPANK_ERROR is a
+// positive error code: returning it would let the tasks start without their AX_* environment).
 template <typename F>
 int guarded(const char* what, F&& body) {
   try {
@@ -181,7 +205,7 @@ int guarded(const char* what, F&& body) {
   } catch (...) {
     slurm_error("ax: %s: unexpected error", what);
   }
-  return ESPANK_ERROR;
+  return -1;
 }
 
 }  // namespace
@@ -195,7 +219,11 @@ AX_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char** av) {
 
 AX_SPANK_EXPORT int slurm_spank_user_init(spank_t sp, int ac, char** av) {
   if (spank_context() != S_CTX_REMOTE) return ESPANK_SUCCESS;
-  return ax::spank::guarded("user_init", [&] { return ax::spank::user_init(sp); });
+  // Failures are kept and raised by task_init, where srun hears of them.
+  return ax::spank::guarded("user_init", [&] {
+    ax::spank::state().user_init_error = ax::spank::user_init(sp);
+    return ax::Status::Ok();
+  });
 }
 
 AX_SPANK_EXPORT int slurm_spank_task_init(spank_t sp, int ac, char** av) {

@@ -1,4 +1,5 @@
-// A stand-in trainer for launcher tests. Prints its AX_* environment and affinity, then does what
+// A stand-in trainer for launcher tests. Prints its AX_* environment and its memory policy
+// ("mempolicy=default", "mempolicy=prefer nodes=0", read with get_mempolicy), then does what
 // the first argument matching its AX_RANK says ("R=ACTION", or "*=ACTION" for any rank):
 //   exit:N          exit with status N
 //   kill:S          kill itself with signal S
@@ -9,7 +10,9 @@
 //   fail-once:PATH  exit 3 if PATH does not exist (creating it), else exit 0
 // No matching argument: exit 0.
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -68,6 +71,27 @@ int act(const std::string& action) {
   return 98;
 }
 
+void print_memory_policy() {
+  constexpr int kBits = 8 * sizeof(unsigned long);
+  unsigned long mask[1024 / kBits] = {};
+  int mode = -1;
+  if (syscall(SYS_get_mempolicy, &mode, mask, 1024UL + 1, nullptr, 0UL) != 0) {
+    std::printf("mempolicy=unknown\n");
+    return;
+  }
+  const char* names[] = {"default", "prefer", "bind", "interleave", "local"};
+  int base = mode & ~(MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES);
+  std::string line = base >= 0 && base < 5 ? names[base] : std::to_string(mode);
+  std::string nodes;
+  for (int n = 0; n < 1024; ++n) {
+    if (((mask[n / kBits] >> (n % kBits)) & 1UL) == 0) continue;
+    if (!nodes.empty()) nodes += ',';
+    nodes += std::to_string(n);
+  }
+  if (!nodes.empty()) line += " nodes=" + nodes;
+  std::printf("mempolicy=%s\n", line.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,6 +102,7 @@ int main(int argc, char** argv) {
     const char* v = std::getenv(name);
     std::printf("%s=%s\n", name, v != nullptr ? v : "<unset>");
   }
+  print_memory_policy();
   std::fprintf(stderr, "stderr line\n");
   std::fflush(stdout);
   const char* rank_env = std::getenv("AX_RANK");

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,7 @@
 
 #include "ax/launcher/launch_options.h"
 #include "ax/launcher/rank_plan.h"
+#include "ax/launcher/supervisor.h"
 #include "ax/topology/topology.h"
 #include "test_files.h"
 
@@ -122,6 +125,7 @@ TEST(LaunchTest, CpuRanksGetTheEnvironmentContract) {
     EXPECT_TRUE(contains(log, "AX_COORDINATOR=127.0.0.1:")) << log;
     EXPECT_TRUE(contains(log, "NCCL_IB_HCA=<unset>\n")) << log;
     EXPECT_TRUE(contains(log, "stderr line\n")) << log;
+    EXPECT_TRUE(contains(log, "mempolicy=default\n")) << log;  // CPU ranks are not bound
     EXPECT_TRUE(contains(r.out, "[r" + n + "] AX_RANK=" + n + "\n")) << r.out;
     EXPECT_TRUE(contains(r.out, "[r" + n + "] stderr line\n")) << r.out;
   }
@@ -156,6 +160,41 @@ TEST(LaunchTest, CudaVisibleDevicesDecidesOrdinals) {
   EXPECT_TRUE(contains(r0, "NCCL_IB_HCA=mlx5_6\n")) << r0;  // ordinal 0 is GPU 6
   EXPECT_TRUE(contains(r1, "AX_DEVICE=1\n")) << r1;
   EXPECT_TRUE(contains(r1, "NCCL_IB_HCA=mlx5_2\n")) << r1;
+}
+
+// pcie-4gpu: GPUs 0 and 1 on NUMA node 0, GPUs 2 and 3 on node 1. A node this machine has
+// becomes the child's preferred node; one it lacks (node 1 on a 1-node CI machine) leaves the
+// child's policy alone, with one warning, and the set still runs.
+TEST(LaunchTest, MemoryIsPreferredOnTheGpusNumaNode) {
+  StatusOr<topo::Topology> node = topo::load_topology(kFixtures + "/pcie-4gpu.json");
+  ASSERT_TRUE(node.ok()) << node.status().to_string();
+  std::vector<int> allowed = allowed_memory_nodes();
+  ASSERT_FALSE(allowed.empty()) << "this kernel has no NUMA memory policy";
+  auto here = [&](int n) { return std::find(allowed.begin(), allowed.end(), n) != allowed.end(); };
+  std::string dir = ax::testing::temp_dir("launch_numa");
+  Result r = launch(dir, {"--run-dir", dir, "--", AX_FAKE_RANK_BIN},
+                    {"AX_TOPOLOGY_FILE=" + kFixtures + "/pcie-4gpu.json"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  int bound = 0, unbound = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string log = rank_log(dir, rank);
+    size_t at = log.find("AX_DEVICE=");
+    ASSERT_NE(at, std::string::npos) << log;
+    int gpu = std::stoi(log.substr(at + 10));
+    int numa = node->gpus.at(static_cast<size_t>(gpu)).numa_node;
+    if (here(numa)) {
+      EXPECT_TRUE(contains(log, "mempolicy=prefer nodes=" + std::to_string(numa) + "\n")) << log;
+      ++bound;
+    } else {
+      EXPECT_TRUE(contains(log, "mempolicy=default\n")) << log;
+      EXPECT_TRUE(contains(r.out, "NUMA node " + std::to_string(numa) + " of the GPUs of ranks"))
+          << r.out;
+      ++unbound;
+    }
+  }
+  EXPECT_EQ(bound, here(0) ? 2 : 0);
+  EXPECT_EQ(unbound, 4 - bound - (here(1) ? 2 : 0));
+  EXPECT_EQ(contains(r.out, "their memory is not bound"), unbound > 0) << r.out;
 }
 
 TEST(LaunchTest, NodeRankAndCoordinatorFromTheEnvironment) {
@@ -304,6 +343,33 @@ TEST(RankPlanTest, BindsOnlyWhenTheCoresExist) {
   plan = plan_node(*node, in);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->ranks[0].cpus, node->gpus[0].cpus);
+}
+
+TEST(RankPlanTest, MemoryNodeIsTheGpusNumaNode) {
+  StatusOr<topo::Topology> node = topo::load_topology(kFixtures + "/dgx-h100.json");
+  ASSERT_TRUE(node.ok());
+  PlanInput in;
+  in.coordinator = "h:1";
+  StatusOr<NodePlan> plan = plan_node(*node, in);  // no cores available: memory still planned
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  for (const RankPlan& r : plan->ranks) {
+    EXPECT_EQ(r.mem_node, node->gpus.at(static_cast<size_t>(r.gpu)).numa_node) << r.rank;
+  }
+  EXPECT_EQ(plan->ranks[0].mem_node, 0);
+  EXPECT_EQ(plan->ranks[7].mem_node, 1);
+  StatusOr<topo::Topology> cpu_node = topo::load_topology(kFixtures + "/no-gpu.json");
+  ASSERT_TRUE(cpu_node.ok());
+  in.nproc = 2;
+  plan = plan_node(*cpu_node, in);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->ranks[1].mem_node, -1);
+}
+
+TEST(MemoryBindingTest, RejectsNodesOutOfRange) {
+  EXPECT_EQ(prefer_memory_node(-1), EINVAL);
+  EXPECT_EQ(prefer_memory_node(4096), EINVAL);
+  std::vector<int> allowed = allowed_memory_nodes();
+  EXPECT_TRUE(std::is_sorted(allowed.begin(), allowed.end()));
 }
 
 }  // namespace

@@ -119,6 +119,44 @@ TEST(SpankEnv, TwoDgxH100Nodes) {
   EXPECT_FALSE(env->note.empty());
 }
 
+// Memory follows the GPU's NUMA node under bind=cores and bind=numa, also when the cores are not
+// available (whether the node exists is the task's check, in plugin.cc); bind=none leaves it.
+TEST(SpankEnv, MemoryNodeFollowsTheBindArgument) {
+  topo::Topology node = fixture("dgx-h100.json");
+  TaskInput in;
+  in.tasks_per_node = 8;
+  in.local_id = 5;
+  in.global_id = 5;
+  in.mesh_spec = "auto";
+  in.coordinator = "n0:20000";
+  Config config;
+  for (Bind bind : {Bind::kCores, Bind::kNuma, Bind::kNone}) {
+    config.bind = bind;
+    StatusOr<TaskEnv> env = task_env(node, config, in);
+    ASSERT_TRUE(env.ok()) << env.status().to_string();
+    EXPECT_EQ(env->mem_node, bind == Bind::kNone ? -1 : node.gpus[5].numa_node);
+  }
+  EXPECT_EQ(node.gpus[5].numa_node, 1);
+  in.cuda_visible_devices = "5";  // Slurm bound one GPU per task: still GPU 5's node
+  config.bind = Bind::kCores;
+  StatusOr<TaskEnv> env = task_env(node, config, in);
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  EXPECT_EQ(env->mem_node, 1);
+  in.cuda_visible_devices = "6,2";  // the step's view with two tasks: GPU 2 is on node 0
+  in.tasks_per_node = 2;
+  in.local_id = 1;
+  in.global_id = 1;
+  env = task_env(node, config, in);
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  EXPECT_EQ(env->mem_node, 0);
+  in = TaskInput{};
+  in.tasks_per_node = 2;
+  in.mesh_spec = "auto";
+  env = task_env(fixture("no-gpu.json"), config, in);
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  EXPECT_EQ(env->mem_node, -1);
+}
+
 TEST(SpankEnv, CpuNodeWithFourTasks) {
   topo::Topology node = fixture("no-gpu.json");
   TaskInput in;

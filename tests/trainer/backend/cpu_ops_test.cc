@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -256,6 +257,88 @@ TEST(CpuCrossEntropy, MatchesLogSumExpAndWorksInPlace) {
   Tensor logits2 = buf.f32({N, Vp}, x), dlogits = buf.f32({N, Vp}, testing::normal(rng, N * Vp));
   be->cross_entropy_backward(dlogits, logits2, targets, V, dloss);  // overwrites
   expect_close(buf.read(dlogits), want_grad, 1e-6, "dlogits");
+}
+
+// Three vocabulary shards of 6 columns (V = 10 real of Vp = 18: the last shard is all padding)
+// combined as the model does (max, then sums) give the losses and gradients of the whole row.
+TEST(CpuCrossEntropy, VocabularyShardsCombineToTheWholeRow) {
+  std::mt19937 rng(6);
+  auto be = make_cpu_backend(2);
+  Buffers buf(*be);
+  const int N = 5, V = 10, Vp = 18, S = 3, Vl = Vp / S;
+  auto x = testing::normal(rng, N * Vp, 3.0f);
+  for (int i = 0; i < Vp; ++i) x[2 * Vp + i] += 500.0f;
+  std::vector<int32_t> t = {3, -1, 9, 0, 7};
+  const float dloss = 0.5f;
+  Tensor whole = buf.f32({N, Vp}, x), targets = buf.i32({N}, t), losses = buf.f32({N});
+  be->cross_entropy_forward(losses, whole, targets, V);
+  auto want_loss = buf.read(losses);
+  be->cross_entropy_backward(whole, whole, targets, V, dloss);
+  auto want_grad = buf.read(whole);
+
+  std::vector<Tensor> shards;
+  std::vector<float> gmax(N, -std::numeric_limits<float>::infinity()), gsum(N, 0), gtgt(N, 0);
+  for (int s = 0; s < S; ++s) {
+    std::vector<float> part(N * Vl);
+    for (int n = 0; n < N; ++n) {
+      for (int j = 0; j < Vl; ++j) part[n * Vl + j] = x[n * Vp + s * Vl + j];
+    }
+    shards.push_back(buf.f32({N, Vl}, part));
+    Tensor m = buf.f32({N});
+    int64_t v_count = std::clamp<int64_t>(V - s * Vl, 0, Vl);
+    be->ce_shard_max(m, shards[s], v_count);
+    auto mv = buf.read(m);
+    for (int n = 0; n < N; ++n) gmax[n] = std::max(gmax[n], mv[n]);
+  }
+  Tensor gmax_t = buf.f32({N}, gmax);
+  for (int s = 0; s < S; ++s) {
+    Tensor sums = buf.f32({N, 2});
+    be->ce_shard_sums(sums, shards[s], gmax_t, targets, s * Vl, std::clamp(V - s * Vl, 0, Vl));
+    auto sv = buf.read(sums);
+    for (int n = 0; n < N; ++n) gsum[n] += sv[2 * n], gtgt[n] += sv[2 * n + 1];
+  }
+  std::vector<float> lse(N);
+  for (int n = 0; n < N; ++n) {
+    lse[n] = gmax[n] + std::log(gsum[n]);
+    if (t[n] >= 0) {
+      EXPECT_NEAR(lse[n] - gtgt[n], want_loss[n], 1e-5 * (1 + want_loss[n])) << n;
+    }
+  }
+  Tensor lse_t = buf.f32({N}, lse);
+  for (int s = 0; s < S; ++s) {
+    be->ce_shard_backward(shards[s], shards[s], lse_t, targets, s * Vl,
+                          std::clamp(V - s * Vl, 0, Vl), dloss);  // in place
+    auto g = buf.read(shards[s]);
+    for (int n = 0; n < N; ++n) {
+      for (int j = 0; j < Vl; ++j) {
+        EXPECT_NEAR(g[n * Vl + j], want_grad[n * Vp + s * Vl + j], 1e-5) << n << "," << s << "," << j;
+      }
+    }
+  }
+}
+
+// A token < 0 belongs to another vocabulary shard: a zero row plus the position, no gradient.
+TEST(CpuPointwise, EmbeddingSkipsOtherShardsTokens) {
+  std::mt19937 rng(9);
+  auto be = make_cpu_backend(2);
+  Buffers buf(*be);
+  int B = 1, T = 3, Vp = 4, C = 5;
+  std::vector<int32_t> tok = {2, -1, 0};
+  auto wte = testing::normal(rng, Vp * C), wpe = testing::normal(rng, T * C);
+  auto dy = testing::normal(rng, B * T * C);
+  Tensor tokens = buf.i32({B, T}, tok), out = buf.f32({B, T, C}), twte = buf.f32({Vp, C}, wte);
+  Tensor twpe = buf.f32({T, C}, wpe), dwte = buf.f32({Vp, C}), dout = buf.f32({B, T, C}, dy);
+  be->embedding_forward(out, tokens, twte, twpe);
+  be->embedding_backward(dwte, Tensor(), dout, tokens);
+  auto o = buf.read(out), g = buf.read(dwte);
+  for (int c = 0; c < C; ++c) {
+    EXPECT_FLOAT_EQ(o[C + c], wpe[C + c]);
+    EXPECT_FLOAT_EQ(o[c], wte[2 * C + c] + wpe[c]);
+    EXPECT_FLOAT_EQ(g[2 * C + c], dy[c]);
+    EXPECT_FLOAT_EQ(g[0 * C + c], dy[2 * C + c]);
+    EXPECT_EQ(g[1 * C + c], 0.0f);
+    EXPECT_EQ(g[3 * C + c], 0.0f);
+  }
 }
 
 TEST(CpuRope, RotatesQueryAndKeyHeadsOnly) {

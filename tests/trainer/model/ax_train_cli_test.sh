@@ -76,7 +76,7 @@ expect_status 1 "missing tokenizer" -- "$axtrain" --experiment tiny-gpt --data "
 run="$work/run"
 expect_status 0 "train 6 steps" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 6 \
   --set train.eval_every=3
-expect_output "device: cpu (no CUDA backend in this build)"
+expect_output "device: cpu (no GPU answered: no CUDA device (this build has no CUDA backend"
 expect_output "step 6/6 | loss"
 expect_output "eval step 3 | val loss"
 expect_output "model.num_layers"

@@ -67,6 +67,11 @@ class CpuBackend final : public Backend {
   void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) override;
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
                               float dloss) override;
+  void ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) override;
+  void ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets, int64_t v_begin,
+                     int64_t v_count) override;
+  void ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                         int64_t v_begin, int64_t v_count, float dloss) override;
   double sum_squares(Tensor x) override;
   void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
                     const AdamWArgs& args) override;

@@ -159,13 +159,21 @@ void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor
   pool_.parallel_for(B * T, rows_per_chunk(C), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       int32_t id = tok[n];
-      AX_CHECK(id >= 0 && id < Vp) << kOp << ": token " << id << " outside [0, " << Vp << ")";
-      const float* e = table + id * C;
+      AX_CHECK(id < Vp) << kOp << ": token " << id << " outside [0, " << Vp << ")";
       float* y = o + n * C;
-      if (pos == nullptr) {
+      const float* p = pos == nullptr ? nullptr : pos + (n % T) * C;
+      if (id < 0) {  // another vocabulary shard's token: a zero row (plus the position)
+        if (p == nullptr) {
+          std::memset(y, 0, C * sizeof(float));
+        } else {
+          std::memcpy(y, p, C * sizeof(float));
+        }
+        continue;
+      }
+      const float* e = table + id * C;
+      if (p == nullptr) {
         std::memcpy(y, e, C * sizeof(float));
       } else {
-        const float* p = pos + (n % T) * C;
         for (int64_t c = 0; c < C; ++c) y[c] = e[c] + p[c];
       }
     }
@@ -183,7 +191,8 @@ void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tenso
   pool_.parallel_for(C, kColBlock, [&](int64_t c0, int64_t c1) {
     for (int64_t n = 0; n < B * T; ++n) {
       int32_t id = tok[n];
-      AX_CHECK(id >= 0 && id < Vp) << kOp << ": token " << id << " outside [0, " << Vp << ")";
+      AX_CHECK(id < Vp) << kOp << ": token " << id << " outside [0, " << Vp << ")";
+      if (id < 0) continue;  // another vocabulary shard's token
       float* d = dtable + id * C;
       const float* g = dy + n * C;
       for (int64_t c = c0; c < c1; ++c) d[c] += g[c];

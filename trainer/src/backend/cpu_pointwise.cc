@@ -1,5 +1,8 @@
 // GELU, SwiGLU, RoPE and the softmax cross-entropy: element- and row-wise ops split over rows.
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <cstring>
 
 #include "cpu_backend.h"
@@ -276,6 +279,85 @@ void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor ta
   for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
   pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
     cross_entropy_backward_rows(dlogits.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp, dloss);
+  });
+}
+
+// ---- Vocabulary-parallel cross-entropy (one shard of the columns) ----
+
+namespace {
+
+// Checks a shard op's logits/targets and returns N and Vl.
+std::pair<int64_t, int64_t> ce_shard_dims(Tensor logits, Tensor targets, int64_t v_count,
+                                          const char* op) {
+  int64_t N = logits.rows(), Vl = logits.cols();
+  expect_matrix(logits, N, Vl, op, "logits");
+  if (!targets.empty()) {
+    expect_dtype(targets, DType::kI32, op, "targets");
+    AX_CHECK_EQ(targets.numel(), N) << op << ": targets is " << targets.shape_string();
+  }
+  AX_CHECK(v_count >= 0 && v_count <= Vl)
+      << op << ": v_count=" << v_count << " for logits " << logits.shape_string();
+  return {N, Vl};
+}
+
+}  // namespace
+
+void CpuBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
+  constexpr const char* kOp = "ce_shard_max";
+  auto [N, Vl] = ce_shard_dims(logits, Tensor(), v_count, kOp);
+  expect_shape(rowmax, DType::kF32, {N}, kOp, "rowmax");
+  const float* x = logits.as<float>();
+  float* m = rowmax.as<float>();
+  pool_.parallel_for(N, rows_per_chunk(std::max<int64_t>(v_count, 1)), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      m[n] = v_count == 0 ? -std::numeric_limits<float>::infinity() : max_f32(x + n * Vl, v_count);
+    }
+  });
+}
+
+void CpuBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
+                               int64_t v_begin, int64_t v_count) {
+  constexpr const char* kOp = "ce_shard_sums";
+  auto [N, Vl] = ce_shard_dims(logits, targets, v_count, kOp);
+  expect_shape(sums, DType::kF32, {N, 2}, kOp, "sums");
+  expect_shape(rowmax, DType::kF32, {N}, kOp, "rowmax");
+  const float* x = logits.as<float>();
+  const float* m = rowmax.as<float>();
+  const int32_t* tgt = targets.as<int32_t>();
+  float* out = sums.as<float>();
+  pool_.parallel_for(N, rows_per_chunk(std::max<int64_t>(v_count, 1)), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* row = x + n * Vl;
+      out[2 * n] = v_count == 0 ? 0.0f : sum_exp_f32(row, m[n], v_count);
+      int64_t local = static_cast<int64_t>(tgt[n]) - v_begin;
+      out[2 * n + 1] = (tgt[n] >= 0 && local >= 0 && local < v_count) ? row[local] : 0.0f;
+    }
+  });
+}
+
+void CpuBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                                   int64_t v_begin, int64_t v_count, float dloss) {
+  constexpr const char* kOp = "ce_shard_backward";
+  auto [N, Vl] = ce_shard_dims(logits, targets, v_count, kOp);
+  expect_matrix(dlogits, N, Vl, kOp, "dlogits");
+  expect_shape(lse, DType::kF32, {N}, kOp, "lse");
+  const float* x = logits.as<float>();
+  const float* l = lse.as<float>();
+  const int32_t* tgt = targets.as<int32_t>();
+  float* d = dlogits.as<float>();
+  pool_.parallel_for(N, rows_per_chunk(Vl), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* xr = x + n * Vl;
+      float* dr = d + n * Vl;
+      if (tgt[n] < 0) {
+        std::fill(dr, dr + Vl, 0.0f);
+        continue;
+      }
+      for (int64_t i = 0; i < v_count; ++i) dr[i] = exp_f32(xr[i] - l[n]) * dloss;
+      std::fill(dr + v_count, dr + Vl, 0.0f);
+      int64_t local = static_cast<int64_t>(tgt[n]) - v_begin;
+      if (local >= 0 && local < v_count) dr[local] -= dloss;
+    }
   });
 }
 

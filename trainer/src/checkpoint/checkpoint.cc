@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 
 #include "ax/common/logging.h"
 #include "checkpoint_internal.h"
@@ -144,6 +145,107 @@ Status CheckpointManager::save(const CheckpointState& state) {
   AX_LOG(kDebug, "checkpoint") << "saved step " << state.step << " to " << final_dir;
   prune(root, keep_, state.step);
   return Status::Ok();
+}
+
+Status CheckpointManager::save(const CheckpointState& state, const CheckpointGroup& group) {
+  if (group.world <= 1) return save(state);
+  if (state.step < 0) return InvalidArgument("checkpoint step ", state.step, " is negative");
+  const std::string root = join_path(run_dir_, "checkpoints");
+  const std::string final_dir = step_dir(state.step);
+  // 1. Rank 0 prepares the temporary directory and tells everyone its name (or its error).
+  std::string prepared;
+  if (group.rank == 0) {
+    const std::string tmp = str_cat(final_dir, kTmpMarker, ::getpid());
+    Status s = [&]() -> Status {
+      std::error_code ec;
+      if (!fs::is_directory(root, ec)) {
+        fs::create_directories(root, ec);
+        if (ec) return IoError(str_cat("create ", root), ec.value());
+        AX_RETURN_IF_ERROR(ckpt::fsync_dir(run_dir_));
+      }
+      ckpt::remove_tree(tmp);
+      if (::mkdir(tmp.c_str(), 0755) != 0) return IoError(str_cat("create ", tmp), errno);
+      return Status::Ok();
+    }();
+    prepared = s.ok() ? "ok " + tmp : "error " + s.to_string();
+  }
+  AX_ASSIGN_OR_RETURN(std::vector<std::string> names, group.all_gather(prepared));
+  if (!starts_with(names[0], "ok ")) {
+    return Status(StatusCode::kIoError,
+                  str_cat("saving the checkpoint of step ", state.step, ": rank 0: ",
+                          names[0].substr(names[0].find(' ') + 1)));
+  }
+  const std::string tmp_dir = names[0].substr(3);
+  // 2. Every rank writes its file and reports it.
+  AX_ASSIGN_OR_RETURN(ckpt::WriteBudget budget, ckpt::write_budget_from_env());
+  StatusOr<ckpt::RankWrite> mine = ckpt::write_rank_files(tmp_dir, group.rank, state, &budget);
+  AX_ASSIGN_OR_RETURN(std::vector<std::string> reports,
+                      group.all_gather(mine.ok() ? "ok " + ckpt::rank_write_to_json(*mine)
+                                                 : "error " + mine.status().to_string()));
+  // 3. Rank 0 commits when every rank succeeded and tells everyone the outcome.
+  std::string verdict;
+  if (group.rank == 0) {
+    Status s = [&]() -> Status {
+      std::vector<ckpt::RankWrite> writes;
+      for (size_t r = 0; r < reports.size(); ++r) {
+        if (!starts_with(reports[r], "ok ")) {
+          return Status(StatusCode::kIoError,
+                        str_cat("rank ", r, ": ", reports[r].substr(reports[r].find(' ') + 1)));
+        }
+        AX_ASSIGN_OR_RETURN(ckpt::RankWrite w, ckpt::rank_write_from_json(reports[r].substr(3)));
+        writes.push_back(std::move(w));
+      }
+      return ckpt::commit_checkpoint(tmp_dir, final_dir, state.step, writes, &budget);
+    }();
+    if (!s.ok()) ckpt::remove_tree(tmp_dir);
+    verdict = s.ok() ? "ok" : "error " + s.to_string();
+  }
+  AX_ASSIGN_OR_RETURN(std::vector<std::string> verdicts, group.all_gather(verdict));
+  if (verdicts[0] != "ok") {
+    return Status(StatusCode::kIoError, str_cat("saving the checkpoint of step ", state.step, ": ",
+                                                verdicts[0].substr(verdicts[0].find(' ') + 1)));
+  }
+  if (group.rank == 0) prune(root, keep_, state.step);
+  return Status::Ok();
+}
+
+StatusOr<CheckpointState> CheckpointManager::load(
+    int64_t step, const std::vector<TensorRegion>& regions) const {
+  AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader,
+                      ckpt::CheckpointReader::open(step_dir(step), step));
+  std::map<std::string, const ckpt::TensorRecord*> by_name;
+  for (const ckpt::TensorRecord& t : reader.tensors()) by_name[t.name] = &t;
+  CheckpointState state;
+  state.step = step;
+  for (const TensorRegion& region : regions) {
+    auto it = by_name.find(region.name);
+    if (it == by_name.end()) {
+      return DataLoss("checkpoint ", step_dir(step), " has no tensor ", region.name);
+    }
+    const ckpt::TensorRecord& t = *it->second;
+    if (region.offset.size() != t.shape.size() || region.shape.size() != t.shape.size()) {
+      return DataLoss("tensor ", region.name, " of ", step_dir(step), " has ", t.shape.size(),
+                      " dimensions, the model asks for ", region.shape.size());
+    }
+    int64_t n = 1;
+    for (size_t k = 0; k < t.shape.size(); ++k) {
+      if (region.offset[k] < 0 || region.offset[k] + region.shape[k] > t.shape[k]) {
+        return DataLoss("tensor ", region.name, " of ", step_dir(step),
+                        " is smaller than the model's (dimension ", k, " has ", t.shape[k], ")");
+      }
+      n *= region.shape[k];
+    }
+    HostTensor h;
+    h.name = region.name;
+    h.shape = region.shape;
+    h.offset = region.offset;
+    h.logical_shape = t.shape;
+    h.data.resize(static_cast<size_t>(n));
+    AX_RETURN_IF_ERROR(reader.read_region(t, region.offset, region.shape, h.data.data()));
+    state.tensors.push_back(std::move(h));
+  }
+  state.blobs = reader.blobs();
+  return state;
 }
 
 StatusOr<std::optional<int64_t>> CheckpointManager::latest() const {

@@ -46,6 +46,10 @@ struct RankWrite {
   std::vector<std::string> blobs;
 };
 
+// A RankWrite as JSON text and back (sent to the committing rank in a sharded save).
+std::string rank_write_to_json(const RankWrite& write);
+StatusOr<RankWrite> rank_write_from_json(const std::string& text);
+
 // "rank_00003.safetensors".
 std::string rank_file_name(int rank);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "checkpoint_internal.h"
@@ -126,6 +127,50 @@ Status publish(const std::string& tmp_dir, const std::string& final_dir, const s
 
 }  // namespace
 
+std::string rank_write_to_json(const RankWrite& write) {
+  Json files = Json::array(), tensors = Json::array();
+  for (const FileRecord& f : write.files) {
+    files.push_back({{"name", f.name}, {"size", f.size}, {"xxh64", hex64(f.xxh64)}});
+  }
+  for (const TensorRecord& t : write.tensors) {
+    Json slices = Json::array();
+    for (const SliceRecord& s : t.slices) {
+      slices.push_back(
+          {{"file", s.file}, {"key", s.key}, {"offset", s.offset}, {"shape", s.shape}});
+    }
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"slices", std::move(slices)}});
+  }
+  return Json{{"files", files}, {"tensors", tensors}, {"blobs", write.blobs}}.dump();
+}
+
+StatusOr<RankWrite> rank_write_from_json(const std::string& text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss("a rank's checkpoint report is not JSON");
+  RankWrite out;
+  try {
+    for (const Json& f : j.at("files")) {
+      std::optional<uint64_t> hash = parse_hex64(f.at("xxh64").get<std::string>());
+      if (!hash) return DataLoss("a rank's checkpoint report has a bad checksum");
+      out.files.push_back({f.at("name").get<std::string>(), f.at("size").get<uint64_t>(), *hash});
+    }
+    for (const Json& t : j.at("tensors")) {
+      TensorRecord r;
+      r.name = t.at("name").get<std::string>();
+      r.shape = t.at("shape").get<std::vector<int64_t>>();
+      for (const Json& s : t.at("slices")) {
+        r.slices.push_back({s.at("file").get<std::string>(), s.at("key").get<std::string>(),
+                            s.at("offset").get<std::vector<int64_t>>(),
+                            s.at("shape").get<std::vector<int64_t>>()});
+      }
+      out.tensors.push_back(std::move(r));
+    }
+    out.blobs = j.at("blobs").get<std::vector<std::string>>();
+  } catch (const Json::exception& e) {
+    return DataLoss("a rank's checkpoint report is malformed: ", e.what());
+  }
+  return out;
+}
+
 std::string rank_file_name(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "rank_%05d.safetensors", rank);
@@ -137,13 +182,19 @@ StatusOr<RankWrite> write_rank_files(const std::string& tmp_dir, int rank,
   RankWrite out;
   const std::string file = rank_file_name(rank);
   std::vector<TensorRef> refs;
-  std::set<std::string> names;
+  // A rank may hold several slices of one tensor (an FSDP shard boundary inside a tensor, the
+  // q/k/v blocks of a tensor-parallel qkv): the first is stored under the tensor's name, the
+  // next ones under "<name>#1", "<name>#2", ...
+  std::map<std::string, int> count;
   for (const HostTensor& t : state.tensors) {
     AX_ASSIGN_OR_RETURN(TensorRecord r, slice_of(t, file));
-    if (!names.insert(t.name).second) {
+    const int k = count[t.name]++;
+    if (k > 0 && r.slices[0].offset == std::vector<int64_t>(r.shape.size(), 0) &&
+        r.slices[0].shape == r.shape) {
       return InvalidArgument("tensor ", t.name, " is given twice to one rank's checkpoint");
     }
-    refs.push_back({t.name, t.shape, t.data.data()});
+    r.slices[0].key = k == 0 ? t.name : str_cat(t.name, "#", k);
+    refs.push_back({r.slices[0].key, t.shape, t.data.data()});
     out.tensors.push_back(std::move(r));
   }
   const std::map<std::string, std::string> metadata = {

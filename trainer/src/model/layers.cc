@@ -8,8 +8,8 @@ namespace {
 // The (rows, cols) view that matmuls and norms take of a (B, T, X) activation.
 Tensor rows_view(Tensor t) { return t.view({t.rows(), t.cols()}); }
 
-void add_param(ParamLayout* layout, std::string name, std::vector<int64_t> shape, bool matrix,
-               ParamInit init, double std) {
+ParamSpec make_param(std::string name, std::vector<int64_t> shape, bool matrix, ParamInit init,
+                     double std) {
   ParamSpec spec;
   spec.name = std::move(name);
   spec.shape = std::move(shape);
@@ -17,7 +17,29 @@ void add_param(ParamLayout* layout, std::string name, std::vector<int64_t> shape
   spec.matmul = matrix;
   spec.init = init;
   spec.init_std = std;
-  layout->add(std::move(spec));
+  return spec;
+}
+
+void add_param(ParamLayout* layout, std::string name, std::vector<int64_t> shape, bool matrix,
+               ParamInit init, double std) {
+  layout->add(make_param(std::move(name), std::move(shape), matrix, init, std));
+}
+
+// Splits `spec` along `dim` into this rank's share of each block of the logical size (blocks
+// sum to logical_shape[dim]; each divisible by the group size, checked by Model::create).
+void split_blocks(ParamSpec* spec, int dim, const std::vector<int64_t>& blocks,
+                  const TensorGroup& tp) {
+  spec->logical_shape = spec->shape;
+  spec->split_dim = dim;
+  int64_t local = 0, logical = 0;
+  for (int64_t block : blocks) {
+    const int64_t part = block / tp.size;
+    spec->pieces.push_back({local, logical + tp.rank * part, part});
+    local += part;
+    logical += block;
+  }
+  AX_CHECK_EQ(logical, spec->logical_shape[static_cast<size_t>(dim)]) << spec->name;
+  spec->shape[static_cast<size_t>(dim)] = local;
 }
 
 }  // namespace
@@ -26,17 +48,34 @@ Weights ParamBinder::get(const std::string& name) const {
   if (name.empty()) return {};
   const ParamSpec* spec = layout_.find(name);
   AX_CHECK(spec != nullptr) << "no parameter " << name << " in the layout";
-  return {param_view(*spec, weights_, weight_dtype_), param_view(*spec, grads_, DType::kF32)};
+  if (!unit_base_) {
+    return {param_view(*spec, weights_, weight_dtype_), param_view(*spec, grads_, DType::kF32)};
+  }
+  ParamSpec rel = *spec;
+  rel.offset -= layout_.units().at(static_cast<size_t>(spec->unit)).begin;
+  return {param_view(rel, unit_base_(spec->unit, false), weight_dtype_),
+          param_view(rel, unit_base_(spec->unit, true), DType::kF32)};
 }
 
 // ---- Linear ----
 
 void Linear::declare(ParamLayout* layout, const std::string& prefix, int64_t out, int64_t in,
-                     bool has_bias, double init_std) {
+                     bool has_bias, double init_std, const TensorGroup& tp,
+                     const LinearSplit& split) {
+  const bool split_any = tp.size > 1 && split.kind != LinearSplit::kNone;
   weight_name = prefix + ".weight";
-  add_param(layout, weight_name, {out, in}, true, ParamInit::kNormal, init_std);
+  ParamSpec w = make_param(weight_name, {out, in}, true, ParamInit::kNormal, init_std);
   bias_name = has_bias ? prefix + ".bias" : "";
-  if (has_bias) add_param(layout, bias_name, {out}, false, ParamInit::kZeros, 0);
+  ParamSpec b = make_param(bias_name, {out}, false, ParamInit::kZeros, 0);
+  if (split_any && split.kind == LinearSplit::kColumn) {
+    split_blocks(&w, 0, split.blocks, tp);
+    split_blocks(&b, 0, split.blocks, tp);
+  } else if (split_any && split.kind == LinearSplit::kRow) {
+    split_blocks(&w, 1, {in}, tp);
+    bias_in_forward = tp.rank == 0;
+  }
+  layout->add(std::move(w));
+  if (has_bias) layout->add(std::move(b));
 }
 
 void Linear::bind(const ParamBinder& binder) {
@@ -45,7 +84,8 @@ void Linear::bind(const ParamBinder& binder) {
 }
 
 void Linear::forward(Backend& be, Tensor out, Tensor inp) const {
-  be.matmul_forward(rows_view(out), rows_view(inp), weight.w, bias.w);
+  be.matmul_forward(rows_view(out), rows_view(inp), weight.w,
+                    bias_in_forward ? bias.w : Tensor());
 }
 
 void Linear::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const {
@@ -97,15 +137,18 @@ void Norm::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Act
 // ---- SelfAttention ----
 
 void SelfAttention::declare(ParamLayout* layout, const std::string& prefix,
-                            const ModelConfig& config, double proj_std) {
-  num_heads = static_cast<int>(config.num_heads);
-  num_kv_heads = static_cast<int>(config.num_kv_heads);
+                            const ModelConfig& config, double proj_std, const TensorGroup& group) {
+  tp = group;
+  num_heads = static_cast<int>(config.num_heads / tp.size);
+  num_kv_heads = static_cast<int>(config.num_kv_heads / tp.size);
   head_dim = config.head_dim();
   rope = config.position == "rope";
   rope_theta = static_cast<float>(config.rope_theta);
-  qkv.declare(layout, prefix + ".qkv", qkv_dim(), config.model_dim, config.bias, config.init_std);
-  proj.declare(layout, prefix + ".proj", config.model_dim, num_heads * head_dim, config.bias,
-               proj_std);
+  const int64_t q = config.num_heads * head_dim, kv = config.num_kv_heads * head_dim;
+  qkv.declare(layout, prefix + ".qkv", q + 2 * kv, config.model_dim, config.bias, config.init_std,
+              tp, {LinearSplit::kColumn, {q, kv, kv}});
+  proj.declare(layout, prefix + ".proj", config.model_dim, q, config.bias, proj_std, tp,
+               {LinearSplit::kRow, {}});
 }
 
 void SelfAttention::bind(const ParamBinder& binder) {
@@ -158,12 +201,16 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
 // ---- Mlp ----
 
 void Mlp::declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-                  double proj_std) {
+                  double proj_std, const TensorGroup& group) {
+  tp = group;
   swiglu = config.activation == "swiglu";
-  hidden = config.hidden_dim;
-  fc.declare(layout, prefix + ".fc", swiglu ? 2 * hidden : hidden, config.model_dim, config.bias,
-             config.init_std);
-  proj.declare(layout, prefix + ".proj", config.model_dim, hidden, config.bias, proj_std);
+  const int64_t F = config.hidden_dim;
+  hidden = F / tp.size;
+  std::vector<int64_t> blocks = swiglu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
+  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, config.model_dim, config.bias,
+             config.init_std, tp, {LinearSplit::kColumn, blocks});
+  proj.declare(layout, prefix + ".proj", config.model_dim, F, config.bias, proj_std, tp,
+               {LinearSplit::kRow, {}});
 }
 
 void Mlp::bind(const ParamBinder& binder) {
@@ -207,14 +254,15 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
 // ---- DecoderLayer ----
 
 void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix,
-                           const ModelConfig& config) {
+                           const ModelConfig& config, const TensorGroup& group) {
+  tp = group;
   const bool rms = config.norm == "rmsnorm";
   // GPT-2's scaled init of the projections that write into the residual stream.
   const double proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
   ln1.declare(layout, prefix + ".ln1", config.model_dim, rms, config.bias, config.norm_eps);
-  attn.declare(layout, prefix + ".attn", config, proj_std);
+  attn.declare(layout, prefix + ".attn", config, proj_std, tp);
   ln2.declare(layout, prefix + ".ln2", config.model_dim, rms, config.bias, config.norm_eps);
-  mlp.declare(layout, prefix + ".mlp", config, proj_std);
+  mlp.declare(layout, prefix + ".mlp", config, proj_std, tp);
 }
 
 void DecoderLayer::bind(const ParamBinder& binder) {
@@ -245,11 +293,15 @@ void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_
 
 void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts,
                            const Scratch& scratch) const {
+  // Tensor parallelism: each branch ends in a row-parallel projection whose partial outputs are
+  // summed over the group before the residual add (Megatron's g).
   ln1.forward(be, acts.ln1, res_in);
   attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn);
+  tp.all_reduce(scratch.branch);
   be.add_forward(acts.res_mid, res_in, scratch.branch);
   ln2.forward(be, acts.ln2, acts.res_mid);
   mlp.forward(be, scratch.branch, acts.ln2.out, acts.mlp);
+  tp.all_reduce(scratch.branch);
   be.add_forward(acts.res_out, acts.res_mid, scratch.branch);
 }
 
@@ -257,11 +309,15 @@ void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts&
                             const Scratch& scratch) const {
   // The skip connections pass dres through unchanged; each branch adds its part through its
   // norm's backward, which accumulates into dres.
+  // Tensor parallelism: a branch starts with a column-parallel projection, whose input gradient
+  // is partial on each rank and summed over the group (Megatron's f).
   be.zero(scratch.dln);
   mlp.backward(be, scratch.dln, dres, acts.ln2.out, acts.mlp, scratch.mlp);
+  tp.all_reduce(scratch.dln);
   ln2.backward(be, dres, scratch.dln, acts.res_mid, acts.ln2);
   be.zero(scratch.dln);
   attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn);
+  tp.all_reduce(scratch.dln);
   ln1.backward(be, dres, scratch.dln, res_in, acts.ln1);
 }
 

@@ -8,13 +8,39 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "ax/trainer/backend.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/tensor.h"
 
 namespace ax::train::layers {
+
+// A collective that failed ends the process (exit status 1) with its message, which names the
+// rank that went missing: a half-finished step cannot be recovered (the run resumes from its
+// last checkpoint).
+void collective_or_die(const Status& status, const char* what);
+// How long collective_or_die waits before exiting (the store host: see distributed.cc).
+void set_failure_linger(int milliseconds);
+
+// The tensor-parallel group as the layers see it: this rank's index, the group size and an
+// in-place sum over the group (nothing to do when alone; a failure ends the process).
+struct TensorGroup {
+  int rank = 0, size = 1;
+  comm::Communicator* comm = nullptr;
+  void all_reduce(Tensor t) const;
+};
+
+// How a Linear is split over the tensor group (Megatron): kColumn splits the output features
+// (its weight's rows and its bias), in blocks: packed qkv has three (q, k, v), SwiGLU's fc two
+// (gate, up), each split evenly; kRow splits the input features (the weight's columns); its bias
+// is whole on every rank and added by rank 0 only, so the sum over the group adds it once.
+struct LinearSplit {
+  enum Kind { kNone, kColumn, kRow } kind = kNone;
+  std::vector<int64_t> blocks;  // kColumn: logical sizes of the blocks of the output features
+};
 
 // A parameter's compute-dtype weights and f32 gradient; both empty when the parameter is absent
 // (a linear layer without bias).
@@ -23,27 +49,36 @@ struct Weights {
   Tensor dw;
 };
 
-// Resolves parameter names to views once the buffers exist.
+// Resolves parameter names to views once the buffers exist: either one flat buffer per kind
+// laid out as the whole layout, or (FSDP) one buffer per unit from `unit_base`, in which a
+// parameter sits at its offset relative to its unit's start.
 class ParamBinder {
  public:
   ParamBinder(const ParamLayout& layout, void* weights, DType weight_dtype, void* grads)
       : layout_(layout), weights_(weights), weight_dtype_(weight_dtype), grads_(grads) {}
+  using UnitBase = std::function<void*(int unit, bool grad)>;
+  ParamBinder(const ParamLayout& layout, UnitBase unit_base, DType weight_dtype)
+      : layout_(layout), weight_dtype_(weight_dtype), unit_base_(std::move(unit_base)) {}
   Weights get(const std::string& name) const;  // empty for ""
 
  private:
   const ParamLayout& layout_;
-  void* weights_;
+  void* weights_ = nullptr;
   DType weight_dtype_;
-  void* grads_;
+  void* grads_ = nullptr;
+  UnitBase unit_base_;
 };
 
-// y = x · Wᵀ + b. W (out, in), b (out).
+// y = x · Wᵀ + b. W (out, in), b (out). `out` and `in` are logical sizes; with a split, this
+// rank's weight is its part of them.
 struct Linear {
   std::string weight_name, bias_name;  // bias_name "" = no bias
   Weights weight, bias;
+  bool bias_in_forward = true;  // false on row-parallel ranks other than 0
 
   void declare(ParamLayout* layout, const std::string& prefix, int64_t out, int64_t in,
-               bool has_bias, double init_std);
+               bool has_bias, double init_std, const TensorGroup& tp = {},
+               const LinearSplit& split = {});
   void bind(const ParamBinder& binder);
   void forward(Backend& be, Tensor out, Tensor inp) const;  // out (N,out), inp (N,in)
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const;
@@ -83,8 +118,9 @@ struct SelfAttention {
     Tensor dqkv_pre;  // (B, T, QKV) (rope only)
     Tensor dout;      // (B, T, NH*HD)
   };
-  int num_heads = 0, num_kv_heads = 0;
+  int num_heads = 0, num_kv_heads = 0;  // this rank's heads (all / tensor group size)
   int64_t head_dim = 0;
+  TensorGroup tp;
   bool rope = false;
   float rope_theta = 10000.f;
   bool causal = true;
@@ -92,7 +128,7 @@ struct SelfAttention {
 
   int64_t qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-               double proj_std);
+               double proj_std, const TensorGroup& tp);
   void bind(const ParamBinder& binder);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, Scratch* scratch) const;
@@ -113,11 +149,12 @@ struct Mlp {
     Tensor dact;  // (N, F)
   };
   bool swiglu = false;
-  int64_t hidden = 0;
+  int64_t hidden = 0;  // this rank's width (hidden_dim / tensor group size)
+  TensorGroup tp;
   Linear fc, proj;
 
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-               double proj_std);
+               double proj_std, const TensorGroup& tp);
   void bind(const ParamBinder& binder);
   void plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const;
@@ -144,8 +181,11 @@ struct DecoderLayer {
   Norm ln1, ln2;
   SelfAttention attn;
   Mlp mlp;
+  TensorGroup tp;
 
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config);
+  // With a tensor group, each branch's input gradient and output are summed over the group.
+  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
+               const TensorGroup& tp = {});
   void bind(const ParamBinder& binder);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,

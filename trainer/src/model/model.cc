@@ -3,9 +3,16 @@
 #include "ax/trainer/model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "ax/common/logging.h"
+#include "ax/trainer/comm/communicator.h"
 #include "layers.h"
 #include "rng.h"
 
@@ -25,19 +32,42 @@ void ParamLayout::add(ParamSpec spec) {
   AX_CHECK(!spec.shape.empty() && spec.shape.size() <= kMaxDims) << spec.name;
   spec.numel = 1;
   for (int64_t d : spec.shape) spec.numel *= d;
+  if (spec.logical_shape.empty()) spec.logical_shape = spec.shape;
+  spec.unit = unit_;
   specs_.push_back(std::move(spec));
 }
 
-void ParamLayout::finalize() {
+void ParamLayout::finalize(int shards) {
+  AX_CHECK_GE(shards, 1);
+  shards_ = shards;
+  units_.clear();
   int64_t offset = 0;
-  for (bool decay : {true, false}) {
+  if (shards == 1) {
+    for (bool decay : {true, false}) {
+      for (ParamSpec& spec : specs_) {
+        if (spec.weight_decay != decay) continue;
+        spec.offset = offset;
+        offset = align_up(offset + spec.numel, kAlignElements);
+      }
+      if (decay) decay_end_ = offset;
+    }
+    total_ = offset;
+    return;
+  }
+  int last_unit = 0;
+  for (const ParamSpec& spec : specs_) last_unit = std::max(last_unit, spec.unit);
+  for (int u = 0; u <= last_unit; ++u) {
+    Unit unit{offset, 0};
     for (ParamSpec& spec : specs_) {
-      if (spec.weight_decay != decay) continue;
+      if (spec.unit != u) continue;
       spec.offset = offset;
       offset = align_up(offset + spec.numel, kAlignElements);
     }
-    if (decay) decay_end_ = offset;
+    unit.size = align_up(offset - unit.begin, kAlignElements * shards);
+    offset = unit.begin + unit.size;
+    units_.push_back(unit);
   }
+  decay_end_ = 0;  // no single decay range: the optimizer walks Model::owned()
   total_ = offset;
 }
 
@@ -69,6 +99,30 @@ Tensor param_view(const ParamSpec& spec, void* base, DType dtype) {
   return t;
 }
 
+// Calls fn(local, logical, n) for runs of a parameter's elements that are contiguous both in its
+// tensor-parallel part (flat index `local`) and in the logical tensor (flat index `logical`).
+template <typename Fn>
+void for_each_logical_run(const ParamSpec& spec, Fn fn) {
+  if (spec.split_dim < 0) {
+    fn(int64_t{0}, int64_t{0}, spec.numel);
+    return;
+  }
+  AX_CHECK(spec.shape.size() <= 2) << spec.name;
+  const int64_t cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
+  const int64_t logical_cols = spec.logical_shape.size() == 2 ? spec.logical_shape[1] : 1;
+  if (spec.split_dim == 0) {
+    for (const ParamPiece& p : spec.pieces) {
+      fn(p.local_begin * cols, p.logical_begin * cols, p.length * cols);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < spec.shape[0]; ++r) {
+    for (const ParamPiece& p : spec.pieces) {
+      fn(r * cols + p.local_begin, r * logical_cols + p.logical_begin, p.length);
+    }
+  }
+}
+
 void init_parameters(const ParamLayout& layout, uint64_t seed, std::span<float> host) {
   AX_CHECK_EQ(static_cast<int64_t>(host.size()), layout.total());
   std::fill(host.begin(), host.end(), 0.f);
@@ -81,13 +135,21 @@ void init_parameters(const ParamLayout& layout, uint64_t seed, std::span<float> 
       case ParamInit::kZeros:
         break;
       case ParamInit::kNormal: {
-        SplitMix64 rng(seed ^ fnv1a64(spec.name));
-        for (int64_t i = 0; i < spec.numel; i += 2) {
-          double z0, z1;
-          rng.normal_pair(&z0, &z1);
-          p[i] = static_cast<float>(z0 * spec.init_std);
-          if (i + 1 < spec.numel) p[i + 1] = static_cast<float>(z1 * spec.init_std);
-        }
+        // Pair k of the logical tensor's stream holds elements 2k and 2k + 1.
+        for_each_logical_run(spec, [&](int64_t local, int64_t logical, int64_t n) {
+          SplitMix64 rng(seed ^ fnv1a64(spec.name));
+          const int64_t first_pair = logical / 2;
+          rng.skip(static_cast<uint64_t>(2 * first_pair));
+          for (int64_t e = 2 * first_pair; e < logical + n; e += 2) {
+            double z[2];
+            rng.normal_pair(&z[0], &z[1]);
+            for (int k = 0; k < 2; ++k) {
+              if (e + k >= logical && e + k < logical + n) {
+                p[local + e + k - logical] = static_cast<float>(z[k] * spec.init_std);
+              }
+            }
+          }
+        });
         break;
       }
     }
@@ -115,11 +177,31 @@ class Model::Impl {
   ParamLayout layout;
   Backend* be = nullptr;
   int64_t B = 0, T = 0, C = 0, V = 0, Vp = 0;
+  ModelParallel par;
+  layers::TensorGroup tp;
+  int F = 1;  // fsdp shards
+  // This rank's vocabulary shard: rows [v_begin, v_begin + Vl) of the padded table, of which
+  // the first v_count are real tokens.
+  int64_t Vl = 0, v_begin = 0, v_count = 0;
 
-  // One allocation each; `weights` is `params` unless the backend computes in another dtype.
-  void* params = nullptr;   // f32 master weights
-  void* grads = nullptr;    // f32
-  void* weights = nullptr;  // compute dtype
+  // Shard buffers (the whole layout when F == 1): f32 master weights and gradients.
+  void* params = nullptr;
+  void* grads = nullptr;
+  // F == 1: the compute-dtype weights (`params` itself when the backend computes in f32).
+  void* weights = nullptr;
+  // F > 1: gathered units. Unit 0 (embeddings, final norm, head) stays gathered for the whole
+  // step; layers alternate between two slots. Gradients of a unit accumulate in the matching
+  // f32 buffer and are reduce-scattered into `grads` after the unit's backward.
+  void* root_w = nullptr;
+  void* root_g = nullptr;
+  void* slot_w[2] = {nullptr, nullptr};
+  void* slot_g[2] = {nullptr, nullptr};
+  void* scatter_tmp = nullptr;  // one unit's shard, f32
+  void* shard_compute = nullptr;  // one unit's shard in the compute dtype (bf16 backends)
+  int slot_unit[2] = {-1, -1};
+  bool root_gathered = false;
+  int64_t max_layer_unit = 0;
+
   void* acts_base = nullptr;
   size_t act_bytes = 0;
 
@@ -129,14 +211,18 @@ class Model::Impl {
   layers::Norm lnf;
 
   // Activations of one micro-batch.
-  Tensor tokens;   // (B, T) i32
+  Tensor tokens;   // (B, T) i32 (with a split vocabulary: this shard's ids, -1 elsewhere)
   Tensor targets;  // (B, T) i32
   Tensor encoded;  // (N, C) embedding output = residual stream into layer 0
   std::vector<layers::DecoderLayer::Acts> block_acts;
   layers::Norm::Acts lnf_acts;
-  Tensor logits;   // (N, Vp); holds dlogits after backward
+  Tensor logits;   // (N, Vl); holds dlogits after backward
   Tensor losses;   // (N) f32
-  Tensor row_f32;  // (Vp) f32, one row of logits for the host
+  Tensor rowmax;   // (N) f32, split vocabulary only
+  Tensor sums;     // (N, 2) f32, split vocabulary only
+  Tensor lse;      // (N) f32, split vocabulary only
+  Tensor scalar;   // (16) f32, for reductions of one value
+  Tensor row_f32;  // (Vl) f32, one row of logits for the host
   Tensor dres;     // (N, C) gradient of the residual stream
   layers::DecoderLayer::Scratch scratch;
 
@@ -145,7 +231,8 @@ class Model::Impl {
   bool logits_valid = false;
 
   ~Impl() {
-    for (void* p : {params, grads, acts_base}) {
+    for (void* p : {params, grads, acts_base, root_w, root_g, slot_w[0], slot_w[1], slot_g[0],
+                    slot_g[1], scatter_tmp, shard_compute}) {
       if (p != nullptr) be->free(p);
     }
     if (weights != nullptr && weights != params) be->free(weights);
@@ -153,35 +240,63 @@ class Model::Impl {
 
   void declare() {
     const bool learned = config.position == "learned";
+    const bool split_vocab = tp.size > 1;
     ParamSpec spec;
     spec.name = "wte";
     spec.shape = {Vp, C};
     spec.weight_decay = true;
     spec.matmul = config.tied_embeddings;  // the LM head counts once; a lookup does not
     spec.init_std = config.init_std;
+    if (split_vocab) {
+      spec.logical_shape = {Vp, C};
+      spec.split_dim = 0;
+      spec.pieces = {{0, v_begin, Vl}};
+      spec.shape = {Vl, C};
+    }
+    const ParamSpec vocab_spec = spec;
+    layout.set_unit(0);
     layout.add(spec);
     if (learned) {
-      spec.name = "wpe";
-      spec.shape = {config.max_seq_len, C};
-      spec.matmul = false;
-      layout.add(spec);
+      ParamSpec pos;
+      pos.name = "wpe";
+      pos.shape = {config.max_seq_len, C};
+      pos.weight_decay = true;
+      pos.init_std = config.init_std;
+      layout.add(pos);
     }
     blocks.resize(static_cast<size_t>(config.num_layers));
     for (size_t i = 0; i < blocks.size(); ++i) {
-      blocks[i].declare(&layout, "h." + std::to_string(i), config);
+      layout.set_unit(static_cast<int>(i) + 1);
+      blocks[i].declare(&layout, "h." + std::to_string(i), config, tp);
     }
+    layout.set_unit(0);
     lnf.declare(&layout, "lnf", C, config.norm == "rmsnorm", config.bias, config.norm_eps);
     if (!config.tied_embeddings) {
+      spec = vocab_spec;
       spec.name = "lm_head.weight";
-      spec.shape = {Vp, C};
       spec.matmul = true;
       layout.add(spec);
     }
-    layout.finalize();
+    layout.finalize(F);
   }
 
   void bind() {
-    layers::ParamBinder binder(layout, weights, be->compute_dtype(), grads);
+    const DType dt = be->compute_dtype();
+    if (F == 1) {
+      bind_with(layers::ParamBinder(layout, weights, dt, grads));
+      return;
+    }
+    bind_with(layers::ParamBinder(
+        layout,
+        [this](int unit, bool grad) -> void* {
+          if (unit == 0) return grad ? root_g : root_w;
+          const int slot = (unit - 1) % 2;
+          return grad ? slot_g[slot] : slot_w[slot];
+        },
+        dt));
+  }
+
+  void bind_with(const layers::ParamBinder& binder) {
     wte = binder.get("wte");
     wpe = binder.get(config.position == "learned" ? "wpe" : "");
     lm_head = binder.get(config.tied_embeddings ? "wte" : "lm_head.weight");
@@ -199,22 +314,162 @@ class Model::Impl {
     block_acts.resize(blocks.size());
     for (size_t i = 0; i < blocks.size(); ++i) blocks[i].plan(arena, dt, B, T, C, &block_acts[i]);
     lnf.plan(arena, dt, N, C, &lnf_acts);
-    logits = arena->take(dt, {N, Vp});
+    logits = arena->take(dt, {N, Vl});
     losses = arena->take(DType::kF32, {N});
-    row_f32 = arena->take(DType::kF32, {Vp});
+    if (tp.size > 1) {
+      rowmax = arena->take(DType::kF32, {N});
+      sums = arena->take(DType::kF32, {N, 2});
+      lse = arena->take(DType::kF32, {N});
+    }
+    scalar = arena->take(DType::kF32, {16});
+    row_f32 = arena->take(DType::kF32, {Vl});
     dres = arena->take(dt, {N, C});
     if (!blocks.empty()) blocks[0].plan_scratch(arena, dt, B, T, C, &scratch);
   }
 
+  Status allocate() {
+    const DType dt = be->compute_dtype();
+    const size_t shard_elems = static_cast<size_t>(layout.total() / F);
+    AX_ASSIGN_OR_RETURN(params, be->alloc(shard_elems * sizeof(float)));
+    AX_ASSIGN_OR_RETURN(grads, be->alloc(shard_elems * sizeof(float)));
+    if (F == 1) {
+      if (dt == DType::kF32) {
+        weights = params;
+      } else {
+        AX_ASSIGN_OR_RETURN(weights, be->alloc(shard_elems * dtype_size(dt)));
+      }
+      return Status::Ok();
+    }
+    const std::vector<ParamLayout::Unit>& units = layout.units();
+    int64_t max_unit = units[0].size;
+    for (size_t u = 1; u < units.size(); ++u) {
+      max_layer_unit = std::max(max_layer_unit, units[u].size);
+      max_unit = std::max(max_unit, units[u].size);
+    }
+    AX_ASSIGN_OR_RETURN(root_w, be->alloc(static_cast<size_t>(units[0].size) * dtype_size(dt)));
+    AX_ASSIGN_OR_RETURN(root_g, be->alloc(static_cast<size_t>(units[0].size) * sizeof(float)));
+    for (int s = 0; s < 2 && max_layer_unit > 0; ++s) {
+      AX_ASSIGN_OR_RETURN(slot_w[s],
+                          be->alloc(static_cast<size_t>(max_layer_unit) * dtype_size(dt)));
+      AX_ASSIGN_OR_RETURN(slot_g[s], be->alloc(static_cast<size_t>(max_layer_unit) * sizeof(float)));
+    }
+    AX_ASSIGN_OR_RETURN(scatter_tmp, be->alloc(static_cast<size_t>(max_unit / F) * sizeof(float)));
+    if (dt != DType::kF32) {
+      AX_ASSIGN_OR_RETURN(shard_compute,
+                          be->alloc(static_cast<size_t>(max_unit / F) * dtype_size(dt)));
+    }
+    return Status::Ok();
+  }
+
   Tensor residual_into(size_t i) const { return i == 0 ? encoded : block_acts[i - 1].res_out; }
-  Tensor flat(void* base, DType dtype) const { return Tensor(base, dtype, {layout.total()}); }
+  Tensor shard(void* base, DType dtype) const { return Tensor(base, dtype, {layout.total() / F}); }
+
+  // FSDP: unit u's part of this rank's shard buffers, and the full unit.
+  int64_t unit_shard_offset(int u) const { return layout.units()[static_cast<size_t>(u)].begin / F; }
+  int64_t unit_shard_size(int u) const { return layout.units()[static_cast<size_t>(u)].size / F; }
+  Tensor shard_part(void* base, int u, DType dtype = DType::kF32) const {
+    return Tensor(static_cast<char*>(base) + unit_shard_offset(u) * dtype_size(dtype), dtype,
+                  {unit_shard_size(u)});
+  }
+
+  // Gathers unit u's weights into `dst` (compute dtype) from every rank's shard.
+  void gather_unit(int u, void* dst) {
+    const DType dt = be->compute_dtype();
+    const int64_t full = layout.units()[static_cast<size_t>(u)].size;
+    Tensor out(dst, dt, {full});
+    Tensor mine = shard_part(params, u);
+    if (dt != DType::kF32) {
+      Tensor cast(shard_compute, dt, {unit_shard_size(u)});
+      be->copy(cast, mine);
+      mine = cast;
+    }
+    layers::collective_or_die(par.fsdp->all_gather(out, mine), "gathering FSDP unit");
+  }
+
+  void ensure_root() {
+    if (F == 1 || root_gathered) return;
+    gather_unit(0, root_w);
+    root_gathered = true;
+  }
+
+  void ensure_layer(size_t i) {
+    if (F == 1) return;
+    const int unit = static_cast<int>(i) + 1, slot = static_cast<int>(i % 2);
+    if (slot_unit[slot] == unit) return;
+    gather_unit(unit, slot_w[slot]);
+    slot_unit[slot] = unit;
+  }
+
+  // Sums unit u's gradient buffer over the fsdp group into this rank's gradient shard (+=), then
+  // zeroes the buffer for the next micro-batch.
+  void scatter_unit_grads(int u, void* unit_grads) {
+    const int64_t full = layout.units()[static_cast<size_t>(u)].size;
+    Tensor in(unit_grads, DType::kF32, {full});
+    Tensor tmp(scatter_tmp, DType::kF32, {unit_shard_size(u)});
+    layers::collective_or_die(par.fsdp->reduce_scatter(tmp, in), "reduce-scattering FSDP gradients");
+    Tensor mine = shard_part(grads, u);
+    be->add_forward(mine, mine, tmp);
+    be->zero(in);
+  }
+
+  void invalidate_gathered() {
+    root_gathered = false;
+    slot_unit[0] = slot_unit[1] = -1;
+  }
+
+  // The vocabulary-parallel loss of the last logits (tensor groups > 1). Returns the sum of the
+  // per-row losses over the non-ignored targets and leaves lse on the device for backward.
+  double split_vocab_loss(std::span<const int32_t> host_targets) {
+    const int64_t N = B * T;
+    be->ce_shard_max(rowmax, logits, v_count);
+    layers::collective_or_die(par.tensor->all_reduce(rowmax, comm::ReduceOp::kMax),
+                      "tensor-parallel cross-entropy (max)");
+    be->ce_shard_sums(sums, logits, rowmax, targets, v_begin, v_count);
+    layers::collective_or_die(par.tensor->all_reduce(sums, comm::ReduceOp::kSum),
+                      "tensor-parallel cross-entropy (sums)");
+    std::vector<float> m(static_cast<size_t>(N)), sm(static_cast<size_t>(2 * N));
+    be->copy_to_host(m.data(), rowmax);
+    be->copy_to_host(sm.data(), sums);
+    std::vector<float> l(static_cast<size_t>(N));
+    double total = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      l[n] = m[n] + std::log(sm[2 * n]);
+      if (host_targets[n] >= 0) total += static_cast<double>(l[n]) - sm[2 * n + 1];
+    }
+    be->copy_from_host(lse, l.data());
+    return total;
+  }
 };
+
+namespace {
+std::atomic<int> g_failure_linger_ms{0};
+}  // namespace
+
+void layers::set_failure_linger(int milliseconds) { g_failure_linger_ms.store(milliseconds); }
+
+void layers::collective_or_die(const Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "ax-train: %s failed: %s\n", what, status.to_string().c_str());
+  std::fflush(nullptr);
+  // The rank that hosts the store stays a little longer, so that the other ranks can still
+  // find out through it which rank went missing.
+  const int linger = g_failure_linger_ms.load();
+  if (linger > 0) std::this_thread::sleep_for(std::chrono::milliseconds(linger));
+  std::_Exit(1);
+}
+
+void layers::TensorGroup::all_reduce(Tensor t) const {
+  if (size == 1) return;
+  layers::collective_or_die(comm->all_reduce(t, comm::ReduceOp::kSum),
+                                 "tensor-parallel all-reduce");
+}
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_t vocab,
-                                               int64_t batch, int64_t seq_len, Backend* backend) {
+                                               int64_t batch, int64_t seq_len, Backend* backend,
+                                               const ModelParallel& parallel) {
   AX_CHECK(backend != nullptr);
   if (batch <= 0 || seq_len <= 0) {
     return InvalidArgument("a micro-batch needs batch > 0 and seq_len > 0, got (", batch, ", ",
@@ -252,6 +507,24 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
                            " (the learned position table)");
   }
   AX_ASSIGN_OR_RETURN(int64_t padded, padded_vocab_size(config, vocab));
+  const int tp = parallel.tensor_size, fsdp = parallel.fsdp_size;
+  if (tp < 1 || fsdp < 1 || parallel.tensor_rank < 0 || parallel.tensor_rank >= tp ||
+      parallel.fsdp_rank < 0 || parallel.fsdp_rank >= fsdp) {
+    return InvalidArgument("bad model parallelism: tensor rank ", parallel.tensor_rank, " of ", tp,
+                           ", fsdp rank ", parallel.fsdp_rank, " of ", fsdp);
+  }
+  if ((tp > 1 && parallel.tensor == nullptr) || (fsdp > 1 && parallel.fsdp == nullptr)) {
+    return InvalidArgument("model parallelism needs the tensor and fsdp communicators");
+  }
+  if (tp > 1) {
+    if (config.num_kv_heads % tp != 0 || config.hidden_dim % tp != 0 || padded % tp != 0) {
+      return InvalidArgument(
+          "tensor parallelism of ", tp, " needs it to divide model.num_kv_heads (",
+          config.num_kv_heads, "), and so model.num_heads (", config.num_heads,
+          "), model.hidden_dim (", config.hidden_dim, ") and the padded vocabulary (", padded,
+          "; model.vocab_multiple rounds it up)");
+    }
+  }
 
   auto impl = std::make_unique<Impl>();
   impl->config = config;
@@ -262,17 +535,14 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
   impl->C = config.model_dim;
   impl->V = vocab;
   impl->Vp = padded;
+  impl->par = parallel;
+  impl->tp = {parallel.tensor_rank, tp, parallel.tensor};
+  impl->F = fsdp;
+  impl->Vl = padded / tp;
+  impl->v_begin = parallel.tensor_rank * impl->Vl;
+  impl->v_count = std::clamp<int64_t>(vocab - impl->v_begin, 0, impl->Vl);
   impl->declare();
-
-  const size_t param_bytes = static_cast<size_t>(impl->layout.total()) * sizeof(float);
-  AX_ASSIGN_OR_RETURN(impl->params, backend->alloc(param_bytes));
-  AX_ASSIGN_OR_RETURN(impl->grads, backend->alloc(param_bytes));
-  if (backend->compute_dtype() == DType::kF32) {
-    impl->weights = impl->params;
-  } else {
-    AX_ASSIGN_OR_RETURN(impl->weights, backend->alloc(static_cast<size_t>(impl->layout.total()) *
-                                                      dtype_size(backend->compute_dtype())));
-  }
+  AX_RETURN_IF_ERROR(impl->allocate());
   impl->bind();
 
   Arena dry_run;
@@ -292,22 +562,102 @@ int64_t Model::seq_len() const { return impl_->T; }
 int64_t Model::vocab() const { return impl_->V; }
 size_t Model::activation_bytes() const { return impl_->act_bytes; }
 int64_t Model::num_targets() const { return impl_->num_targets; }
-Tensor Model::params() const { return impl_->flat(impl_->params, DType::kF32); }
-Tensor Model::grads() const { return impl_->flat(impl_->grads, DType::kF32); }
+const ModelParallel& Model::parallel() const { return impl_->par; }
+bool Model::sharded() const { return impl_->tp.size > 1 || impl_->F > 1; }
+Tensor Model::params() const { return impl_->shard(impl_->params, DType::kF32); }
+Tensor Model::grads() const { return impl_->shard(impl_->grads, DType::kF32); }
+
+std::vector<OwnedRange> Model::owned() const {
+  const Impl& m = *impl_;
+  std::vector<OwnedRange> out;
+  for (const ParamSpec& spec : m.layout.specs()) {
+    if (m.F == 1) {
+      out.push_back({&spec, 0, spec.offset, spec.numel});
+      continue;
+    }
+    const ParamLayout::Unit& unit = m.layout.units()[static_cast<size_t>(spec.unit)];
+    const int64_t size = unit.size / m.F;
+    const int64_t own_begin = unit.begin + m.par.fsdp_rank * size;
+    const int64_t begin = std::max(spec.offset, own_begin);
+    const int64_t end = std::min(spec.offset + spec.numel, own_begin + size);
+    if (begin >= end) continue;
+    out.push_back({&spec, begin - spec.offset, unit.begin / m.F + (begin - own_begin), end - begin});
+  }
+  return out;
+}
+
+double Model::grad_sum_squares() const {
+  const Impl& m = *impl_;
+  Backend& be = *m.be;
+  double local = 0;
+  if (m.tp.size == 1) {
+    local = be.sum_squares(grads());
+  } else {
+    // A parameter every tensor rank holds whole has the same gradient on each: count it once.
+    for (const OwnedRange& r : owned()) {
+      if (r.spec->split_dim < 0 && m.tp.rank != 0) continue;
+      local += be.sum_squares(Tensor(static_cast<float*>(m.grads) + r.shard_offset, DType::kF32,
+                                     {r.length}));
+    }
+  }
+  if (!sharded()) return local;
+  float host[16] = {static_cast<float>(local)};
+  be.copy_from_host(m.scalar, host);
+  if (m.tp.size > 1) {
+    layers::collective_or_die(m.par.tensor->all_reduce(Tensor(m.scalar.data, DType::kF32, {1}), comm::ReduceOp::kSum),
+                            "gradient norm (tensor)");
+  }
+  if (m.F > 1) {
+    layers::collective_or_die(m.par.fsdp->all_reduce(Tensor(m.scalar.data, DType::kF32, {1}), comm::ReduceOp::kSum),
+                            "gradient norm (fsdp)");
+  }
+  be.copy_to_host(host, m.scalar);
+  return host[0];
+}
+
+void Model::reduce_gradients() {
+  Impl& m = *impl_;
+  if (m.par.data == nullptr || m.par.data->size() == 1) return;
+  layers::collective_or_die(m.par.data->all_reduce(grads(), comm::ReduceOp::kSum),
+                          "data-parallel gradient all-reduce");
+}
 
 void Model::init(uint64_t seed) {
-  std::vector<float> host(static_cast<size_t>(impl_->layout.total()));
-  init_parameters(impl_->layout, seed, host);
-  impl_->be->copy_from_host(params(), host.data());
+  Impl& m = *impl_;
+  std::vector<float> host(static_cast<size_t>(m.layout.total()));
+  init_parameters(m.layout, seed, host);
+  if (m.F == 1) {
+    m.be->copy_from_host(params(), host.data());
+  } else {
+    std::vector<float> mine(static_cast<size_t>(m.layout.total() / m.F));
+    for (size_t u = 0; u < m.layout.units().size(); ++u) {
+      const ParamLayout::Unit& unit = m.layout.units()[u];
+      const int64_t size = unit.size / m.F;
+      std::copy_n(host.begin() + unit.begin + m.par.fsdp_rank * size, size,
+                  mine.begin() + unit.begin / m.F);
+    }
+    m.be->copy_from_host(params(), mine.data());
+  }
   sync_compute_weights();
 }
 
 void Model::sync_compute_weights() {
-  if (impl_->weights == impl_->params) return;
-  impl_->be->copy(impl_->flat(impl_->weights, impl_->be->compute_dtype()), params());
+  Impl& m = *impl_;
+  m.invalidate_gathered();
+  if (m.weights == nullptr || m.weights == m.params) return;
+  m.be->copy(m.shard(m.weights, m.be->compute_dtype()), params());
 }
 
-void Model::zero_grad() { impl_->be->zero(grads()); }
+void Model::zero_grad() {
+  Impl& m = *impl_;
+  m.be->zero(grads());
+  if (m.F > 1) {
+    m.be->zero(Tensor(m.root_g, DType::kF32, {m.layout.units()[0].size}));
+    for (void* g : m.slot_g) {
+      if (g != nullptr) m.be->zero(Tensor(g, DType::kF32, {m.max_layer_unit}));
+    }
+  }
+}
 
 float Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
   Impl& m = *impl_;
@@ -318,9 +668,24 @@ float Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> t
   for (int32_t t : tokens)
     AX_CHECK(t >= 0 && t < m.V) << "token " << t << " outside the vocabulary";
 
-  be.copy_from_host(m.tokens, tokens.data());
-  be.embedding_forward(m.encoded.view({m.B, m.T, m.C}), m.tokens, m.wte.w, m.wpe.w);
+  m.ensure_root();
+  if (m.tp.size == 1) {
+    be.copy_from_host(m.tokens, tokens.data());
+  } else {
+    std::vector<int32_t> local(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int64_t id = tokens[i] - m.v_begin;
+      local[i] = (id >= 0 && id < m.Vl) ? static_cast<int32_t>(id) : -1;
+    }
+    be.copy_from_host(m.tokens, local.data());
+  }
+  // With a split vocabulary each rank looks up its rows (zeros elsewhere) and the sum over the
+  // group is the embedding; rank 0 alone adds the positions.
+  be.embedding_forward(m.encoded.view({m.B, m.T, m.C}), m.tokens, m.wte.w,
+                       m.tp.rank == 0 ? m.wpe.w : Tensor());
+  m.tp.all_reduce(m.encoded);
   for (size_t i = 0; i < m.blocks.size(); ++i) {
+    m.ensure_layer(i);
     m.blocks[i].forward(be, m.residual_into(i), m.block_acts[i], m.scratch);
   }
   m.lnf.forward(be, m.lnf_acts, m.residual_into(m.blocks.size()));
@@ -331,14 +696,17 @@ float Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> t
   if (!m.has_targets) return 0.f;
 
   be.copy_from_host(m.targets, targets.data());
-  be.cross_entropy_forward(m.losses, m.logits, m.targets, m.V);
-  std::vector<float> losses(static_cast<size_t>(N));
-  be.copy_to_host(losses.data(), m.losses);
+  for (int64_t i = 0; i < N; ++i) m.num_targets += targets[i] >= 0 ? 1 : 0;
   double sum = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (targets[i] < 0) continue;
-    sum += losses[i];
-    ++m.num_targets;
+  if (m.tp.size > 1) {
+    sum = m.split_vocab_loss(targets);
+  } else {
+    be.cross_entropy_forward(m.losses, m.logits, m.targets, m.V);
+    std::vector<float> losses(static_cast<size_t>(N));
+    be.copy_to_host(losses.data(), m.losses);
+    for (int64_t i = 0; i < N; ++i) {
+      if (targets[i] >= 0) sum += losses[i];
+    }
   }
   return m.num_targets == 0 ? 0.f : static_cast<float>(sum / static_cast<double>(m.num_targets));
 }
@@ -351,21 +719,30 @@ void Model::backward(float scale) {
   if (m.num_targets == 0) return;
   const float dloss = scale / static_cast<float>(m.num_targets);
   // dlogits overwrite the logits in place.
-  be.cross_entropy_backward(m.logits, m.logits, m.targets, m.V, dloss);
+  if (m.tp.size > 1) {
+    be.ce_shard_backward(m.logits, m.logits, m.lse, m.targets, m.v_begin, m.v_count, dloss);
+  } else {
+    be.cross_entropy_backward(m.logits, m.logits, m.targets, m.V, dloss);
+  }
   Tensor dlnf = m.scratch.dln;
   be.zero(dlnf);
   be.matmul_backward(dlnf, m.lm_head.dw, Tensor(), m.logits, m.lnf_acts.out, m.lm_head.w);
+  m.tp.all_reduce(dlnf);  // each vocabulary shard contributes to the hidden state's gradient
   be.zero(m.dres);
   m.lnf.backward(be, m.dres, dlnf, m.residual_into(m.blocks.size()), m.lnf_acts);
   for (size_t i = m.blocks.size(); i-- > 0;) {
+    m.ensure_layer(i);
     m.blocks[i].backward(be, m.dres, m.residual_into(i), m.block_acts[i], m.scratch);
+    if (m.F > 1) m.scatter_unit_grads(static_cast<int>(i) + 1, m.slot_g[i % 2]);
   }
   be.embedding_backward(m.wte.dw, m.wpe.dw, m.dres.view({m.B, m.T, m.C}), m.tokens);
+  if (m.F > 1) m.scatter_unit_grads(0, m.root_g);
 }
 
 std::vector<float> Model::logits(int64_t b, int64_t t) const {
   const Impl& m = *impl_;
   AX_CHECK(m.logits_valid) << "logits() needs a forward() and no backward() since";
+  AX_CHECK(m.tp.size == 1) << "logits() of a vocabulary split over tensor-parallel ranks";
   AX_CHECK(b >= 0 && b < m.B && t >= 0 && t < m.T);
   const size_t row = static_cast<size_t>(b * m.T + t) * static_cast<size_t>(m.Vp);
   Tensor src(static_cast<char*>(m.logits.data) + row * dtype_size(m.logits.dtype), m.logits.dtype,
@@ -381,7 +758,18 @@ std::vector<float> Model::logits(int64_t b, int64_t t) const {
   return out;
 }
 
+namespace {
+
+Status unsharded_only(const Model& model, const char* what) {
+  if (!model.sharded()) return Status::Ok();
+  return FailedPrecondition(what, " by name needs an unsharded model; a sharded one holds only ",
+                            "parts (see Model::owned())");
+}
+
+}  // namespace
+
 StatusOr<std::vector<float>> Model::parameter(const std::string& name) const {
+  AX_RETURN_IF_ERROR(unsharded_only(*this, "reading a parameter"));
   const ParamSpec* spec = impl_->layout.find(name);
   if (spec == nullptr) return NotFound("no parameter named ", name);
   std::vector<float> out(static_cast<size_t>(spec->numel));
@@ -390,6 +778,7 @@ StatusOr<std::vector<float>> Model::parameter(const std::string& name) const {
 }
 
 StatusOr<std::vector<float>> Model::gradient(const std::string& name) const {
+  AX_RETURN_IF_ERROR(unsharded_only(*this, "reading a gradient"));
   const ParamSpec* spec = impl_->layout.find(name);
   if (spec == nullptr) return NotFound("no parameter named ", name);
   std::vector<float> out(static_cast<size_t>(spec->numel));
@@ -398,6 +787,7 @@ StatusOr<std::vector<float>> Model::gradient(const std::string& name) const {
 }
 
 Status Model::set_parameter(const std::string& name, std::span<const float> values) {
+  AX_RETURN_IF_ERROR(unsharded_only(*this, "setting a parameter"));
   const ParamSpec* spec = impl_->layout.find(name);
   if (spec == nullptr) return NotFound("no parameter named ", name);
   if (static_cast<int64_t>(values.size()) != spec->numel) {

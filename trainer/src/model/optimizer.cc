@@ -39,18 +39,32 @@ AdamW::~AdamW() {
 StatusOr<std::unique_ptr<AdamW>> AdamW::create(const OptimConfig& optim, int64_t max_steps,
                                                Model* model) {
   std::unique_ptr<AdamW> opt(new AdamW(optim, max_steps, model));
-  const size_t bytes = static_cast<size_t>(model->layout().total()) * sizeof(float);
+  // The ranges of this rank's shard with and without weight decay, in shard order; a gap of
+  // less than one alignment (64 bytes) between two ranges of the same kind is padding, which
+  // stays zero under AdamW, so they merge (an unsharded model has exactly two groups).
+  std::vector<OwnedRange> owned = model->owned();
+  std::sort(owned.begin(), owned.end(), [](const OwnedRange& a, const OwnedRange& b) {
+    return a.shard_offset < b.shard_offset;
+  });
+  for (const OwnedRange& r : owned) {
+    const bool decay = r.spec->weight_decay;
+    if (!opt->groups_.empty() && opt->groups_.back().decay == decay &&
+        r.shard_offset - opt->groups_.back().end < 16) {
+      opt->groups_.back().end = r.shard_offset + r.length;
+    } else {
+      opt->groups_.push_back({r.shard_offset, r.shard_offset + r.length, decay});
+    }
+  }
+  const size_t bytes = static_cast<size_t>(model->params().numel()) * sizeof(float);
   AX_ASSIGN_OR_RETURN(opt->m_, model->backend()->alloc(bytes));
   AX_ASSIGN_OR_RETURN(opt->v_, model->backend()->alloc(bytes));
   return opt;
 }
 
-Tensor AdamW::m() const { return Tensor(m_, DType::kF32, {model_->layout().total()}); }
-Tensor AdamW::v() const { return Tensor(v_, DType::kF32, {model_->layout().total()}); }
+Tensor AdamW::m() const { return Tensor(m_, DType::kF32, {model_->params().numel()}); }
+Tensor AdamW::v() const { return Tensor(v_, DType::kF32, {model_->params().numel()}); }
 
-double AdamW::grad_norm() const {
-  return std::sqrt(model_->backend()->sum_squares(model_->grads()));
-}
+double AdamW::grad_norm() const { return std::sqrt(model_->grad_sum_squares()); }
 
 double AdamW::apply(int64_t step, double grad_norm) {
   AdamWArgs args;
@@ -63,18 +77,10 @@ double AdamW::apply(int64_t step, double grad_norm) {
   if (optim_.grad_clip > 0 && grad_norm > optim_.grad_clip) {
     args.grad_scale = static_cast<float>(optim_.grad_clip / grad_norm);
   }
-  const ParamLayout& layout = model_->layout();
   const Tensor p = model_->params(), g = model_->grads(), m = this->m(), v = this->v();
   Backend* be = model_->backend();
-  struct Group {
-    int64_t begin, end;
-    float weight_decay;
-  };
-  const Group groups[] = {{0, layout.decay_end(), static_cast<float>(optim_.weight_decay)},
-                          {layout.decay_end(), layout.total(), 0.f}};
-  for (const Group& group : groups) {
-    if (group.end == group.begin) continue;
-    args.weight_decay = group.weight_decay;
+  for (const Group& group : groups_) {
+    args.weight_decay = group.decay ? static_cast<float>(optim_.weight_decay) : 0.f;
     be->adamw_update(range(p, group.begin, group.end), range(g, group.begin, group.end),
                      range(m, group.begin, group.end), range(v, group.begin, group.end), args);
   }

@@ -31,6 +31,8 @@ class SplitMix64 {
     *z1 = r * std::sin(a);
   }
   uint64_t state() const { return state_; }
+  // Skips n outputs of next() (the stream is a counter: O(1)). normal_pair() uses two.
+  void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ULL; }
 
  private:
   uint64_t state_;

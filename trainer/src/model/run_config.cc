@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "ax/common/env.h"
+#include "ax/common/strings.h"
 #include "ax/datasets/tokenizer.h"
 #include "ax/trainer/train_loop.h"
 
@@ -95,36 +96,56 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
   return config;
 }
 
+// --device cpu | cuda | cuda:N | auto. auto takes CUDA device 0 when one answers (a GPU that
+// answers but then fails is an error, never a silent fall-back to the CPU), else the CPU; the
+// choice is printed either way.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
                                                 std::ostream& log) {
-  if (device == "cuda") {
-    return FailedPrecondition(
-        "--device cuda: this build has no CUDA backend; use --device cpu "
-        "or auto");
+  const bool is_cuda = device == "cuda" || device.starts_with("cuda:");
+  if (device != "auto" && device != "cpu" && !is_cuda) {
+    return InvalidArgument("--device expects auto|cpu|cuda|cuda:N, got '", device, "'");
   }
-  if (device != "auto" && device != "cpu") {
-    return InvalidArgument("--device expects auto|cpu|cuda, got '", device, "'");
+  if (device == "auto" ? cuda_device_count() > 0 : is_cuda) {
+    std::optional<int64_t> ordinal = int64_t{0};
+    if (device.starts_with("cuda:")) ordinal = parse_int64(device.substr(5));
+    if (!ordinal || *ordinal < 0 || *ordinal > INT32_MAX) {
+      return InvalidArgument("--device ", device, ": expected cuda:N with a device ordinal N");
+    }
+    auto cuda = make_cuda_backend(static_cast<int>(*ordinal));
+    if (!cuda.ok()) return cuda.status().with_context("--device " + device + ": ");
+    log << "device: " << (*cuda)->name() << "\n";
+    return cuda;
   }
   if (threads == 0) {
     AX_ASSIGN_OR_RETURN(int64_t from_env, kCpuThreads.get());
     threads = static_cast<int>(from_env);
   }
-  log << (device == "auto" ? "device: cpu (no CUDA backend in this build)" : "device: cpu") << "\n";
+  if (device == "auto") {
+    log << "device: cpu (no GPU answered: " << make_cuda_backend(0).status().message() << ")\n";
+  } else {
+    log << "device: cpu\n";
+  }
   return make_cpu_backend(threads);
 }
 
-double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows) {
+double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows,
+                        int64_t global_rows) {
   model->zero_grad();
-  // Each micro-batch's mean loss is weighted by its share of the targets, so that the sum of the
-  // micro-batch gradients is the gradient of the mean over the whole batch.
-  const double total = static_cast<double>(rows * model->seq_len());
-  return for_each_micro_batch(
-             model, windows, rows,
-             [&](float loss, int64_t targets) {
-               model->backward(static_cast<float>(static_cast<double>(targets) / total));
-               return static_cast<double>(loss) * static_cast<double>(targets);
-             }) /
-         total;
+  // Each micro-batch's mean loss is weighted by its share of the targets of the global batch, so
+  // that the sum of the micro-batch gradients (over this rank's micro-batches, then over the
+  // replicas) is the gradient of the mean over the whole batch.
+  const double total = static_cast<double>((global_rows > 0 ? global_rows : rows) *
+                                           model->seq_len());
+  const double loss = for_each_micro_batch(
+                          model, windows, rows,
+                          [&](float loss, int64_t targets) {
+                            model->backward(
+                                static_cast<float>(static_cast<double>(targets) / total));
+                            return static_cast<double>(loss) * static_cast<double>(targets);
+                          }) /
+                      total;
+  model->reduce_gradients();
+  return loss;
 }
 
 double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows) {

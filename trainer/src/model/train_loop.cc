@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/token_loader.h"
@@ -15,6 +16,7 @@
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
+#include "distributed.h"
 #include "train_state.h"
 
 namespace ax::train {
@@ -23,8 +25,11 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// Data-parallel devices. One process trains on one device until the sharded paths land.
-constexpr int64_t kDevices = 1;
+// Discards everything: the progress lines of ranks other than 0.
+class NullStream : public std::ostream {
+ public:
+  NullStream() : std::ostream(nullptr) {}
+};
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -70,11 +75,13 @@ Status write_text_atomically(const fs::path& path, const std::string& text) {
 
 class Trainer {
  public:
-  Trainer(const Config& config, std::string run_dir, const TrainOptions& options)
+  Trainer(const Config& config, std::string run_dir, const TrainOptions& options,
+          const launcher::JobContext& ctx)
       : config_(config),
         run_dir_(std::move(run_dir)),
         options_(options),
-        out_(options.out != nullptr ? *options.out : std::cout),
+        ctx_(ctx),
+        out_(ctx.rank != 0 ? null_out_ : options.out != nullptr ? *options.out : std::cout),
         checkpoints_(run_dir_, config.train.keep_checkpoints) {}
 
   Status setup();
@@ -93,13 +100,18 @@ class Trainer {
   Status log_step(const StepResult& result, double step_time_s);
   void print_summary() const;
 
+  bool leader() const { return ctx_.rank == 0; }
+
   Config config_;
   std::string run_dir_;
   TrainOptions options_;
+  launcher::JobContext ctx_;
+  NullStream null_out_;
   std::ostream& out_;
   CheckpointManager checkpoints_;
 
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Distributed> dist_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::shared_ptr<data::ShardSet> train_set_, val_set_;
   std::string val_dir_;
@@ -108,6 +120,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<MetricsLogger> metrics_;
   int64_t global_batch_ = 0, micro_batch_ = 0;
+  int64_t replica_rows_ = 0;  // rows of the global batch this rank's replica trains on
   TrainProgress progress_;
   int64_t saved_step_ = -1;
   bool resumed_ = false;
@@ -144,24 +157,41 @@ Status Trainer::open_data() {
   if (!train.ok()) return train.status().with_context("training data");
   train_set_ = *train;
 
-  const double global = config_.train.percore_batch_size * static_cast<double>(kDevices);
+  const int64_t devices = ctx_.world;
+  const double global = config_.train.global_batch > 0
+                            ? static_cast<double>(config_.train.global_batch)
+                            : config_.train.percore_batch_size * static_cast<double>(devices);
+  const std::string how =
+      config_.train.global_batch > 0
+          ? std::string("train.global_batch")
+          : str_cat("PERCORE_BATCH_SIZE ", config_.train.percore_batch_size, " x ", devices,
+                    " device(s)");
   if (global < 1 || global != std::floor(global)) {
-    return InvalidArgument("GLOBAL_BATCH = PERCORE_BATCH_SIZE (", config_.train.percore_batch_size,
-                           ") x ", kDevices, " device(s) must be a whole number of sequences");
+    return InvalidArgument("GLOBAL_BATCH = ", how, " must be a whole number of sequences");
   }
   global_batch_ = static_cast<int64_t>(global);
-  const int64_t micro = config_.train.num_microbatches;
-  if (micro < 1 || global_batch_ % micro != 0) {
-    return InvalidArgument("NUM_MICROBATCHES (train.num_microbatches = ", micro,
-                           ") must divide GLOBAL_BATCH = ", global_batch_, " (PERCORE_BATCH_SIZE ",
-                           config_.train.percore_batch_size, " x ", kDevices, " device(s))");
+  const int64_t replicas = dist_->replicas();
+  if (global_batch_ % replicas != 0) {
+    return InvalidArgument("GLOBAL_BATCH = ", global_batch_, " (", how,
+                           ") must divide evenly over the ", replicas,
+                           " data-parallel replicas (data x fsdp of the mesh)");
   }
-  micro_batch_ = global_batch_ / micro;
+  replica_rows_ = global_batch_ / replicas;
+  const int64_t micro = config_.train.num_microbatches;
+  if (micro < 1 || replica_rows_ % micro != 0) {
+    return InvalidArgument("NUM_MICROBATCHES (train.num_microbatches = ", micro,
+                           ") must divide the ", replica_rows_,
+                           " sequences each replica trains on (GLOBAL_BATCH = ", global_batch_,
+                           ": ", how, ", over ", replicas, " replica(s))");
+  }
+  micro_batch_ = replica_rows_ / micro;
 
   data::LoaderOptions lo;
   lo.seq_len = static_cast<uint64_t>(config_.train.seq_len);
   lo.seed = config_.train.seed;
   lo.global_batch = static_cast<uint64_t>(global_batch_);
+  lo.replica = static_cast<uint64_t>(dist_->replica());
+  lo.num_replicas = static_cast<uint64_t>(replicas);
   StatusOr<std::unique_ptr<data::TokenLoader>> loader = data::TokenLoader::create(train_set_, lo);
   if (!loader.ok()) return loader.status().with_context("training data");
   loader_ = std::move(*loader);
@@ -173,8 +203,11 @@ Status Trainer::open_data() {
           data::ShardSet::open(val_dir_, tokenizer_->hash());
       if (!val.ok()) return val.status().with_context("validation data");
       val_set_ = *val;
-      // Micro-batches in storage order; created now so that a set too small fails early.
+      // Micro-batches in storage order, the same on every rank; created now so that a set too
+      // small fails early.
       lo.global_batch = static_cast<uint64_t>(micro_batch_);
+      lo.replica = 0;
+      lo.num_replicas = 1;
       lo.shuffle = false;
       lo.prefetch_batches = 0;
       StatusOr<std::unique_ptr<data::TokenLoader>> val_loader =
@@ -194,7 +227,7 @@ Status Trainer::resume() {
     model_->init(config_.train.seed);
     return Status::Ok();
   }
-  StatusOr<CheckpointState> state = checkpoints_.load(*latest);
+  StatusOr<CheckpointState> state = checkpoints_.load(*latest, owned_regions(*model_));
   if (!state.ok()) {
     return state.status().with_context(
         str_cat("resuming from ", checkpoints_.step_dir(*latest),
@@ -209,15 +242,25 @@ Status Trainer::resume() {
 
 Status Trainer::setup() {
   AX_RETURN_IF_ERROR(check_run_dir());
-  AX_ASSIGN_OR_RETURN(backend_, make_backend(options_.device, options_.threads, out_));
+  int threads = options_.threads;
+  if (threads == 0 && ctx_.local_world > 1 && std::getenv("AX_CPU_THREADS") == nullptr) {
+    // Ranks of one node share its cores.
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx_.local_world);
+  }
+  AX_ASSIGN_OR_RETURN(backend_, make_backend(options_.device, threads, out_));
+  AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
   AX_RETURN_IF_ERROR(open_data());
-  AX_ASSIGN_OR_RETURN(model_, Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
-                                            config_.train.seq_len, backend_.get()));
+  AX_ASSIGN_OR_RETURN(model_,
+                      Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
+                                    config_.train.seq_len, backend_.get(), dist_->model_parallel()));
   AX_ASSIGN_OR_RETURN(optimizer_,
                       AdamW::create(config_.optim, config_.train.max_steps, model_.get()));
   AX_RETURN_IF_ERROR(resume());
-  AX_RETURN_IF_ERROR(write_text_atomically(fs::path(run_dir_) / "config.json", to_json(config_)));
-  AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_));
+  if (leader()) {
+    AX_RETURN_IF_ERROR(
+        write_text_atomically(fs::path(run_dir_) / "config.json", to_json(config_)));
+    AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_));
+  }
   print_summary();
   return Status::Ok();
 }
@@ -233,8 +276,9 @@ void Trainer::print_summary() const {
        << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size
        << ", activations " << human_bytes(static_cast<double>(model_->activation_bytes())) << "\n";
   out_ << "data: " << train_set_->num_tokens() << " tokens in " << config_.data.train_dir
-       << "; GLOBAL_BATCH " << global_batch_ << " = " << config_.train.num_microbatches
-       << " micro-batch(es) of " << micro_batch_ << " x " << config_.train.seq_len << " tokens\n";
+       << "; GLOBAL_BATCH " << global_batch_ << " = " << dist_->replicas() << " replica(s) x "
+       << config_.train.num_microbatches << " micro-batch(es) of " << micro_batch_ << " x "
+       << config_.train.seq_len << " tokens\n";
   if (config_.train.eval_every > 0) {
     out_ << (val_set_ ? "validation: " + val_dir_
                       : std::string("validation: none (no data.validation_dir and no sibling "
@@ -262,7 +306,10 @@ Status Trainer::check_tokens(const data::TokenBatch& batch) const {
 Status Trainer::step(int64_t step, StepResult* result) {
   AX_RETURN_IF_ERROR(loader_->next(&batch_));
   AX_RETURN_IF_ERROR(check_tokens(batch_));
-  const double loss = forward_backward(model_.get(), batch_.tokens, global_batch_);
+  const double loss = dist_->all_reduce(
+      dist_->groups.replica.get(),
+      forward_backward(model_.get(), batch_.tokens, replica_rows_, global_batch_),
+      comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);
   const double norm = optimizer_->grad_norm();
   if (!std::isfinite(norm)) return non_finite("gradient norm", norm, step);
@@ -300,13 +347,16 @@ Status Trainer::evaluate(int64_t step) {
       sum / static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches));
   out_ << "eval step " << step << " | val loss " << fixed(val_loss, 4) << " | ppl "
        << fixed(std::exp(val_loss), 2) << std::endl;
-  return metrics_->log_eval(step, val_loss);
+  return leader() ? metrics_->log_eval(step, val_loss) : Status::Ok();
 }
 
 Status Trainer::save_checkpoint() {
   if (saved_step_ == progress_.step) return Status::Ok();
   const auto t0 = Clock::now();
-  Status s = checkpoints_.save(capture_state(config_, *model_, *optimizer_, progress_));
+  CheckpointState state = capture_state(config_, *model_, *optimizer_, progress_);
+  // Data-parallel replicas hold the same values: the first replica writes them.
+  if (dist_->coords.d != 0) state.tensors.clear();
+  Status s = checkpoints_.save(state, dist_->checkpoint_group(progress_.step));
   if (!s.ok()) {
     return s.with_context(
         str_cat("checkpoint of step ", progress_.step, " (the previous checkpoints are intact)"));
@@ -335,7 +385,7 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   m.grad_norm = r.grad_norm;
   m.step_time_s = mean_time;
   m.tokens_per_s = static_cast<double>(global_batch_ * config_.train.seq_len) / mean_time;
-  m.peak_flops = backend_->peak_flops();
+  m.peak_flops = backend_->peak_flops() * static_cast<double>(ctx_.world);
   if (m.peak_flops > 0) {
     const double per_token =
         flops_per_token(model_->layout().num_matmul_parameters(), mc.num_layers, mc.num_heads,
@@ -347,7 +397,7 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   out_.flush();
   window_time_s_ = 0;
   window_steps_ = 0;
-  return metrics_->log_train(m);
+  return leader() ? metrics_->log_train(m) : Status::Ok();
 }
 
 StatusOr<TrainOutcome> Trainer::run() {
@@ -362,7 +412,7 @@ StatusOr<TrainOutcome> Trainer::run() {
     StepResult result;
     Status s = step(k, &result);
     if (!s.ok()) {
-      metrics_->flush().ignore();
+      if (metrics_) metrics_->flush().ignore();
       return s;
     }
     AX_RETURN_IF_ERROR(log_step(result, seconds_since(t0)));
@@ -375,9 +425,14 @@ StatusOr<TrainOutcome> Trainer::run() {
       AX_RETURN_IF_ERROR(save_checkpoint());
     }
     const bool keep_going = !options_.after_step || options_.after_step(result);
-    if ((!keep_going || stop_signal() != 0) && k < max_steps) {
+    // Every rank stops at the same step boundary: a signal that reached some ranks stops all.
+    const bool stop =
+        dist_->all_reduce(dist_->groups.world.get(),
+                          (!keep_going || stop_signal() != 0) ? 1.0 : 0.0, comm::ReduceOp::kMax) >
+        0;
+    if (stop && k < max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
-      AX_RETURN_IF_ERROR(metrics_->flush());
+      if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
       const int sig = stop_signal();
       out_ << "stopped after step " << k
            << (sig != 0 ? str_cat(" on signal ", sig) : std::string(" on request"))
@@ -385,7 +440,7 @@ StatusOr<TrainOutcome> Trainer::run() {
       return TrainOutcome::kStopped;
     }
   }
-  AX_RETURN_IF_ERROR(metrics_->flush());
+  if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
   out_ << "done: step " << max_steps << ", " << progress_.tokens_seen << " tokens\n";
   return TrainOutcome::kFinished;
 }
@@ -394,7 +449,13 @@ StatusOr<TrainOutcome> Trainer::run() {
 
 StatusOr<TrainOutcome> train(const Config& config, const std::string& run_dir,
                              const TrainOptions& options) {
-  Trainer trainer(config, run_dir, options);
+  launcher::JobContext ctx;
+  if (options.context) {
+    ctx = *options.context;
+  } else {
+    AX_ASSIGN_OR_RETURN(ctx, launcher::job_context(launcher::process_env()));
+  }
+  Trainer trainer(config, run_dir, options, ctx);
   AX_RETURN_IF_ERROR(trainer.setup());
   return trainer.run();
 }

@@ -1,5 +1,8 @@
 #include "train_state.h"
 
+#include "param_boxes.h"
+
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -10,13 +13,95 @@ using Json = nlohmann::json;
 
 constexpr const char* kGroups[] = {"params", "adam_m", "adam_v"};
 
-HostTensor to_host(const std::string& group, const ParamSpec& spec, Backend* be, Tensor flat) {
-  HostTensor t;
-  t.name = group + "/" + spec.name;
-  t.shape = spec.shape;
-  t.data.resize(static_cast<size_t>(spec.numel));
-  be->copy_to_host(t.data.data(), param_view(spec, flat.data));
-  return t;
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(dims[i]);
+  }
+  return out + "]";
+}
+
+// Appends this rank's part of one group (params, adam_m or adam_v), read from `flat` (a shard
+// buffer), as slices of the logical tensors. A whole tensor keeps an empty offset.
+void append_group(const std::string& group, const Model& model, Tensor flat, bool skip_replicated,
+                  std::vector<HostTensor>* out) {
+  Backend* be = model.backend();
+  for (const OwnedRange& r : model.owned()) {
+    if (skip_replicated && r.spec->split_dim < 0) continue;
+    std::vector<float> run(static_cast<size_t>(r.length));
+    be->copy_to_host(run.data(), Tensor(static_cast<float*>(flat.data) + r.shard_offset,
+                                        DType::kF32, {r.length}));
+    for (const LogicalBox& box : logical_boxes(*r.spec, r.local_begin, r.length)) {
+      HostTensor t;
+      t.name = group + "/" + r.spec->name;
+      t.shape = box.shape;
+      t.data.assign(run.begin() + box.data_offset, run.begin() + box.data_offset + box.length);
+      if (box.shape != r.spec->logical_shape) {
+        t.logical_shape = r.spec->logical_shape;
+        t.offset = box.offset;
+      }
+      out->push_back(std::move(t));
+    }
+  }
+}
+
+// Copies the box [offset, offset + shape) of a logical tensor out of `t` (the whole tensor or a
+// slice of it), or returns false when `t` does not contain the box.
+bool extract_box(const HostTensor& t, const std::vector<int64_t>& logical_shape,
+                 const LogicalBox& box, float* dst) {
+  const std::vector<int64_t> t_offset =
+      t.offset.empty() ? std::vector<int64_t>(logical_shape.size(), 0) : t.offset;
+  if (t.shape.size() != box.shape.size() || t_offset.size() != box.shape.size()) return false;
+  if (!t.logical_shape.empty() && t.logical_shape != logical_shape) return false;
+  if (t.logical_shape.empty() && t.shape != logical_shape) return false;
+  for (size_t k = 0; k < box.shape.size(); ++k) {
+    if (box.offset[k] < t_offset[k] || box.offset[k] + box.shape[k] > t_offset[k] + t.shape[k]) {
+      return false;
+    }
+  }
+  if (box.shape.size() == 1) {
+    std::copy_n(t.data.begin() + (box.offset[0] - t_offset[0]), box.shape[0], dst);
+    return true;
+  }
+  const int64_t cols = t.shape[1];
+  for (int64_t r = 0; r < box.shape[0]; ++r) {
+    const int64_t src = (box.offset[0] - t_offset[0] + r) * cols + (box.offset[1] - t_offset[1]);
+    std::copy_n(t.data.begin() + src, box.shape[1], dst + r * box.shape[1]);
+  }
+  return true;
+}
+
+// This rank's part of one group, assembled on the host in shard order (index = shard offset).
+// DataLoss when a box is in none of the state's tensors.
+Status gather_group(const CheckpointState& state, const Model& model, const char* group,
+                    std::vector<float>* shard) {
+  std::map<std::string, std::vector<const HostTensor*>> by_name;
+  for (const HostTensor& t : state.tensors) by_name[t.name].push_back(&t);
+  shard->assign(static_cast<size_t>(model.params().numel()), 0.f);
+  for (const OwnedRange& r : model.owned()) {
+    const std::string name = str_cat(group, "/", r.spec->name);
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return DataLoss("checkpoint of step ", state.step, " has no tensor ", name);
+    }
+    for (const LogicalBox& box : logical_boxes(*r.spec, r.local_begin, r.length)) {
+      float* dst = shard->data() + r.shard_offset + box.data_offset;
+      bool found = false;
+      for (const HostTensor* t : it->second) {
+        if (extract_box(*t, r.spec->logical_shape, box, dst)) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        return DataLoss("checkpoint of step ", state.step, ": tensor ", name,
+                        " does not have the model's shape or lacks the part at ",
+                        dims_text(box.offset), " of shape ", dims_text(box.shape));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 StatusOr<Json> parse_blob(const CheckpointState& state, const std::string& name) {
@@ -48,48 +133,17 @@ void flatten(const Json& j, const std::string& prefix, std::map<std::string, Jso
   }
 }
 
-// Appends the tensors `group`/<name> of every parameter of the layout, checking that each is
-// present, whole and of the parameter's shape.
-Status collect_group(const CheckpointState& state, const ParamLayout& layout, const char* group,
-                     std::vector<const HostTensor*>* out) {
-  std::map<std::string, const HostTensor*> by_name;
-  for (const HostTensor& t : state.tensors) by_name[t.name] = &t;
-  for (const ParamSpec& spec : layout.specs()) {
-    const std::string name = str_cat(group, "/", spec.name);
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      return DataLoss("checkpoint of step ", state.step, " has no tensor ", name);
-    }
-    const HostTensor& t = *it->second;
-    const bool whole = t.logical_shape.empty() || t.logical_shape == t.shape;
-    if (t.shape != spec.shape || !whole || static_cast<int64_t>(t.data.size()) != spec.numel) {
-      return DataLoss("checkpoint of step ", state.step, ": tensor ", name,
-                      " does not have the model's shape");
-    }
-    out->push_back(&t);
-  }
-  return Status::Ok();
-}
-
-void copy_group(const Model& model, std::span<const HostTensor* const> sources, Tensor flat) {
-  const std::vector<ParamSpec>& specs = model.layout().specs();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    model.backend()->copy_from_host(param_view(specs[i], flat.data), sources[i]->data.data());
-  }
-}
-
 }  // namespace
 
 CheckpointState capture_state(const Config& config, const Model& model, const AdamW& optimizer,
                               const TrainProgress& progress) {
   CheckpointState state;
   state.step = progress.step;
-  Backend* be = model.backend();
+  // Tensor ranks other than 0 hold copies of the parameters that are not split.
+  const bool skip_replicated = model.parallel().tensor_rank != 0;
   const Tensor flats[] = {model.params(), optimizer.m(), optimizer.v()};
   for (int g = 0; g < 3; ++g) {
-    for (const ParamSpec& spec : model.layout().specs()) {
-      state.tensors.push_back(to_host(kGroups[g], spec, be, flats[g]));
-    }
+    append_group(kGroups[g], model, flats[g], skip_replicated, &state.tensors);
   }
   state.blobs["config.json"] = to_json(config);
   state.blobs["loader.json"] =
@@ -128,28 +182,37 @@ Status restore_state(const CheckpointState& state, const Config& config, Model* 
     return DataLoss(where, ": trainer.json says step ", restored.step);
   }
 
-  std::vector<const HostTensor*> sources;  // in (group, layout) order
-  for (const char* group : kGroups) {
-    AX_RETURN_IF_ERROR(collect_group(state, model->layout(), group, &sources));
+  std::vector<float> shards[3];
+  for (int g = 0; g < 3; ++g) {
+    AX_RETURN_IF_ERROR(gather_group(state, *model, kGroups[g], &shards[g]));
   }
 
   // 2. Apply.
   const Tensor flats[] = {model->params(), optimizer->m(), optimizer->v()};
-  const size_t per_group = model->layout().specs().size();
-  for (size_t g = 0; g < 3; ++g) {
-    copy_group(*model, std::span(sources).subspan(g * per_group, per_group), flats[g]);
-  }
+  for (int g = 0; g < 3; ++g) model->backend()->copy_from_host(flats[g], shards[g].data());
   model->sync_compute_weights();
   *progress = restored;
   return Status::Ok();
 }
 
 Status restore_parameters(const CheckpointState& state, Model* model) {
-  std::vector<const HostTensor*> sources;
-  AX_RETURN_IF_ERROR(collect_group(state, model->layout(), "params", &sources));
-  copy_group(*model, sources, model->params());
+  std::vector<float> shard;
+  AX_RETURN_IF_ERROR(gather_group(state, *model, "params", &shard));
+  model->backend()->copy_from_host(model->params(), shard.data());
   model->sync_compute_weights();
   return Status::Ok();
+}
+
+std::vector<TensorRegion> owned_regions(const Model& model) {
+  std::vector<TensorRegion> out;
+  for (const char* group : kGroups) {
+    for (const OwnedRange& r : model.owned()) {
+      for (const LogicalBox& box : logical_boxes(*r.spec, r.local_begin, r.length)) {
+        out.push_back({str_cat(group, "/", r.spec->name), box.offset, box.shape});
+      }
+    }
+  }
+  return out;
 }
 
 ConfigDifference first_model_difference(const Config& old_config, const Config& new_config) {

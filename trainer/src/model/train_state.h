@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ax/common/status.h"
 #include "ax/datasets/token_loader.h"
@@ -30,6 +31,11 @@ CheckpointState capture_state(const Config& config, const Model& model, const Ad
 // them untouched.
 Status restore_state(const CheckpointState& state, const Config& config, Model* model,
                      AdamW* optimizer, TrainProgress* progress);
+
+// The regions of params/*, adam_m/* and adam_v/* this rank needs to resume (its own parts of
+// the logical tensors, whatever mesh wrote them): what CheckpointManager::load(step, regions)
+// reads.
+std::vector<TensorRegion> owned_regions(const Model& model);
 
 // Only the parameters (for sampling and evaluation), with the same all-or-nothing checks.
 Status restore_parameters(const CheckpointState& state, Model* model);

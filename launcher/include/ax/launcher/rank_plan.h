@@ -1,6 +1,6 @@
 // What each local rank gets: its place in the mesh, the AX_* environment of DESIGN.md's contract
-// (docs/launch.md has the table), and the cores it is bound to. Pure computation over a Topology,
-// so tests run it on fixtures.
+// (docs/launch.md has the table), and the cores and NUMA memory node it is bound to. Pure
+// computation over a Topology, so tests run it on fixtures.
 #pragma once
 
 #include <optional>
@@ -20,6 +20,9 @@ struct RankPlan {
   int gpu = -1;           // index in the (visible) topology, -1 = CPU rank
   std::string device;     // AX_DEVICE: CUDA ordinal or "cpu"
   std::vector<int> cpus;  // cores to bind to; empty = no binding
+  // NUMA node the rank's memory is preferred on (its GPU's); -1 = none (CPU rank, or unknown).
+  // Whether this machine has that node is checked where the binding happens.
+  int mem_node = -1;
   std::vector<std::pair<std::string, std::string>> env;  // variables to set for this rank
 };
 

@@ -49,7 +49,9 @@ class Backend {
   virtual void synchronize() = 0;
 
   // out[b,t,:] = wte[tokens[b,t],:] (+ wpe[t,:] when wpe is not empty).
-  // out (B,T,C), tokens (B,T) i32, wte (Vp,C), wpe (maxT,C) or empty.
+  // out (B,T,C), tokens (B,T) i32, wte (Vp,C), wpe (maxT,C) or empty. A token < 0 (a token
+  // another tensor-parallel rank's vocabulary shard holds) gives a zero row (plus wpe) in the
+  // forward pass and no wte gradient in the backward pass.
   virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
   virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
 
@@ -105,6 +107,22 @@ class Backend {
   virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
                                       float dloss) = 0;
 
+  // Vocabulary-parallel cross-entropy (tensor parallelism): logits (N,Vl) hold the columns
+  // [v_begin, v_begin + Vl) of the padded vocabulary, of which the first v_count (0 <= v_count
+  // <= Vl) are real. Targets (N) i32 are global ids (< 0 ignored). The caller combines the
+  // shards: all-reduce(max) of rowmax, then all-reduce(sum) of sums, then
+  // lse = max + log(sums[:,0]) and loss = lse - sums[:,1].
+  // rowmax (N) f32 = max over the real columns (-inf when v_count == 0).
+  virtual void ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) = 0;
+  // sums (N,2) f32: [:,0] = Σ exp(x - rowmax) over the real columns, [:,1] = the target's logit
+  // when the target lies in [v_begin, v_begin + v_count), else 0. rowmax (N) f32 is the global max.
+  virtual void ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
+                             int64_t v_begin, int64_t v_count) = 0;
+  // dlogits (N,Vl) = (exp(x - lse) - [column is the target]) * dloss over the real columns, 0
+  // over the padded ones and on rows whose target is ignored. Overwrites; may alias logits.
+  virtual void ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                                 int64_t v_begin, int64_t v_count, float dloss) = 0;
+
   // Σ x² in f64 precision over one tensor (for the global gradient norm).
   virtual double sum_squares(Tensor x) = 0;
   // In-place AdamW on f32 params / grads / m / v of one parameter group.
@@ -114,5 +132,11 @@ class Backend {
 
 // The fp32 reference backend. threads = 0: all cores.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+// CUDA devices that answer; 0 when this build has no CUDA backend or no GPU (or driver) answers.
+int cuda_device_count();
+// The bf16 CUDA backend on one device. FailedPrecondition "no CUDA device (...)" when none
+// answers or the build has no CUDA backend; InvalidArgument for an ordinal that does not exist.
+StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device);
 
 }  // namespace ax::train

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -34,6 +35,21 @@ struct CheckpointState {
   std::map<std::string, std::string> blobs;
 };
 
+// The ranks of a sharded save, and how they talk: all_gather gives every rank every rank's value
+// in rank order (the train loop passes the store's; a failure or timeout is an error).
+struct CheckpointGroup {
+  int rank = 0;
+  int world = 1;
+  std::function<StatusOr<std::vector<std::string>>(const std::string& value)> all_gather;
+};
+
+// A region of a logical tensor to load: elements [offset, offset + shape).
+struct TensorRegion {
+  std::string name;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> shape;
+};
+
 class CheckpointManager {
  public:
   CheckpointManager(std::string run_dir, int64_t keep);
@@ -41,11 +57,18 @@ class CheckpointManager {
   // Writes the checkpoint of state.step. On any failure (a full disk included) the partial
   // directory is removed and the previous checkpoints stay valid and visible.
   Status save(const CheckpointState& state);
+  // Sharded: every rank calls it with the slices it owns (rank 0 also with the blobs). Rank 0
+  // names the temporary directory, every rank writes its file, rank 0 commits once all have
+  // reported, and every rank returns rank 0's verdict; a rank's failure fails the save on all.
+  Status save(const CheckpointState& state, const CheckpointGroup& group);
   // The newest committed step, or nullopt when there is none.
   StatusOr<std::optional<int64_t>> latest() const;
   // Loads a committed checkpoint, checking every file's size and checksum; any problem is
   // DataLoss naming the file, and nothing partial is returned.
   StatusOr<CheckpointState> load(int64_t step) const;
+  // The same checks, then only the given regions (a sharded rank's own parts, on whatever mesh
+  // the checkpoint was written from); each comes back as a slice (offset, logical_shape set).
+  StatusOr<CheckpointState> load(int64_t step, const std::vector<TensorRegion>& regions) const;
   std::string step_dir(int64_t step) const;
 
  private:

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ax/common/status.h"
 #include "ax/trainer/config.h"
@@ -25,13 +26,13 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // sqrt(Σ g²) over every gradient.
+  // sqrt(Σ g²) over every gradient of the whole model (collective when the model is sharded).
   double grad_norm() const;
   // Applies update `step` (1-based) with the gradients scaled by min(1, grad_clip / norm), then
   // refreshes the model's compute weights. Returns the learning rate used.
   double apply(int64_t step, double grad_norm);
 
-  // First and second moments, flat, in the model's layout (f32).
+  // First and second moments, flat, laid out as the model's shard buffers (f32).
   Tensor m() const;
   Tensor v() const;
 
@@ -40,6 +41,11 @@ class AdamW {
   OptimConfig optim_;
   int64_t max_steps_;
   Model* model_;
+  struct Group {
+    int64_t begin, end;  // elements of the shard buffers
+    bool decay;
+  };
+  std::vector<Group> groups_;
   void* m_ = nullptr;
   void* v_ = nullptr;
 };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ax/common/status.h"
+#include "ax/launcher/job_context.h"
 #include "ax/trainer/backend.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/model.h"
@@ -52,6 +53,10 @@ struct StepResult {
 
 struct TrainOptions {
   std::string device = "auto";
+  // Where this process sits in the job; nullopt = read from the environment (AX_* from ax-launch
+  // or spank_ax.so, PMIx, SLURM_*, else a single process). With several ranks, ax-train trains
+  // one model sharded over the mesh (docs/sharding.md).
+  std::optional<launcher::JobContext> context;
   int threads = 0;              // CPU backend threads, 0 = AX_CPU_THREADS or all cores
   std::ostream* out = nullptr;  // progress lines (nullptr = std::cout)
   // Called after every step; returning false stops the run as SIGTERM does.
@@ -66,9 +71,12 @@ StatusOr<TrainOutcome> train(const Config& config, const std::string& run_dir,
                              const TrainOptions& options);
 
 // Zeroes the gradients, then runs forward and backward over `rows` windows of seq_len + 1
-// tokens (inputs [0, T), targets [1, T]) as micro-batches of model->batch() rows. The gradients
-// are those of the mean loss over the whole batch, which is returned.
-double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows);
+// tokens (inputs [0, T), targets [1, T]) as micro-batches of model->batch() rows, and sums the
+// gradients over the model's data group. The gradients are those of the mean loss over the
+// global batch of `global_rows` windows (0 = rows: one replica), and the return value is this
+// rank's share of that mean (the sum over the replicas is the mean).
+double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows,
+                        int64_t global_rows = 0);
 // The same without gradients: the mean loss over the windows.
 double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows);
 

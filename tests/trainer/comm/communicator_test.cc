@@ -1,0 +1,488 @@
+// Gloo communicators across real processes: every rank is a fork of this (single-threaded) test
+// process, rank 0 hosts the TCP store. Results are checked exactly against references computed
+// locally (integer-valued floats, so the order of a sum does not matter); killed and stopped
+// ranks must make every other rank fail within the timeout, naming the missing rank.
+#include "ax/trainer/comm/communicator.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ax/common/build_config.h"
+#include "ax/trainer/comm/store.h"
+
+namespace ax::train::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct RankOutcome {
+  std::string report;  // what the rank wrote; "OK" when every check passed
+  bool exited = false;
+};
+
+using RankBody = std::function<std::string(int rank, std::shared_ptr<Store> store)>;
+
+void write_all(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = write(fd, s.data() + done, s.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Runs `body` on `world` forked ranks and returns each rank's report. Ranks in `victims` are
+// expected to die or stop; the others must report within `deadline`, else the run counts as a
+// hang and every rank is killed. Rank 0 (the store host) stays alive until the others are done.
+std::vector<RankOutcome> run_ranks(int world, const RankBody& body, double deadline_s,
+                                   const std::set<int>& victims = {}) {
+  std::vector<pid_t> pids(static_cast<size_t>(world), -1);
+  std::vector<int> out_fds(static_cast<size_t>(world), -1);
+  int addr_pipe[2], release_pipe[2];
+  AX_CHECK(pipe(addr_pipe) == 0 && pipe(release_pipe) == 0);
+  std::string address;
+  for (int r = 0; r < world; ++r) {
+    int out[2];
+    AX_CHECK(pipe(out) == 0);
+    pid_t pid = fork();
+    AX_CHECK(pid >= 0);
+    if (pid == 0) {
+      close(out[0]);
+      close(addr_pipe[0]);
+      close(release_pipe[1]);
+      std::string report;
+      StatusOr<std::shared_ptr<TcpStore>> store = make_tcp_store(
+          {r == 0 ? std::string("127.0.0.1:0") : address, r == 0, r, world, Millis(20000)});
+      if (!store.ok()) {
+        report = "store: " + store.status().to_string();
+      } else {
+        if (r == 0) write_all(addr_pipe[1], (*store)->bound_address() + "\n");
+        report = body(r, *store);
+      }
+      write_all(out[1], report);
+      close(out[1]);
+      if (r == 0) {  // keep serving the store until the parent has everyone's report
+        char c;
+        while (read(release_pipe[0], &c, 1) > 0) {
+        }
+      }
+      _exit(0);
+    }
+    close(out[1]);
+    out_fds[static_cast<size_t>(r)] = out[0];
+    pids[static_cast<size_t>(r)] = pid;
+    if (r == 0) {
+      char c;
+      while (read(addr_pipe[0], &c, 1) == 1 && c != '\n') address += c;
+    }
+  }
+  close(addr_pipe[0]);
+  close(addr_pipe[1]);
+  close(release_pipe[0]);
+
+  std::vector<RankOutcome> outcomes(static_cast<size_t>(world));
+  std::vector<bool> open(static_cast<size_t>(world), true);
+  const auto start = Clock::now();
+  auto waiting = [&] {
+    for (int r = 0; r < world; ++r) {
+      if (open[static_cast<size_t>(r)] && !victims.count(r)) return true;
+    }
+    return false;
+  };
+  while (waiting() && since(start) < deadline_s) {
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (int r = 0; r < world; ++r) {
+      if (!open[static_cast<size_t>(r)]) continue;
+      fds.push_back({out_fds[static_cast<size_t>(r)], POLLIN, 0});
+      who.push_back(r);
+    }
+    if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      RankOutcome& o = outcomes[static_cast<size_t>(who[i])];
+      if (n > 0) {
+        o.report.append(buf, static_cast<size_t>(n));
+      } else {
+        open[static_cast<size_t>(who[i])] = false;
+        o.exited = true;
+      }
+    }
+  }
+  close(release_pipe[1]);
+  const bool hung = waiting();
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = pids[static_cast<size_t>(r)];
+    if (hung || victims.count(r)) kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(out_fds[static_cast<size_t>(r)]);
+    if (hung && open[static_cast<size_t>(r)] && !victims.count(r)) {
+      outcomes[static_cast<size_t>(r)].report += " [HUNG: no report within deadline]";
+    }
+  }
+  return outcomes;
+}
+
+// Integer-valued inputs that differ per rank, so sums and maxima are exact.
+float value(int rank, int64_t i) { return static_cast<float>((rank * 37 + i * 11) % 1009 - 500); }
+
+std::string check_equal(const std::string& what, const std::vector<float>& got,
+                        const std::vector<float>& want) {
+  if (got.size() != want.size()) return what + ": size differs; ";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      std::ostringstream os;
+      os << what << "[" << i << "] = " << got[i] << ", want " << want[i] << "; ";
+      return os.str();
+    }
+  }
+  return "";
+}
+
+Tensor view(std::vector<float>& v) { return Tensor(v.data(), DType::kF32, {int64_t(v.size())}); }
+
+// Every collective of `comm` on n elements per block; `members` are the global ranks.
+std::string check_collectives(Communicator& comm, const std::vector<int>& members, int64_t n) {
+  const int p = comm.size(), me = comm.rank();
+  const int global = members[static_cast<size_t>(me)];
+  std::string errors;
+  auto expect_ok = [&](const std::string& what, const Status& s) {
+    if (!s.ok()) errors += what + ": " + s.to_string() + "; ";
+    return s.ok();
+  };
+  const int64_t bytes0 = comm.bytes_moved();
+
+  std::vector<float> buf(static_cast<size_t>(n)), sum(buf.size()), mx(buf.size());
+  for (int64_t i = 0; i < n; ++i) {
+    buf[i] = value(global, i);
+    sum[i] = 0;
+    mx[i] = -1e30f;
+    for (int g : members) {
+      sum[i] += value(g, i);
+      mx[i] = std::max(mx[i], value(g, i));
+    }
+  }
+  std::vector<float> in = buf;
+  if (expect_ok("all_reduce sum", comm.all_reduce(view(buf), ReduceOp::kSum))) {
+    errors += check_equal("all_reduce sum", buf, sum);
+  }
+  buf = in;
+  if (expect_ok("all_reduce max", comm.all_reduce(view(buf), ReduceOp::kMax))) {
+    errors += check_equal("all_reduce max", buf, mx);
+  }
+
+  // reduce_scatter: in has p blocks of n; block b of rank g is value(g, b * n + i).
+  std::vector<float> rs_in(static_cast<size_t>(p * n)), rs_out(static_cast<size_t>(n)),
+      rs_want(static_cast<size_t>(n), 0.f);
+  for (int64_t i = 0; i < p * n; ++i) rs_in[i] = value(global, i);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int g : members) rs_want[i] += value(g, me * n + i);
+  }
+  const std::vector<float> rs_in_copy = rs_in;
+  if (expect_ok("reduce_scatter", comm.reduce_scatter(view(rs_out), view(rs_in)))) {
+    errors += check_equal("reduce_scatter", rs_out, rs_want);
+    errors += check_equal("reduce_scatter input untouched", rs_in, rs_in_copy);
+  }
+
+  // all_gather: rank r's block lands at out[r·n, (r+1)·n).
+  std::vector<float> ag_in(static_cast<size_t>(n)), ag_out(static_cast<size_t>(p * n), -7.f),
+      ag_want(static_cast<size_t>(p * n));
+  for (int64_t i = 0; i < n; ++i) ag_in[i] = value(global, i + 3);
+  for (int r = 0; r < p; ++r) {
+    for (int64_t i = 0; i < n; ++i) ag_want[r * n + i] = value(members[r], i + 3);
+  }
+  if (expect_ok("all_gather", comm.all_gather(view(ag_out), view(ag_in)))) {
+    errors += check_equal("all_gather", ag_out, ag_want);
+  }
+  // In place: the input is this rank's own block of the output.
+  std::vector<float> ag_inplace(static_cast<size_t>(p * n), -7.f);
+  std::copy(ag_in.begin(), ag_in.end(), ag_inplace.begin() + me * n);
+  Tensor own(ag_inplace.data() + me * n, DType::kF32, {n});
+  if (expect_ok("all_gather in place", comm.all_gather(view(ag_inplace), own))) {
+    errors += check_equal("all_gather in place", ag_inplace, ag_want);
+  }
+
+  for (int root = 0; root < p; ++root) {
+    std::vector<float> b(static_cast<size_t>(n)), want(b.size());
+    for (int64_t i = 0; i < n; ++i) {
+      b[i] = value(global, i + 100 * root);
+      want[i] = value(members[root], i + 100 * root);
+    }
+    if (expect_ok("broadcast", comm.broadcast(view(b), root))) {
+      errors += check_equal("broadcast from " + std::to_string(root), b, want);
+    }
+  }
+  expect_ok("barrier", comm.barrier());
+
+  // The header's accounting: all_reduce n·4 (twice), reduce_scatter and all_gather the full
+  // p·n·4 (all_gather twice), broadcast n·4 per root.
+  const int64_t want_bytes = 4 * (2 * n + p * n + 2 * p * n + p * n);
+  if (comm.bytes_moved() - bytes0 != want_bytes) {
+    errors += "bytes_moved " + std::to_string(comm.bytes_moved() - bytes0) + ", want " +
+              std::to_string(want_bytes) + "; ";
+  }
+  return errors;
+}
+
+std::vector<int> iota(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+CommOptions options(Millis timeout = Millis(30000)) {
+  CommOptions o;
+  o.timeout = timeout;
+  o.coordinator = "127.0.0.1:1";
+  return o;
+}
+
+#if AX_HAVE_GLOO
+
+class GlooWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorld, EveryCollectiveMatchesTheLocalReference) {
+  const int world = GetParam();
+  auto outcomes = run_ranks(
+      world,
+      [world](int rank, std::shared_ptr<Store> store) -> std::string {
+        auto comm = make_gloo_communicator(store, "world", iota(world), rank, options());
+        if (!comm.ok()) return comm.status().to_string();
+        std::string errors;
+        for (int64_t n : {1, 7, 1000}) errors += check_collectives(**comm, iota(world), n);
+        if ((*comm)->size() != world || (*comm)->rank() != rank) errors += "rank/size wrong; ";
+        return errors.empty() ? "OK" : errors;
+      },
+      120);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r].report, "OK") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorld, ::testing::Values(1, 2, 4));
+
+TEST(GlooCommunicator, LargeBuffersOfAMillionFloats) {
+  const int world = 4;
+  const int64_t total = 1 << 20;
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank, std::shared_ptr<Store> store) -> std::string {
+        auto comm = make_gloo_communicator(store, "world", iota(world), rank, options());
+        if (!comm.ok()) return comm.status().to_string();
+        std::string errors;
+        std::vector<float> buf(total), want(total, 0.f);
+        for (int64_t i = 0; i < total; ++i) {
+          buf[i] = value(rank, i);
+          for (int g = 0; g < world; ++g) want[i] += value(g, i);
+        }
+        Status s = (*comm)->all_reduce(view(buf), ReduceOp::kSum);
+        errors += s.ok() ? check_equal("all_reduce", buf, want) : s.to_string();
+        // reduce_scatter of the same 1M inputs: this rank's quarter of the sum.
+        for (int64_t i = 0; i < total; ++i) buf[i] = value(rank, i);
+        std::vector<float> part(total / world);
+        s = (*comm)->reduce_scatter(view(part), view(buf));
+        std::vector<float> want_part(want.begin() + rank * (total / world),
+                                     want.begin() + (rank + 1) * (total / world));
+        errors += s.ok() ? check_equal("reduce_scatter", part, want_part) : s.to_string();
+        // all_gather the quarters back into the full sum.
+        std::vector<float> full(total);
+        s = (*comm)->all_gather(view(full), view(part));
+        errors += s.ok() ? check_equal("all_gather", full, want) : s.to_string();
+        return errors.empty() ? "OK" : errors;
+      },
+      180);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r].report, "OK") << "rank " << r;
+}
+
+// Each group of a 2×2 mesh computes over exactly its members; tags keep the groups' keys apart.
+struct MeshCase {
+  int data, fsdp, tensor;
+};
+class GlooMesh : public ::testing::TestWithParam<MeshCase> {};
+
+TEST_P(GlooMesh, EveryGroupReducesOverItsMembers) {
+  const MeshCase m = GetParam();
+  const int world = m.data * m.fsdp * m.tensor;
+  auto outcomes = run_ranks(
+      world,
+      [m](int rank, std::shared_ptr<Store> store) -> std::string {
+        MeshCoords c = MeshCoords::of(rank, m.data, m.fsdp, m.tensor);
+        auto groups = make_mesh_groups(store, c, CommBackend::kGloo, options());
+        if (!groups.ok()) return groups.status().to_string();
+        std::string errors;
+        std::pair<Communicator*, std::vector<int>> all[] = {
+            {groups->world.get(), iota(c.world())},
+            {groups->data.get(), c.data_group()},
+            {groups->fsdp.get(), c.fsdp_group()},
+            {groups->tensor.get(), c.tensor_group()},
+            {groups->replica.get(), c.replica_group()}};
+        for (auto& [comm, members] : all) {
+          if (comm->size() != static_cast<int>(members.size())) errors += comm->name() + " size; ";
+          errors += check_collectives(*comm, members, 5);
+        }
+        std::ostringstream names;
+        names << groups->data->name() << "|" << groups->tensor->name();
+        return errors.empty() ? "OK " + names.str() : errors;
+      },
+      120);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(outcomes[r].report.substr(0, 3), "OK ") << "rank " << r << ": " << outcomes[r].report;
+  }
+  if (m.data == 2 && m.fsdp == 1 && m.tensor == 2) {
+    // rank 3 = (d=1, f=0, t=1): data group {1,3}, tensor group {2,3}.
+    EXPECT_EQ(outcomes[3].report,
+              "OK gloo data[f=0,t=1] (ranks 1,3)|gloo tensor[d=1,f=0] (ranks 2,3)");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, GlooMesh,
+                         ::testing::Values(MeshCase{2, 2, 1}, MeshCase{2, 1, 2}, MeshCase{1, 2, 2}),
+                         [](const auto& info) {
+                           return "d" + std::to_string(info.param.data) + "f" +
+                                  std::to_string(info.param.fsdp) + "t" +
+                                  std::to_string(info.param.tensor);
+                         });
+
+// A group created twice with the same tag on the same store must not read the first one's keys.
+TEST(GlooCommunicator, RecreatingAGroupWithTheSameTagWorks) {
+  auto outcomes = run_ranks(
+      2,
+      [](int rank, std::shared_ptr<Store> store) -> std::string {
+        std::string errors;
+        for (int round = 0; round < 3; ++round) {
+          auto comm = make_gloo_communicator(store, "world", {0, 1}, rank, options());
+          if (!comm.ok()) return comm.status().to_string();
+          errors += check_collectives(**comm, {0, 1}, 3);
+        }
+        return errors.empty() ? "OK" : errors;
+      },
+      60);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(outcomes[r].report, "OK") << "rank " << r;
+}
+
+// --- failures -------------------------------------------------------------------------------
+
+constexpr Millis kFailTimeout{4000};
+
+enum class Fate { kKill, kStop };
+
+// Rank `victim` of 4 does a few all-reduces, then is killed or stopped; the others keep calling
+// all_reduce. Each survivor reports "<code>|<message>|<seconds since its failing call began>".
+std::vector<RankOutcome> lose_a_rank(int victim, Fate fate) {
+  const int world = 4;
+  return run_ranks(world,
+                   [=](int rank, std::shared_ptr<Store> store) -> std::string {
+                     auto comm = make_gloo_communicator(store, "world", iota(world), rank,
+                                                        options(kFailTimeout));
+                     if (!comm.ok()) return "create: " + comm.status().to_string();
+                     std::vector<float> buf(1000, 1.f);
+                     for (int step = 0;; ++step) {
+                       if (rank == victim && step == 3)
+                         raise(fate == Fate::kKill ? SIGKILL : SIGSTOP);
+                       auto t0 = Clock::now();
+                       Status s = (*comm)->all_reduce(view(buf), ReduceOp::kSum);
+                       if (!s.ok()) {
+                         // Once failed, the communicator keeps returning the same error at once.
+                         Status again = (*comm)->barrier();
+                         std::string sticky = again.message() == s.message() ? "" : " [not sticky]";
+                         std::ostringstream os;
+                         os << status_code_name(s.code()) << "|" << s.message() << "|" << since(t0)
+                            << sticky;
+                         return os.str();
+                       }
+                       if (step > 1000) return "no failure after 1000 steps";
+                     }
+                   },
+                   60, {victim});
+}
+
+void expect_named(const std::vector<RankOutcome>& outcomes, int victim, const std::string& code,
+                  const std::string& phrase, double max_seconds) {
+  for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
+    if (r == victim) continue;
+    const std::string& rep = outcomes[r].report;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + rep);
+    std::vector<std::string> parts;
+    std::stringstream ss(rep);
+    for (std::string p; std::getline(ss, p, '|');) parts.push_back(p);
+    ASSERT_EQ(parts.size(), 3u);
+    EXPECT_EQ(parts[0], code);
+    EXPECT_NE(parts[1].find("all_reduce on gloo world (ranks 0,1,2,3) failed: "),
+              std::string::npos);
+    EXPECT_NE(parts[1].find(phrase), std::string::npos);
+    EXPECT_LT(std::stod(parts[2]), max_seconds);
+  }
+}
+
+TEST(GlooFailure, KilledRankIsNamedByEveryOtherRank) {
+  auto outcomes = lose_a_rank(2, Fate::kKill);
+  // Detection is immediate (closed connection); then the alive round waits its window.
+  expect_named(outcomes, 2, "Unavailable", "rank 2 did not answer (peer closed the connection)",
+               kFailTimeout.count() / 1000.0 + 4);
+}
+
+TEST(GlooFailure, StoppedRankIsNamedWithinTheTimeout) {
+  auto outcomes = lose_a_rank(1, Fate::kStop);
+  // The collective times out, then the alive round waits its window (≤ the timeout).
+  expect_named(outcomes, 1, "DeadlineExceeded", "rank 1 did not answer (timed out after 4 s)",
+               2 * kFailTimeout.count() / 1000.0 + 4);
+}
+
+TEST(GlooFailure, KilledStoreHostIsNamed) {
+  auto outcomes = lose_a_rank(0, Fate::kKill);
+  expect_named(outcomes, 0, "Unavailable", "the store host, rank 0, is gone", 2 * 4.0 + 4);
+}
+
+TEST(GlooFailure, RankThatNeverArrivesFailsCreationWithItsName) {
+  const Millis timeout{2000};
+  auto outcomes = run_ranks(
+      3,
+      [&](int rank, std::shared_ptr<Store> store) -> std::string {
+        if (rank == 2) return "absent";
+        auto t0 = Clock::now();
+        auto comm = make_gloo_communicator(store, "world", {0, 1, 2}, rank, options(timeout));
+        if (comm.ok()) return "created without rank 2";
+        std::ostringstream os;
+        os << status_code_name(comm.status().code()) << "|" << comm.status().message() << "|"
+           << since(t0);
+        return os.str();
+      },
+      30);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(outcomes[r].report);
+    EXPECT_EQ(outcomes[r].report.rfind(
+                  "DeadlineExceeded|creating gloo world (ranks 0,1,2): rank 2 did not arrive", 0),
+              0u);
+    EXPECT_LT(std::stod(outcomes[r].report.substr(outcomes[r].report.rfind('|') + 1)), 2 + 3.0);
+  }
+}
+
+#else
+
+TEST(GlooCommunicator, UnimplementedWithoutGloo) {
+  auto comm = make_gloo_communicator(nullptr, "world", {0, 1}, 0, options());
+  EXPECT_EQ(comm.status().code(), StatusCode::kUnimplemented);
+}
+
+#endif  // AX_HAVE_GLOO
+
+}  // namespace
+}  // namespace ax::train::comm

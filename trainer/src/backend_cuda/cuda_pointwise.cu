@@ -1,0 +1,374 @@
+// Casts, GELU, SwiGLU, add, RoPE, the softmax cross-entropy (whole vocabulary and shards), the
+// squared norm and AdamW. Element-wise kernels are grid-stride loops; row-wise ones (the
+// cross-entropy) take one block per row and an online max/sum, so the logits are read twice
+// (statistics, then the gradient written in place) and never copied.
+#include "cuda_common.cuh"
+
+namespace ax::train::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRowThreads = 512;             // cross-entropy: one block per row of the vocabulary
+constexpr float kGeluScale = 0.7978845608f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+#define AX_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
+__global__ void cast_f32_to_bf16_kernel(bf16* dst, const float* src, int64_t n) {
+  AX_GRID_STRIDE(i, n) dst[i] = to_bf16(src[i]);
+}
+
+__global__ void cast_bf16_to_f32_kernel(float* dst, const bf16* src, int64_t n) {
+  AX_GRID_STRIDE(i, n) dst[i] = to_f32(src[i]);
+}
+
+__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
+  AX_GRID_STRIDE(i, n) {
+    float x = to_f32(inp[i]);
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = to_bf16(0.5f * x * (1.0f + tanhf(u)));
+  }
+}
+
+__global__ void gelu_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, int64_t n) {
+  AX_GRID_STRIDE(i, n) {
+    float x = to_f32(inp[i]);
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    float th = tanhf(u);
+    float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+    add_to(&dinp[i], grad * to_f32(dout[i]));
+  }
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void swiglu_forward_kernel(bf16* out, const bf16* inp, int64_t N, int64_t F) {
+  AX_GRID_STRIDE(i, N * F) {
+    int64_t n = i / F, f = i % F;
+    float gate = to_f32(inp[n * 2 * F + f]), up = to_f32(inp[n * 2 * F + F + f]);
+    out[i] = to_bf16(gate * sigmoid(gate) * up);
+  }
+}
+
+__global__ void swiglu_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N,
+                                       int64_t F) {
+  AX_GRID_STRIDE(i, N * F) {
+    int64_t n = i / F, f = i % F;
+    float a = to_f32(inp[n * 2 * F + f]), up = to_f32(inp[n * 2 * F + F + f]);
+    float dy = to_f32(dout[i]), sig = sigmoid(a);
+    add_to(&dinp[n * 2 * F + f], dy * up * (sig * (1.0f + a * (1.0f - sig))));
+    add_to(&dinp[n * 2 * F + F + f], dy * a * sig);
+  }
+}
+
+__global__ void add_kernel(bf16* out, const bf16* a, const bf16* b, int64_t n) {
+  AX_GRID_STRIDE(i, n) out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+}
+
+// One thread per rotated pair (j, j + HD/2) or per passed-through value element, so that the
+// rotation may run in place.
+template <bool kBackward>
+__global__ void rope_kernel(bf16* y, const bf16* x, const float* cos_sin, int64_t rows, int64_t T,
+                            int64_t R, int64_t rotated, int64_t HD) {
+  int64_t half = HD / 2, pairs = rotated * half, slots = pairs + (R - rotated * HD);
+  const float* sin_table = cos_sin + T * half;
+  AX_GRID_STRIDE(i, rows * slots) {
+    int64_t n = i / slots, slot = i % slots;
+    const bf16* xr = x + n * R;
+    bf16* yr = y + n * R;
+    if (slot >= pairs) {
+      int64_t e = rotated * HD + (slot - pairs);
+      if (kBackward) {
+        add_to(&yr[e], to_f32(xr[e]));
+      } else {
+        yr[e] = xr[e];
+      }
+      continue;
+    }
+    int64_t h = slot / half, j = slot % half, t = n % T;
+    float c = cos_sin[t * half + j], s = sin_table[t * half + j];
+    int64_t e0 = h * HD + j, e1 = e0 + half;
+    float x0 = to_f32(xr[e0]), x1 = to_f32(xr[e1]);
+    if (kBackward) {
+      add_to(&yr[e0], x0 * c + x1 * s);
+      add_to(&yr[e1], x1 * c - x0 * s);
+    } else {
+      yr[e0] = to_bf16(x0 * c - x1 * s);
+      yr[e1] = to_bf16(x0 * s + x1 * c);
+    }
+  }
+}
+
+// (max, Σ e^(x - max)) over x[0, count), for the whole block.
+__device__ void row_max_sum(const bf16* x, int64_t count, float* shared, float* m_out,
+                            float* s_out) {
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    float v = to_f32(x[i]);
+    if (v > m) {
+      s = s * expf(m - v) + 1.0f;
+      m = v;
+    } else if (v != -INFINITY) {
+      s += expf(v - m);
+    }
+  }
+  block_max_sum(m, s, shared);
+  *m_out = m;
+  *s_out = s;
+}
+
+__global__ void cross_entropy_forward_kernel(float* losses, const bf16* logits,
+                                             const int32_t* targets, int64_t V, int64_t Vp) {
+  __shared__ float shared[2 * kWarp];
+  int64_t n = blockIdx.x;
+  int32_t target = targets[n];
+  if (target < 0) {
+    if (threadIdx.x == 0) losses[n] = 0.0f;
+    return;
+  }
+  const bf16* x = logits + n * Vp;
+  float m, s;
+  row_max_sum(x, V, shared, &m, &s);
+  if (threadIdx.x == 0) losses[n] = m + logf(s) - to_f32(x[target]);
+}
+
+// d = (softmax(x) - onehot) · dloss over the first V columns, 0 beyond; each thread reads the
+// elements it writes, after the whole block has read the row, so d may be x.
+__global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits,
+                                              const int32_t* targets, int64_t V, int64_t Vp,
+                                              float dloss) {
+  __shared__ float shared[2 * kWarp];
+  int64_t n = blockIdx.x;
+  int32_t target = targets[n];
+  const bf16* x = logits + n * Vp;
+  bf16* d = dlogits + n * Vp;
+  if (target < 0) {
+    for (int64_t i = threadIdx.x; i < Vp; i += blockDim.x) d[i] = to_bf16(0.0f);
+    return;
+  }
+  float m, s;
+  row_max_sum(x, V, shared, &m, &s);
+  float scale = dloss / s;
+  for (int64_t i = threadIdx.x; i < Vp; i += blockDim.x) {
+    float v = 0.0f;
+    if (i < V) {
+      v = expf(to_f32(x[i]) - m) * scale;
+      if (i == target) v -= dloss;
+    }
+    d[i] = to_bf16(v);
+  }
+}
+
+__global__ void ce_shard_max_kernel(float* rowmax, const bf16* logits, int64_t Vl,
+                                    int64_t v_count) {
+  __shared__ float shared[kWarp];
+  const bf16* x = logits + blockIdx.x * Vl;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < v_count; i += blockDim.x) m = fmaxf(m, to_f32(x[i]));
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+__global__ void ce_shard_sums_kernel(float* sums, const bf16* logits, const float* rowmax,
+                                     const int32_t* targets, int64_t Vl, int64_t v_begin,
+                                     int64_t v_count) {
+  __shared__ float shared[kWarp];
+  int64_t n = blockIdx.x;
+  const bf16* x = logits + n * Vl;
+  float m = rowmax[n], s = 0.0f;
+  for (int64_t i = threadIdx.x; i < v_count; i += blockDim.x) s += expf(to_f32(x[i]) - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    int64_t local = static_cast<int64_t>(targets[n]) - v_begin;
+    sums[2 * n] = s;
+    sums[2 * n + 1] = (targets[n] >= 0 && local >= 0 && local < v_count) ? to_f32(x[local]) : 0.0f;
+  }
+}
+
+__global__ void ce_shard_backward_kernel(bf16* dlogits, const bf16* logits, const float* lse,
+                                         const int32_t* targets, int64_t Vl, int64_t v_begin,
+                                         int64_t v_count, float dloss) {
+  int64_t n = blockIdx.x;
+  const bf16* x = logits + n * Vl;
+  bf16* d = dlogits + n * Vl;
+  int32_t target = targets[n];
+  int64_t local = static_cast<int64_t>(target) - v_begin;
+  float l = lse[n];
+  for (int64_t i = threadIdx.x; i < Vl; i += blockDim.x) {
+    float v = 0.0f;
+    if (target >= 0 && i < v_count) {
+      v = expf(to_f32(x[i]) - l) * dloss;
+      if (i == local) v -= dloss;
+    }
+    d[i] = to_bf16(v);
+  }
+}
+
+// Fixed grid and fixed reduction trees: the same sum on every run.
+__global__ void sum_squares_kernel(double* partials, const float* x, int64_t n) {
+  __shared__ double shared[kThreads];
+  double acc = 0.0;
+  AX_GRID_STRIDE(i, n) {
+    double v = x[i];
+    acc += v * v;
+  }
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+}
+
+__global__ void sum_partials_kernel(double* out, const double* partials, int count) {
+  double s = 0.0;
+  for (int i = 0; i < count; ++i) s += partials[i];
+  *out = s;
+}
+
+// The CPU reference's float operations in its order; the _rn intrinsics keep nvcc from fusing
+// them into FMAs, so both backends give the same bits.
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n,
+                             AdamWScalars s) {
+  AX_GRID_STRIDE(i, n) {
+    float grad = __fmul_rn(s.grad_scale, g[i]);
+    float param = __fmul_rn(p[i], s.decay);
+    float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(s.one_minus_beta1, grad));
+    float vi =
+        __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, grad), grad));
+    m[i] = mi;
+    v[i] = vi;
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias2_sqrt), s.eps);
+    p[i] = __fadd_rn(param, __fdiv_rn(__fmul_rn(s.neg_step_size, mi), denom));
+  }
+}
+
+}  // namespace
+
+void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_f32_to_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_bf16_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, src, n);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dinp, dout, inp, n);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_forward(bf16* out, const bf16* inp, int64_t N, int64_t F, cudaStream_t stream) {
+  if (N * F == 0) return;
+  swiglu_forward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(out, inp, N, F);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N, int64_t F,
+                     cudaStream_t stream) {
+  if (N * F == 0) return;
+  swiglu_backward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void add_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void rope_forward(bf16* out, const bf16* inp, const float* cos_sin, int64_t B, int64_t T, int64_t R,
+                  int64_t rotated, int64_t HD, cudaStream_t stream) {
+  int64_t work = B * T * (rotated * HD / 2 + (R - rotated * HD));
+  if (work == 0) return;
+  rope_kernel<false><<<grid_for(work, kThreads), kThreads, 0, stream>>>(out, inp, cos_sin, B * T, T,
+                                                                        R, rotated, HD);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void rope_backward(bf16* dinp, const bf16* dout, const float* cos_sin, int64_t B, int64_t T,
+                   int64_t R, int64_t rotated, int64_t HD, cudaStream_t stream) {
+  int64_t work = B * T * (rotated * HD / 2 + (R - rotated * HD));
+  if (work == 0) return;
+  rope_kernel<true><<<grid_for(work, kThreads), kThreads, 0, stream>>>(dinp, dout, cos_sin, B * T,
+                                                                       T, R, rotated, HD);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
+                           int64_t V, int64_t Vp, cudaStream_t stream) {
+  if (N == 0) return;
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
+      losses, logits, targets, V, Vp);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
+                            int64_t V, int64_t Vp, float dloss, cudaStream_t stream) {
+  if (N == 0) return;
+  cross_entropy_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
+      dlogits, logits, targets, V, Vp, dloss);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void ce_shard_max(float* rowmax, const bf16* logits, int64_t N, int64_t Vl, int64_t v_count,
+                  cudaStream_t stream) {
+  if (N == 0) return;
+  ce_shard_max_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(rowmax, logits, Vl,
+                                                                            v_count);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void ce_shard_sums(float* sums, const bf16* logits, const float* rowmax, const int32_t* targets,
+                   int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, cudaStream_t stream) {
+  if (N == 0) return;
+  ce_shard_sums_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
+      sums, logits, rowmax, targets, Vl, v_begin, v_count);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void ce_shard_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+                       int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, float dloss,
+                       cudaStream_t stream) {
+  if (N == 0) return;
+  ce_shard_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
+      dlogits, logits, lse, targets, Vl, v_begin, v_count, dloss);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+double sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t stream) {
+  if (n == 0) return 0.0;
+  sum_squares_kernel<<<kSumSquaresBlocks, kThreads, 0, stream>>>(scratch, x, n);
+  AX_CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, 1, 0, stream>>>(scratch + kSumSquaresBlocks, scratch, kSumSquaresBlocks);
+  AX_CUDA_CHECK_LAUNCH();
+  double result = 0.0;
+  AX_CUDA_CHECK(cudaMemcpyAsync(&result, scratch + kSumSquaresBlocks, sizeof(double),
+                                cudaMemcpyDeviceToHost, stream));
+  AX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return result;
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
+                  const AdamWScalars& s, cudaStream_t stream) {
+  if (n == 0) return;
+  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(params, grads, m, v, n, s);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ax::train::cuda

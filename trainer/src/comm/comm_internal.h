@@ -1,0 +1,94 @@
+// Pieces the Gloo and NCCL communicators share, kept apart so the CPU build unit-tests them:
+// group names, argument checks, the "who is alive" round that names missing ranks after a
+// failure, the size-1 communicator, and NCCL's bootstrap logic (id exchange, poll loop).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/trainer/comm/communicator.h"
+#include "ax/trainer/comm/store.h"
+
+namespace ax::train::comm::internal {
+
+// "0,2,5"
+std::string rank_list(const std::vector<int>& ranks);
+// "gloo data[f=0,t=1] (ranks 0,2)"
+std::string group_name(std::string_view backend, const std::string& tag,
+                       const std::vector<int>& ranks);
+// The members' common arguments: ranks sorted, distinct, non-negative, global_rank among them.
+// Returns the group rank of global_rank.
+StatusOr<int> check_group(const std::string& tag, const std::vector<int>& ranks, int global_rank);
+
+// Shape checks of communicator.h's contract ("all_gather on <group>: out has 6 elements, ...").
+Status check_all_reduce(const std::string& group, const Tensor& buf, bool allow_bf16);
+Status check_reduce_scatter(const std::string& group, int size, const Tensor& out, const Tensor& in,
+                            bool allow_bf16);
+Status check_all_gather(const std::string& group, int size, const Tensor& out, const Tensor& in,
+                        bool allow_bf16);
+Status check_broadcast(const std::string& group, int size, const Tensor& buf, int root,
+                       bool allow_bf16);
+
+// Which instance of the group `tag` this creation is: members of the n-th creation of a group
+// with the same tag on the same store all get n, so a re-created group never reads the keys of
+// an earlier one. Uses store.add; stores without add (PMIx) fall back to a per-process count,
+// which agrees because every member creates its groups in the same order.
+StatusOr<int64_t> group_instance(Store& store, const std::string& tag, int size);
+
+// The outcome of the "who is alive" round.
+struct AliveReport {
+  Status store_status;       // not ok: the store itself failed, nothing is known about ranks
+  std::vector<int> missing;  // global ranks that did not answer within the window
+};
+
+// Every live member sets "<prefix>/alive/<group rank>" and waits up to `window` for the other
+// members' keys. Members that never arrive (killed, stopped, stuck elsewhere) are `missing`.
+AliveReport find_missing_ranks(Store& store, const std::string& prefix,
+                               const std::vector<int>& ranks, int group_rank, Millis window);
+
+// The window of the alive round: a few seconds, never longer than the collective timeout.
+Millis alive_window(Millis timeout);
+
+// The error a failed collective returns, e.g.
+//   "all_reduce on gloo data[0] (ranks 0,2) failed: rank 2 did not answer (peer closed the
+//    connection)"
+// `cause` is the transport's error in a few words; `store_description` is Store::describe().
+Status collective_failure(std::string_view op, const std::string& group, StatusCode code,
+                          const std::string& cause, const AliveReport& report,
+                          const std::string& store_description);
+
+// A few words for a Gloo exception's text ("peer closed the connection", "timed out after
+// 30 s"); the code is Unavailable for a lost peer, DeadlineExceeded for a timeout.
+struct TransportError {
+  StatusCode code;
+  std::string cause;
+};
+TransportError classify_gloo_error(std::string_view what, Millis timeout);
+// The first line of a Gloo exception's text without its "[file:line] " prefix.
+std::string gloo_message(std::string_view what);
+
+// A group of one rank: every collective is a copy (or nothing) and never touches the network.
+std::unique_ptr<Communicator> make_local_communicator(std::string_view backend,
+                                                      const std::string& tag, int global_rank,
+                                                      bool allow_bf16);
+
+// NCCL bootstrap, transport-free so the CPU build tests it. Group rank 0 calls make_id and
+// publishes the bytes at "<prefix>/nccl_id"; the others wait for them (timeout names rank 0 of
+// the group as the one that did not publish).
+StatusOr<std::string> exchange_unique_id(Store& store, const std::string& prefix,
+                                         const std::string& group, int root_global_rank,
+                                         int group_rank,
+                                         const std::function<StatusOr<std::string>()>& make_id,
+                                         Millis timeout);
+
+// Polls `poll` (true = finished, error = failed) every `interval` until it finishes, fails or
+// `timeout` passes; on timeout calls `abort` and returns DeadlineExceeded "<what> did not finish
+// within 30 s". NCCL's non-blocking init and collectives wait through it.
+Status poll_until(const std::function<StatusOr<bool>()>& poll, Millis timeout, Millis interval,
+                  const std::function<void()>& abort, const std::string& what);
+
+}  // namespace ax::train::comm::internal

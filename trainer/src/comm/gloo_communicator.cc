@@ -1,0 +1,332 @@
+// The Gloo communicator: one gloo::rendezvous::Context per group over Gloo's TCP transport,
+// bootstrapped through our Store under "<tag>/<instance>/gloo/". Gloo reports errors by throwing;
+// every exception stops here and becomes a Status that names the missing ranks.
+#include "ax/common/build_config.h"
+#include "ax/trainer/comm/communicator.h"
+
+#if AX_HAVE_GLOO
+#include <arpa/inet.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <vector>
+
+#include "ax/common/logging.h"
+#include "comm_internal.h"
+
+namespace ax::train::comm {
+namespace {
+
+using internal::AliveReport;
+
+// gloo::rendezvous::Store over ours. Gloo's keys are the group rank ("3") or "rank_3"; a timeout
+// names the global ranks whose keys never appeared.
+class GlooStoreAdapter : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(comm::Store& store, std::string prefix, const std::vector<int>& ranks,
+                   Millis timeout)
+      : store_(store), prefix_(std::move(prefix)), ranks_(ranks), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    throw_if_error(store_.set(prefix_ + key, std::string_view(data.data(), data.size())));
+  }
+  std::vector<char> get(const std::string& key) override {
+    StatusOr<std::string> v = store_.get(prefix_ + key, timeout_);
+    throw_if_error(v.status(), {key});
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    std::vector<std::string> full;
+    for (const std::string& k : keys) full.push_back(prefix_ + k);
+    throw_if_error(store_.wait(full, std::min<Millis>(t, timeout_)), keys);
+  }
+
+ private:
+  void throw_if_error(const Status& s, const std::vector<std::string>& keys = {}) const {
+    if (s.ok()) return;
+    std::vector<int> missing;
+    for (std::string k : keys) {
+      if (starts_with(k, "rank_")) k = k.substr(5);
+      std::optional<int64_t> r = parse_int64(k);
+      if (r && *r >= 0 && *r < static_cast<int64_t>(ranks_.size())) missing.push_back(ranks_[*r]);
+    }
+    std::string who = missing.empty() || s.code() != StatusCode::kDeadlineExceeded
+                          ? std::string()
+                          : str_cat(missing.size() == 1 ? "rank " : "ranks ",
+                                    internal::rank_list(missing), " did not arrive: ");
+    throw gloo::IoException(str_cat(who, s.message()));
+  }
+
+  comm::Store& store_;
+  const std::string prefix_;
+  const std::vector<int> ranks_;
+  const Millis timeout_;
+};
+
+// The address Gloo listens on. Multi-node jobs need one the peers can reach: the local address
+// that routes to the coordinator (what `ip route get <coordinator>` would pick), else the address
+// the hostname resolves to, else loopback (enough when every rank runs on this machine).
+std::string listen_address(const std::string& coordinator) {
+  if (!coordinator.empty()) {
+    std::string host = coordinator.substr(0, coordinator.rfind(':'));
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_DGRAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), "9", &hints, &res) == 0) {
+      std::string found;
+      for (addrinfo* a = res; a && found.empty(); a = a->ai_next) {
+        int fd = socket(a->ai_family, SOCK_DGRAM, 0);
+        if (fd < 0) continue;
+        sockaddr_storage local{};
+        socklen_t len = sizeof(local);
+        char buf[INET6_ADDRSTRLEN] = {};
+        // connect() on a UDP socket sends nothing; it only asks the kernel for the route.
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+            getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0,
+                        NI_NUMERICHOST) == 0) {
+          found = buf;
+        }
+        close(fd);
+      }
+      freeaddrinfo(res);
+      if (!found.empty()) return found;
+    }
+  }
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(name, nullptr, &hints, &res) == 0) {
+      freeaddrinfo(res);
+      return name;
+    }
+  }
+  return "127.0.0.1";
+}
+
+// Gloo writes to sockets with plain writev(); a peer that died must produce an error, not
+// SIGPIPE killing this process. Installed once, only over the default action.
+void ignore_sigpipe() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
+// Gloo slot prefix of our ring reduce-scatter (Gloo's own collectives use 0x01..0x08).
+constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<comm::Store> store, std::string prefix, std::string name,
+                   std::vector<int> ranks, int rank, Millis timeout,
+                   std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<gloo::rendezvous::Context> context)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        name_(std::move(name)),
+        ranks_(std::move(ranks)),
+        rank_(rank),
+        timeout_(timeout),
+        device_(std::move(device)),
+        context_(std::move(context)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(ranks_.size()); }
+  std::string name() const override { return name_; }
+  int64_t bytes_moved() const override { return bytes_; }
+
+  Status all_reduce(Tensor buf, ReduceOp op) override {
+    AX_RETURN_IF_ERROR(internal::check_all_reduce(name_, buf, false));
+    bytes_ += static_cast<int64_t>(buf.bytes());
+    if (buf.numel() == 0) return Status::Ok();
+    return run("all_reduce", [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(buf.as<float>(), static_cast<size_t>(buf.numel()));
+      using Fn = void (*)(void*, const void*, const void*, size_t);
+      opts.setReduceFunction(op == ReduceOp::kSum ? static_cast<Fn>(&gloo::sum<float>)
+                                                  : static_cast<Fn>(&gloo::max<float>));
+      gloo::allreduce(opts);
+    });
+  }
+
+  Status reduce_scatter(Tensor out, Tensor in) override {
+    AX_RETURN_IF_ERROR(internal::check_reduce_scatter(name_, size(), out, in, false));
+    bytes_ += static_cast<int64_t>(in.bytes());
+    if (out.numel() == 0) return Status::Ok();
+    return run("reduce_scatter", [&] {
+      ring_reduce_scatter(out.as<float>(), in.as<float>(), static_cast<size_t>(out.numel()));
+    });
+  }
+
+  Status all_gather(Tensor out, Tensor in) override {
+    AX_RETURN_IF_ERROR(internal::check_all_gather(name_, size(), out, in, false));
+    bytes_ += static_cast<int64_t>(out.bytes());
+    if (in.numel() == 0) return Status::Ok();
+    return run("all_gather", [&] {
+      const size_t n = static_cast<size_t>(in.numel());
+      float* mine = out.as<float>() + static_cast<size_t>(rank_) * n;
+      // Gloo's allgather copies `in` into this rank's block first; in-place needs no copy.
+      if (in.data != mine) std::memmove(mine, in.data, n * sizeof(float));
+      gloo::AllgatherOptions opts(context_);
+      opts.setOutput(out.as<float>(), n * ranks_.size());
+      gloo::allgather(opts);
+    });
+  }
+
+  Status broadcast(Tensor buf, int root) override {
+    AX_RETURN_IF_ERROR(internal::check_broadcast(name_, size(), buf, root, false));
+    bytes_ += static_cast<int64_t>(buf.bytes());
+    if (buf.numel() == 0) return Status::Ok();
+    return run("broadcast", [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(buf.as<float>(), static_cast<size_t>(buf.numel()));
+      opts.setRoot(root);
+      gloo::broadcast(opts);
+    });
+  }
+
+  Status barrier() override {
+    return run("barrier", [&] {
+      gloo::BarrierOptions opts(context_);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  template <typename Fn>
+  Status run(std::string_view op, Fn&& fn) {
+    if (!failed_.ok()) return failed_;
+    try {
+      fn();
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return fail(op, e.what());
+    }
+  }
+
+  // Closing our connections first wakes the peers that wait on us, so every live member
+  // reaches the alive round within moments instead of after its own timeout.
+  Status fail(std::string_view op, const std::string& what) {
+    internal::TransportError err = internal::classify_gloo_error(what, timeout_);
+    AX_LOG(kDebug, "comm") << op << " on " << name_ << ": gloo: " << what;
+    try {
+      context_->closeConnections();
+    } catch (const std::exception& e) {
+      AX_LOG(kDebug, "comm") << "closing " << name_ << ": " << e.what();
+    }
+    AliveReport report = internal::find_missing_ranks(*store_, prefix_, ranks_, rank_,
+                                                      internal::alive_window(timeout_));
+    failed_ =
+        internal::collective_failure(op, name_, err.code, err.cause, report, store_->describe());
+    AX_LOG(kError, "comm") << failed_.message();
+    return failed_;
+  }
+
+  // Ring reduce-scatter without touching `in`: at step s this rank sends its running sum of
+  // block (rank - s - 1) to the right and adds the left neighbour's running sum of block
+  // (rank - s - 2) to its own input block; after size - 1 steps it holds the total of block rank.
+  void ring_reduce_scatter(float* out, const float* in, size_t n) {
+    const int p = size();
+    const int right = (rank_ + 1) % p, left = (rank_ + p - 1) % p;
+    auto block = [&](int b) { return in + static_cast<size_t>((b % p + p) % p) * n; };
+    std::vector<float> send_buf(block(rank_ - 1), block(rank_ - 1) + n), recv_buf(n);
+    auto tx = context_->createUnboundBuffer(send_buf.data(), n * sizeof(float));
+    auto rx = context_->createUnboundBuffer(recv_buf.data(), n * sizeof(float));
+    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, 0);
+    for (int s = 0; s < p - 1; ++s) {
+      tx->send(right, slot + s);
+      rx->recv(left, slot + s);
+      rx->waitRecv(timeout_);
+      tx->waitSend(timeout_);
+      const float* mine = block(rank_ - s - 2);
+      float* dst = s == p - 2 ? out : send_buf.data();
+      for (size_t i = 0; i < n; ++i) dst[i] = mine[i] + recv_buf[i];
+    }
+  }
+
+  std::shared_ptr<comm::Store> store_;
+  const std::string prefix_;  // "<tag>/<instance>"
+  const std::string name_;
+  const std::vector<int> ranks_;
+  const int rank_;
+  const Millis timeout_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  int64_t bytes_ = 0;
+  Status failed_;  // once a collective failed, the group is unusable: every later call returns it
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<Store> store,
+                                                               const std::string& tag,
+                                                               const std::vector<int>& ranks,
+                                                               int global_rank,
+                                                               const CommOptions& options) {
+  AX_ASSIGN_OR_RETURN(int rank, internal::check_group(tag, ranks, global_rank));
+  if (ranks.size() == 1) return internal::make_local_communicator("gloo", tag, global_rank, false);
+  const std::string name = internal::group_name("gloo", tag, ranks);
+  AX_ASSIGN_OR_RETURN(int64_t instance,
+                      internal::group_instance(*store, tag, static_cast<int>(ranks.size())));
+  const std::string prefix = str_cat(tag, "/", instance);
+  ignore_sigpipe();
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = listen_address(options.coordinator);
+    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+    auto context =
+        std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(ranks.size()));
+    context->setTimeout(options.timeout);
+    GlooStoreAdapter adapter(*store, prefix + "/gloo/", ranks, options.timeout);
+    context->connectFullMesh(adapter, device);
+    AX_LOG(kDebug, "comm") << "connected " << name << " on " << device->str();
+    return std::unique_ptr<Communicator>(new GlooCommunicator(
+        std::move(store), prefix, name, ranks, rank, options.timeout, device, context));
+  } catch (const std::exception& e) {
+    const std::string what = internal::gloo_message(e.what());
+    const bool late =
+        what.find("did not arrive") != std::string::npos ||
+        internal::classify_gloo_error(what, options.timeout).code == StatusCode::kDeadlineExceeded;
+    return Status(late ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable,
+                  str_cat("creating ", name, ": ", what));
+  }
+}
+
+}  // namespace ax::train::comm
+
+#else  // !AX_HAVE_GLOO
+
+namespace ax::train::comm {
+
+StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<Store>,
+                                                               const std::string& tag,
+                                                               const std::vector<int>&, int,
+                                                               const CommOptions&) {
+  return Unimplemented("gloo communicator ", tag, ": ax was built without Gloo (AX_WITH_GLOO=OFF)");
+}
+
+}  // namespace ax::train::comm
+
+#endif  // AX_HAVE_GLOO

@@ -1,0 +1,126 @@
+// Mesh coordinates, the groups of each axis, and the communicators of one rank.
+#include <cstring>
+
+#include "ax/common/check.h"
+#include "comm_internal.h"
+
+namespace ax::train::comm {
+namespace {
+
+// A group of one rank: the contract's results are copies of the input.
+class LocalCommunicator : public Communicator {
+ public:
+  LocalCommunicator(std::string name, bool allow_bf16)
+      : name_(std::move(name)), allow_bf16_(allow_bf16) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return name_; }
+  int64_t bytes_moved() const override { return bytes_; }
+
+  Status all_reduce(Tensor buf, ReduceOp) override {
+    AX_RETURN_IF_ERROR(internal::check_all_reduce(name_, buf, allow_bf16_));
+    bytes_ += static_cast<int64_t>(buf.bytes());
+    return Status::Ok();
+  }
+  Status reduce_scatter(Tensor out, Tensor in) override {
+    AX_RETURN_IF_ERROR(internal::check_reduce_scatter(name_, 1, out, in, allow_bf16_));
+    return copy(out, in);
+  }
+  Status all_gather(Tensor out, Tensor in) override {
+    AX_RETURN_IF_ERROR(internal::check_all_gather(name_, 1, out, in, allow_bf16_));
+    return copy(out, in);
+  }
+  Status broadcast(Tensor buf, int root) override {
+    AX_RETURN_IF_ERROR(internal::check_broadcast(name_, 1, buf, root, allow_bf16_));
+    bytes_ += static_cast<int64_t>(buf.bytes());
+    return Status::Ok();
+  }
+  Status barrier() override { return Status::Ok(); }
+
+ private:
+  Status copy(const Tensor& out, const Tensor& in) {
+    bytes_ += static_cast<int64_t>(in.bytes());
+    if (in.bytes() > 0 && out.data != in.data) std::memmove(out.data, in.data, in.bytes());
+    return Status::Ok();
+  }
+
+  const std::string name_;
+  const bool allow_bf16_;
+  int64_t bytes_ = 0;
+};
+
+// Global ranks that agree with `c` on every axis not varied, sorted.
+std::vector<int> axis_group(const MeshCoords& c, bool vary_d, bool vary_f, bool vary_t) {
+  std::vector<int> ranks;
+  for (int d = 0; d < c.data; ++d) {
+    for (int f = 0; f < c.fsdp; ++f) {
+      for (int t = 0; t < c.tensor; ++t) {
+        if ((vary_d || d == c.d) && (vary_f || f == c.f) && (vary_t || t == c.t)) {
+          ranks.push_back((d * c.fsdp + f) * c.tensor + t);
+        }
+      }
+    }
+  }
+  return ranks;
+}
+
+}  // namespace
+
+namespace internal {
+std::unique_ptr<Communicator> make_local_communicator(std::string_view backend,
+                                                      const std::string& tag, int global_rank,
+                                                      bool allow_bf16) {
+  return std::make_unique<LocalCommunicator>(group_name(backend, tag, {global_rank}), allow_bf16);
+}
+}  // namespace internal
+
+MeshCoords MeshCoords::of(int rank, int data, int fsdp, int tensor) {
+  AX_CHECK(data > 0 && fsdp > 0 && tensor > 0)
+      << "mesh axes data=" << data << " fsdp=" << fsdp << " tensor=" << tensor;
+  AX_CHECK(rank >= 0 && rank < data * fsdp * tensor)
+      << "rank " << rank << " outside a mesh of " << data * fsdp * tensor;
+  MeshCoords c;
+  c.data = data;
+  c.fsdp = fsdp;
+  c.tensor = tensor;
+  c.t = rank % tensor;
+  c.f = (rank / tensor) % fsdp;
+  c.d = rank / (tensor * fsdp);
+  return c;
+}
+
+std::vector<int> MeshCoords::data_group() const { return axis_group(*this, true, false, false); }
+std::vector<int> MeshCoords::fsdp_group() const { return axis_group(*this, false, true, false); }
+std::vector<int> MeshCoords::tensor_group() const { return axis_group(*this, false, false, true); }
+std::vector<int> MeshCoords::replica_group() const { return axis_group(*this, true, true, false); }
+
+StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCoords& coords,
+                                      CommBackend backend, const CommOptions& options) {
+  const MeshCoords& c = coords;
+  if (c.data < 1 || c.fsdp < 1 || c.tensor < 1 || c.d < 0 || c.d >= c.data || c.f < 0 ||
+      c.f >= c.fsdp || c.t < 0 || c.t >= c.tensor) {
+    return InvalidArgument("mesh coordinates (d=", c.d, ", f=", c.f, ", t=", c.t,
+                           ") outside the mesh data=", c.data, " fsdp=", c.fsdp,
+                           " tensor=", c.tensor);
+  }
+  auto make = [&](const std::string& tag, const std::vector<int>& ranks) {
+    return backend == CommBackend::kGloo
+               ? make_gloo_communicator(store, tag, ranks, c.rank(), options)
+               : make_nccl_communicator(store, tag, ranks, c.rank(), options);
+  };
+  std::vector<int> world(static_cast<size_t>(c.world()));
+  for (int r = 0; r < c.world(); ++r) world[static_cast<size_t>(r)] = r;
+  // Tags carry the fixed coordinates, so groups of one axis never share store keys. Every rank
+  // creates its groups in this order, so the members of each group meet.
+  MeshGroups g;
+  g.coords = c;
+  AX_ASSIGN_OR_RETURN(g.world, make("world", world));
+  AX_ASSIGN_OR_RETURN(g.data, make(str_cat("data[f=", c.f, ",t=", c.t, "]"), c.data_group()));
+  AX_ASSIGN_OR_RETURN(g.fsdp, make(str_cat("fsdp[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
+  AX_ASSIGN_OR_RETURN(g.tensor, make(str_cat("tensor[d=", c.d, ",f=", c.f, "]"), c.tensor_group()));
+  AX_ASSIGN_OR_RETURN(g.replica, make(str_cat("replica[t=", c.t, "]"), c.replica_group()));
+  return g;
+}
+
+}  // namespace ax::train::comm

@@ -1,0 +1,54 @@
+// ax-train's place in the job (DESIGN.md: JobContext → Store → Communicators → Mesh groups):
+// the mesh this rank trains on, the TCP store hosted by rank 0 at the coordinator, and the
+// communicators of its mesh groups. A single process gets the same struct with world 1 and no
+// store, so the loop has one code path. Design: docs/sharding.md.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/launcher/job_context.h"
+#include "ax/trainer/backend.h"
+#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/comm/communicator.h"
+#include "ax/trainer/config.h"
+#include "ax/trainer/model.h"
+
+namespace ax::train {
+
+// The global mesh of a job: AX_ICI_MESH × AX_DCN_MESH when the launcher or plugin derived them,
+// else the config's mesh.ici / mesh.dcn (auto: fsdp over the ranks of a node, data across
+// nodes; one -1 per vector fills in the rest). Its size must equal the job's.
+StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const MeshConfig& mesh);
+
+struct Distributed {
+  launcher::JobContext ctx;
+  comm::MeshCoords coords;
+  std::shared_ptr<comm::Store> store;  // null for a single process
+  comm::MeshGroups groups;             // null communicators for a single process
+  comm::Millis timeout{300000};
+  // A small backend buffer for reductions of a few values (host memory on CPU backends).
+  Backend* backend = nullptr;
+  void* scratch = nullptr;
+
+  ~Distributed();
+  bool multi() const { return ctx.world > 1; }
+  int replicas() const { return coords.data * coords.fsdp; }
+  int replica() const { return coords.d * coords.fsdp + coords.f; }
+  ModelParallel model_parallel() const;
+  // Sum (or max) of one value per rank over a group; the value itself without a group.
+  double all_reduce(comm::Communicator* group, double value, comm::ReduceOp op) const;
+  // The checkpoint group of the whole job (all-gather through the store).
+  CheckpointGroup checkpoint_group(int64_t step) const;
+};
+
+// Reads the job context, resolves the mesh, connects to the store and builds the groups (Gloo on
+// CPU backends, NCCL on CUDA). Logs one line describing the rank's place.
+StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
+                                                         const launcher::JobContext& ctx,
+                                                         Backend* backend, std::ostream& log);
+
+}  // namespace ax::train
