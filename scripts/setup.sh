@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package ax needs to build, test and run its demo. Idempotent: a package
 # already installed is left alone, and nothing is downloaded when everything is present.
-# Used by the README's commands, .ci/run and containers/Dockerfile.
+# Used by the README's commands, .ci/run and containers/Dockerfile. The names are Debian 12's;
+# Ubuntu 24.04 (the NVIDIA CUDA images that containers/Dockerfile builds on) has them all too.
 #
 #   scripts/setup.sh                 build + test + demo packages
 #   scripts/setup.sh --with oracle   those plus an optional group (repeatable)
@@ -11,12 +12,14 @@
 #   oracle   PyTorch for Debian's /usr/bin/python3: the PyTorch oracle test
 #            (tests/trainer/oracle) and the training benchmark's peer (bench/torch_peer.py)
 #   slurm    Slurm daemons, client and munge for the local cluster (scripts/slurm-cluster.sh)
+#   container  debootstrap and squashfs-tools: an Enroot/Pyxis image without Docker
+#            (containers/build-squashfs.sh) and its tests (tests/containers)
 set -euo pipefail
 
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git ca-certificates
-  clang libclang-rt-14-dev            # libFuzzer and sanitizer runtimes
+  clang libclang-rt-dev               # libFuzzer and sanitizer runtimes (clang's default version)
   # libraries (one line per CMake dependency; see cmake/AxDependencies.cmake)
   libzstd-dev zstd                    # shard compression
   libsentencepiece-dev sentencepiece  # tokenizer (and spm_encode, the benchmark's peer)
@@ -36,6 +39,7 @@ packages=(
 declare -A groups=(
   [oracle]="python3-torch python3-numpy"
   [slurm]="slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge libslurm-dev libpmix-dev libhwloc-dev hwloc"
+  [container]="debootstrap squashfs-tools"
 )
 
 print=0

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # The test command on a fresh machine: installs what ax needs (with PyTorch for the oracle test),
 # builds the CPU configuration and runs the unit suite, then a short libFuzzer run of the shard
-# reader, then the `slurm` suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md).
-# Ends with one line "tests: N passed, N failed" (plus why the slurm suite was skipped, if it was).
+# reader, then ax inside a minimal container image (root only; tests/containers), then the `slurm`
+# suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md).
+# Ends with one line "tests: N passed, N failed" (plus why the container test or the slurm suite
+# was skipped, if it was).
 #   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 slurm_tests="${AX_SLURM_TESTS:-1}"
-groups=(--with oracle)
+groups=(--with oracle --with container)
 [[ "$slurm_tests" == 0 ]] || groups+=(--with slurm)
 bash scripts/setup.sh "${groups[@]}"
 build=$(bash scripts/build.sh cpu | tail -n 1)
 log=$(mktemp)
 slurm_log=$(mktemp)
+container_log=$(mktemp)
 slurm_dir=$(sed -n 's/^AX_SLURM_TEST_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
 cleanup() {
-  rm -f "$log" "$slurm_log"
+  rm -f "$log" "$slurm_log" "$container_log"
   # The suite's cleanup fixture tears the cluster down; this covers a ctest that was killed.
   if [[ -n "$slurm_dir" && -e "$slurm_dir/run" && $(id -u) == 0 ]]; then
     timeout -k 5 60 bash scripts/slurm-cluster.sh down --state-dir "$slurm_dir" >/dev/null 2>&1 ||
@@ -37,6 +40,28 @@ failed=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$summary")
 if [[ -z "$summary" ]]; then
   echo "tests: ctest printed no summary" >&2
   exit 1
+fi
+
+# The container image test in its reduced form (a root file system of the built binaries and their
+# libraries, containers/README.md); the full Debian image test (label container) is not run here.
+# It skips itself without root or squashfs-tools: reported, not counted as passed.
+container_passed=0 container_failed=0 container_skip="" container_rc=0
+ctest --test-dir "$build" -L container-minimal --verbose --timeout 300 | tee "$container_log" ||
+  container_rc=$?
+container_summary=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$container_log" ||
+  true)
+if [[ -z "$container_summary" ]]; then
+  echo "tests: the container test's ctest printed no summary" >&2
+  container_failed=1
+else
+  container_total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$container_summary")
+  container_failed=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$container_summary")
+  container_skipped=$(grep -c '(Skipped)$' "$container_log" || true)
+  container_passed=$((container_total - container_failed - container_skipped))
+  if ((container_skipped > 0)); then
+    container_skip=$(grep -o 'SKIPPED: .*' "$container_log" | head -n 1 | cut -c10-)
+    container_skip=${container_skip:-see above}
+  fi
 fi
 
 # The slurm suite needs root (UTS namespaces, /etc/hosts) and the Slurm daemons.
@@ -73,8 +98,10 @@ else
   echo "tests: slurm suite SKIPPED: $slurm_skip"
 fi
 
-line="tests: $((total - failed + fuzz_passed + slurm_passed)) passed,"
-line+=" $((failed + fuzz_failed + slurm_failed)) failed"
+line="tests: $((total - failed + fuzz_passed + container_passed + slurm_passed)) passed,"
+line+=" $((failed + fuzz_failed + container_failed + slurm_failed)) failed"
+[[ -z "$container_skip" ]] || line+=" (container test skipped: $container_skip)"
 [[ -z "$slurm_skip" ]] || line+=" (slurm suite skipped: $slurm_skip)"
 echo "$line"
-(( rc == 0 && fuzz_failed == 0 && slurm_rc == 0 && slurm_failed == 0 ))
+(( rc == 0 && fuzz_failed == 0 && container_rc == 0 && container_failed == 0 && slurm_rc == 0 &&
+   slurm_failed == 0 ))

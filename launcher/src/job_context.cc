@@ -136,8 +136,8 @@ StatusOr<std::string> slurm_coordinator(const EnvLookup& env) {
   if (!step_id || *step_id < 0 || *step_id > UINT32_MAX) {
     return InvalidArgument("SLURM_STEP_ID='", *step, "': expected an unsigned 32-bit integer");
   }
-  uint64_t key = static_cast<uint64_t>(*job_id) * 64 + static_cast<uint64_t>(*step_id) % 64;
-  return str_cat(*host, ":", 20000 + key % 12000);
+  return str_cat(*host, ":",
+                 coordinator_port(static_cast<uint32_t>(*job_id), static_cast<uint32_t>(*step_id)));
 }
 
 Status from_ax(const EnvLookup& env, JobContext& ctx) {
@@ -268,6 +268,8 @@ StatusOr<JobContext> job_context(const EnvLookup& raw_env) {
   JobContext ctx;
   ctx.hostname = this_hostname();
   ctx.job_id = env("SLURM_JOB_ID").value_or("");
+  AX_ASSIGN_OR_RETURN(std::optional<int> restarts, int_var(env, "SLURM_RESTART_COUNT"));
+  ctx.restart_count = restarts.value_or(0);
   ctx.pmix = env("PMIX_RANK").has_value() && env("PMIX_NAMESPACE").has_value();
   if (env("AX_RANK")) {
     AX_RETURN_IF_ERROR(from_ax(env, ctx));
@@ -291,7 +293,13 @@ std::string describe(const JobContext& ctx) {
                             ") from ", context_source_name(ctx.source));
   if (!ctx.coordinator.empty()) out += ", coordinator " + ctx.coordinator;
   if (!ctx.device.empty()) out += ", device " + ctx.device;
+  if (ctx.restart_count > 0) out += str_cat(", restart ", ctx.restart_count);
   return out;
+}
+
+int coordinator_port(uint32_t job_id, uint32_t step_id) {
+  const uint64_t key = static_cast<uint64_t>(job_id) * 64 + step_id % 64;
+  return 20000 + static_cast<int>(key % 12000);
 }
 
 StatusOr<std::string> first_host(const std::string& nodelist) {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ax/common/strings.h"
+#include "ax/launcher/job_context.h"
 #include "ax/launcher/rank_plan.h"
 
 namespace ax::spank {
@@ -116,41 +117,19 @@ StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, con
 }
 
 StatusOr<std::string> first_host(const std::string& nodelist) {
+  // Bounded: this runs on user input inside slurmstepd.
   if (nodelist.size() > kMaxArgLength) {
     return InvalidArgument("node list longer than ", kMaxArgLength, " characters");
   }
-  std::string host;
-  size_t i = 0;
-  auto name_char = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
-  };
-  while (i < nodelist.size() && name_char(nodelist[i])) host += nodelist[i++];
-  if (i < nodelist.size() && nodelist[i] == '[') {
-    size_t close = nodelist.find(']', i);
-    if (close == std::string::npos) return InvalidArgument("node list '", nodelist, "': no ']'");
-    std::string first = nodelist.substr(i + 1, close - i - 1);
-    first = first.substr(0, first.find_first_of(",-"));
-    if (first.empty() || !std::all_of(first.begin(), first.end(), [](char c) {
-          return std::isdigit(static_cast<unsigned char>(c));
-        })) {
-      return InvalidArgument("node list '", nodelist, "': expected digits after '['");
-    }
-    host += first;
-    i = close + 1;
-    while (i < nodelist.size() && name_char(nodelist[i])) host += nodelist[i++];
-  }
-  if (i < nodelist.size() && nodelist[i] != ',') {
-    return InvalidArgument("node list '", nodelist, "': unexpected character at ", i);
-  }
-  if (host.empty() || host.size() > kMaxHostname) {
+  AX_ASSIGN_OR_RETURN(std::string host, launcher::first_host(nodelist));
+  if (host.size() > kMaxHostname) {
     return InvalidArgument("node list '", nodelist, "': no valid first host name");
   }
   return host;
 }
 
 int coordinator_port(uint32_t job_id, uint32_t step_id) {
-  uint64_t key = static_cast<uint64_t>(job_id) * 64 + step_id % 64;
-  return 20000 + static_cast<int>(key % 12000);
+  return launcher::coordinator_port(job_id, step_id);
 }
 
 }  // namespace ax::spank

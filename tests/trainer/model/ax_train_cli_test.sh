@@ -66,8 +66,8 @@ expect_output "run-dir"
 expect_status 2 "unknown key" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --set model.nope=1
 expect_output "model.nope"
 expect_status 2 "bad device" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device tpu
-expect_status 1 "cuda in a CPU build" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device cuda
-expect_output "no CUDA backend"
+expect_status 1 "cuda without a GPU or a CUDA build" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device cuda
+expect_output "no CUDA device"
 expect_status 1 "missing tokenizer" -- "$axtrain" --experiment tiny-gpt --data "$work/shards/train" \
   --tokenizer "$work/none.model" --run-dir "$work/r"
 [[ $(wc -l <"$work/out") -eq 1 ]] || fail "a runtime error is one line"
@@ -76,7 +76,7 @@ expect_status 1 "missing tokenizer" -- "$axtrain" --experiment tiny-gpt --data "
 run="$work/run"
 expect_status 0 "train 6 steps" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 6 \
   --set train.eval_every=3
-expect_output "device: cpu (no GPU answered: no CUDA device (this build has no CUDA backend"
+expect_output "device: cpu (no GPU answered: no CUDA device"
 expect_output "step 6/6 | loss"
 expect_output "eval step 3 | val loss"
 expect_output "model.num_layers"

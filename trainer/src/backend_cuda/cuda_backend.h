@@ -23,6 +23,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   DType compute_dtype() const override { return DType::kBF16; }
   double peak_flops() const override { return peak_flops_; }
+  void* native_stream() const override { return stream_; }
+  int device_ordinal() const override { return device_; }
 
   StatusOr<void*> alloc(size_t bytes) override;
   void free(void* ptr) override;

@@ -146,6 +146,8 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   comm::CommOptions co;
   co.timeout = d->timeout;
   co.coordinator = ctx.coordinator;
+  co.cuda_stream = backend->native_stream();
+  co.cuda_device = backend->device_ordinal();
   const bool cuda = backend->compute_dtype() != DType::kF32;
   StatusOr<comm::MeshGroups> groups = comm::make_mesh_groups(
       d->store, d->coords, cuda ? comm::CommBackend::kNccl : comm::CommBackend::kGloo, co);

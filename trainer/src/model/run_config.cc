@@ -112,7 +112,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
       return InvalidArgument("--device ", device, ": expected cuda:N with a device ordinal N");
     }
     auto cuda = make_cuda_backend(static_cast<int>(*ordinal));
-    if (!cuda.ok()) return cuda.status().with_context("--device " + device + ": ");
+    if (!cuda.ok()) return cuda.status().with_context("--device " + device);
     log << "device: " << (*cuda)->name() << "\n";
     return cuda;
   }

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "ax/common/strings.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/token_loader.h"
 #include "ax/datasets/tokenizer.h"
@@ -247,7 +248,13 @@ Status Trainer::setup() {
     // Ranks of one node share its cores.
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx_.local_world);
   }
-  AX_ASSIGN_OR_RETURN(backend_, make_backend(options_.device, threads, out_));
+  // The launcher or plugin chose this rank's GPU (AX_DEVICE, an ordinal as the process sees
+  // it): --device auto takes that one when a GPU answers.
+  std::string device = options_.device;
+  if (device == "auto" && parse_int64(ctx_.device).has_value() && cuda_device_count() > 0) {
+    device = "cuda:" + ctx_.device;
+  }
+  AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_));
   AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
   AX_RETURN_IF_ERROR(open_data());
   AX_ASSIGN_OR_RETURN(model_,
@@ -284,6 +291,10 @@ void Trainer::print_summary() const {
                       : std::string("validation: none (no data.validation_dir and no sibling "
                                     "val/ or validation/ directory)"))
          << "\n";
+  }
+  if (ctx_.restart_count > 0) {
+    out_ << "restart " << ctx_.restart_count << " of Slurm job " << ctx_.job_id
+         << " (SLURM_RESTART_COUNT)\n";
   }
   if (resumed_) {
     out_ << "resumed from step " << progress_.step << " (" << checkpoints_.step_dir(progress_.step)
@@ -433,6 +444,9 @@ StatusOr<TrainOutcome> Trainer::run() {
     if (stop && k < max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
       if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
+      // `srun --kill-on-bad-exit` kills the whole step as soon as the first rank exits 75: no
+      // rank leaves before every rank (the leader's metrics included) has written everything.
+      dist_->all_reduce(dist_->groups.world.get(), 0.0, comm::ReduceOp::kMax);
       const int sig = stop_signal();
       out_ << "stopped after step " << k
            << (sig != 0 ? str_cat(" on signal ", sig) : std::string(" on request"))

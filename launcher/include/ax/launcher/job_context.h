@@ -16,6 +16,7 @@
 // the variable and what it expects.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -46,6 +47,9 @@ struct JobContext {
   // uses: 20000 + (job_id * 64 + step_id % 64) % 12000), else empty (single process).
   std::string coordinator;
   std::string job_id;  // SLURM_JOB_ID or empty
+  // SLURM_RESTART_COUNT: how many times Slurm requeued this job (preemption, `scontrol requeue`
+  // by the job script after a stop at a checkpoint); 0 on the first run and outside Slurm.
+  int restart_count = 0;
   std::string hostname;
   // A PMIx server started this process (PMIX_RANK and PMIX_NAMESPACE set), whatever the source:
   // under `srun --mpi=pmix --ax-mesh=...` the source is kAx but the PMIx store still works.
@@ -58,10 +62,16 @@ EnvLookup process_env();
 
 StatusOr<JobContext> job_context(const EnvLookup& env);
 // One line for logs: "rank 3/8 (local 3/4, node 0/2) from ax, coordinator n1:20064, device cpu"
+// (", restart 2" is appended when the job was requeued).
 std::string describe(const JobContext& ctx);
 
 // The first host of a Slurm hostlist expression: "n[1-4,7]" → "n1", "gpu-a,gpu-b" → "gpu-a",
 // "rack1-[003-005]" → "rack1-003". InvalidArgument for a malformed list.
 StatusOr<std::string> first_host(const std::string& nodelist);
+
+// The coordinator's port for a Slurm step: 20000 + (job_id * 64 + step_id mod 64) mod 12000,
+// below Linux's ephemeral range (32768-60999) and different for consecutive steps of one job.
+// spank_ax.so and the job context both use it, so every rank of a step agrees.
+int coordinator_port(uint32_t job_id, uint32_t step_id);
 
 }  // namespace ax::launcher

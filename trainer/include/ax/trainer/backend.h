@@ -38,6 +38,10 @@ class Backend {
   virtual DType compute_dtype() const = 0;
   // Peak dense FLOP/s of the device for MFU (0 when unknown).
   virtual double peak_flops() const = 0;
+  // The device's queue and ordinal for communicators that enqueue on it (NCCL): the CUDA
+  // backend's cudaStream_t and device; nullptr / -1 on the CPU.
+  virtual void* native_stream() const { return nullptr; }
+  virtual int device_ordinal() const { return -1; }
 
   // Memory (device memory for CUDA). alloc returns zeroed memory or fails with ResourceExhausted.
   virtual StatusOr<void*> alloc(size_t bytes) = 0;

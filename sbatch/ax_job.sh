@@ -1,0 +1,368 @@
+# shellcheck shell=bash
+# Sourced by example_pile.sub, example_fuji.sub and run_pile_singlenode.sh: variable checks, where
+# the ax binaries are, the srun command of both launch modes (with or without a Pyxis container),
+# and the preemption protocol (trap USR1/TERM, forward to the step, requeue on exit 75).
+# docs/job-scripts.md describes the variables and the protocol.
+
+AX_ERRORS=()
+AX_EXIT_STOPPED=75 # ax-train (and ax-launch): stopped at a checkpoint, run again to resume
+
+ax_log() { echo "ax-job: $*"; }
+ax_error() { AX_ERRORS+=("$*"); }
+
+# Every check records "NAME=...: what is wrong; what it expects" and carries on, so one run of the
+# script lists every bad variable. ax_fail_if_errors stops the job (status 2) before any srun.
+ax_fail_if_errors() {
+  ((${#AX_ERRORS[@]} == 0)) && return 0
+  local e
+  for e in "${AX_ERRORS[@]}"; do echo "ax-job: error: $e" >&2; done
+  echo "ax-job: ${#AX_ERRORS[@]} problem(s) with the job's variables; nothing was launched" >&2
+  exit 2
+}
+
+# ax_is_set NAME: the variable is set and not empty.
+ax_is_set() { [[ -n "${!1-}" ]]; }
+
+# ax_require NAME WHAT: NAME must be set; WHAT says what it expects. Returns 1 when unset.
+ax_require() {
+  ax_is_set "$1" && return 0
+  ax_error "$1 is not set: expected $2"
+  return 1
+}
+
+# ax_check_uint NAME MIN: a whole number >= MIN (when set).
+ax_check_uint() {
+  local v="${!1-}"
+  ax_is_set "$1" || return 0
+  if ! [[ "$v" =~ ^[0-9]+$ ]] || ((10#$v < $2)); then
+    ax_error "$1='$v': expected a whole number >= $2"
+    return 1
+  fi
+}
+
+# ax_check_positive NAME: a number > 0, fractions allowed (PERCORE_BATCH_SIZE with tensor
+# parallelism).
+ax_check_positive() {
+  local v="${!1-}"
+  ax_is_set "$1" || return 0
+  if ! [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || ! awk -v x="$v" 'BEGIN { exit !(x > 0) }'; then
+    ax_error "$1='$v': expected a number > 0 (fractions allowed, e.g. 0.5)"
+    return 1
+  fi
+}
+
+# ax_check_enum NAME VALUE...: one of the VALUEs (when set).
+ax_check_enum() {
+  local name="$1" v="${!1-}" allowed
+  shift
+  ax_is_set "$name" || return 0
+  for allowed in "$@"; do [[ "$v" == "$allowed" ]] && return 0; done
+  local IFS='|'
+  ax_error "$name='$v': expected one of $*"
+  return 1
+}
+
+# ax_check_abs_dir NAME: an absolute path of an existing directory.
+ax_check_abs_dir() {
+  local v="${!1-}"
+  ax_is_set "$1" || return 0
+  if [[ "$v" != /* ]]; then
+    ax_error "$1='$v': expected an absolute path"
+  elif [[ ! -d "$v" ]]; then
+    ax_error "$1='$v': no such directory"
+  else
+    return 0
+  fi
+  return 1
+}
+
+# ax_check_abs_file NAME: an absolute path of a readable file.
+ax_check_abs_file() {
+  local v="${!1-}"
+  ax_is_set "$1" || return 0
+  if [[ "$v" != /* ]]; then
+    ax_error "$1='$v': expected an absolute path"
+  elif [[ ! -f "$v" || ! -r "$v" ]]; then
+    ax_error "$1='$v': no such readable file"
+  else
+    return 0
+  fi
+  return 1
+}
+
+# ax_check_relative NAME BASE: a path relative to BASE (no leading /, no ..).
+ax_check_relative() {
+  local v="${!1-}"
+  ax_is_set "$1" || return 0
+  if [[ "$v" == /* || "/$v/" == */../* ]]; then
+    ax_error "$1='$v': expected a path relative to $2 (no leading / and no ..)"
+    return 1
+  fi
+}
+
+# ax_mesh_vector NAME OUT: sets OUT to "d,f,t" from NAME's "[8,1,1]", "8,1,1" or "(8, 1, 1)":
+# three whole numbers >= 1, or -1 (fill in from the device count); "" when NAME is unset.
+ax_mesh_vector() {
+  local v="${!1-}" s
+  printf -v "$2" '%s' ""
+  ax_is_set "$1" || return 0
+  s="$(tr -d '[:space:][]()' <<<"$v")"
+  if [[ "$s" =~ ^(-1|[1-9][0-9]*),(-1|[1-9][0-9]*),(-1|[1-9][0-9]*)$ && "$s" != *-1*-1* ]]; then
+    printf -v "$2" '%s' "$s"
+  else
+    ax_error "$1='$v': expected three numbers data,fsdp,tensor such as [8,1,1] (at most one -1:" \
+      "the rest)"
+  fi
+}
+
+# ax_shards_subdir NAME OUT: sets OUT to where the ax-data shards are inside the directory NAME
+# names: "" when it holds index.json itself, "train" for ax-data's train/ + val/ layout (the
+# trainer finds val/ beside train/).
+ax_shards_subdir() {
+  local v="${!1-}"
+  printf -v "$2" '%s' ""
+  ax_is_set "$1" && [[ -d "$v" ]] || return 0
+  if [[ -f "$v/train/index.json" && ! -f "$v/index.json" ]]; then
+    printf -v "$2" '%s' train
+  elif [[ ! -f "$v/index.json" ]]; then
+    ax_error "$1='$v': expected ax-data shards (a directory with index.json, or one holding" \
+      "train/ and val/ shard directories; make them with 'ax-data tokenize')"
+  fi
+}
+
+# ax_find_binaries: sets AX_TRAIN and AX_LAUNCH. AX_BIN is a directory holding ax-train and
+# ax-launch (an installation's bin/) or a build directory (trainer/ax-train, launcher/ax-launch);
+# by default the directory of ax-train on PATH, else the repository's build/cpu. In a container
+# the image's PATH finds them unless AX_BIN is set.
+ax_find_binaries() {
+  local dir="${AX_BIN-}" found
+  if [[ -n "${CONTAINER-}" && -z "$dir" ]]; then
+    AX_TRAIN=ax-train
+    AX_LAUNCH=ax-launch
+    return 0
+  fi
+  if [[ -z "$dir" ]]; then
+    if found="$(command -v ax-train 2>/dev/null)"; then
+      dir="$(dirname "$found")"
+    else
+      dir="$(cd "$AX_SBATCH_DIR/.." && pwd)/build/cpu"
+    fi
+  fi
+  if [[ -x "$dir/ax-train" ]]; then
+    AX_TRAIN="$dir/ax-train"
+    AX_LAUNCH="$dir/ax-launch"
+  else
+    AX_TRAIN="$dir/trainer/ax-train"
+    AX_LAUNCH="$dir/launcher/ax-launch"
+  fi
+  [[ -n "${CONTAINER-}" ]] && return 0 # the paths are inside the image
+  if [[ ! -x "$AX_TRAIN" ]]; then
+    ax_error "AX_BIN='$dir': no ax-train there (expected an installation's bin/ directory or a" \
+      "build directory; put ax-train on PATH or set AX_BIN)"
+  elif [[ "${AX_LAUNCH_MODE-}" == ax-launch && ! -x "$AX_LAUNCH" ]]; then
+    ax_error "AX_BIN='$dir': no ax-launch there (needed by AX_LAUNCH_MODE=ax-launch)"
+  fi
+}
+
+# ax_mesh_spec ICI DCN: the --ax-mesh / ax-launch --mesh spec from two vectors (either may be
+# empty): "auto" when both are; otherwise the missing one is the plugin's auto shape
+# (ICI 1,-1,1: FSDP inside the node; DCN -1,1,1: data parallel across nodes).
+ax_mesh_spec() {
+  if [[ -z "$1" && -z "$2" ]]; then
+    echo auto
+  else
+    echo "ici=${1:-1,-1,1};dcn=${2:--1,1,1}"
+  fi
+}
+
+# ax_check_launch_mode: AX_LAUNCH_MODE srun (default) or ax-launch; srun mode needs spank_ax.so.
+ax_check_launch_mode() {
+  AX_LAUNCH_MODE="${AX_LAUNCH_MODE:-srun}"
+  ax_check_enum AX_LAUNCH_MODE srun ax-launch || return 0
+  if [[ "$AX_LAUNCH_MODE" == srun && "${AX_DRY_RUN:-0}" != 1 ]] &&
+    ! srun --help 2>/dev/null | grep -q -- '--ax-mesh'; then
+    ax_error "AX_LAUNCH_MODE=srun: srun has no --ax-mesh option here (spank_ax.so is not in" \
+      "plugstack.conf); install the plugin (docs/spank-plugin.md) or use AX_LAUNCH_MODE=ax-launch"
+  fi
+}
+
+# ax_srun_command OUTFILE SPEC NPROC TRAIN_CMD...: sets AX_SRUN (an array) to the step that runs
+# TRAIN_CMD on every node of the allocation: one task per GPU with --ax-mesh=SPEC, or one
+# ax-launch per node starting NPROC ranks. AX_MOUNTS (Pyxis mounts) must be set when CONTAINER is.
+ax_srun_command() {
+  local outfile="$1" spec="$2" nproc="$3"
+  shift 3
+  AX_SRUN=(srun --kill-on-bad-exit=1 --open-mode=append -o "$outfile" -e "$outfile")
+  # Slurm narrows CUDA_VISIBLE_DEVICES to the step's GPUs, which the plugin and ax-launch plan
+  # over. AX_GRES=none leaves GRES out (a cluster without GPU GRES).
+  local gres="${AX_GRES:-gpu:$nproc}"
+  [[ "$gres" != none ]] && AX_SRUN+=("--gres=$gres")
+  if [[ -n "${CONTAINER-}" ]]; then
+    AX_SRUN+=("--container-image=$CONTAINER" "--container-mounts=$AX_MOUNTS" --export=ALL)
+    [[ -n "${CONTAINER_WORKDIR-}" ]] && AX_SRUN+=("--container-workdir=$CONTAINER_WORKDIR")
+  fi
+  local extra=()
+  # shellcheck disable=SC2206 # AX_SRUN_ARGS is a list of srun options, split on spaces
+  [[ -n "${AX_SRUN_ARGS-}" ]] && extra=($AX_SRUN_ARGS)
+  # The batch environment's task count comes from #SBATCH --ntasks-per-node: set this step's own.
+  local nodes="${SLURM_JOB_NUM_NODES:-1}"
+  if [[ "$AX_LAUNCH_MODE" == srun ]]; then
+    AX_SRUN+=(-N "$nodes" -n "$((nodes * nproc))" --ntasks-per-node="$nproc" "--ax-mesh=$spec"
+      "${extra[@]}" "$@")
+  else
+    # One ax-launch per node; node rank and count come from the step, the coordinator from the
+    # allocation's first node (never the host that ran sbatch).
+    local coordinator="$AX_COORDINATOR_HOST:$AX_COORDINATOR_PORT"
+    # shellcheck disable=SC2016 # expanded by the task's shell
+    local wrapper='launch="$1" dir="$2" coordinator="$3" nproc="$4" mesh="$5"; shift 5
+exec "$launch" --nproc "$nproc" --mesh "$mesh" --nnodes "$SLURM_NNODES" \
+  --node-rank "$SLURM_NODEID" --coordinator "$coordinator" --run-dir "$dir/node$SLURM_NODEID" -- "$@"'
+    AX_SRUN+=(-N "$nodes" -n "$nodes" --ntasks-per-node=1 "${extra[@]}" bash -c "$wrapper" ax-launch-node "$AX_LAUNCH"
+      "$AX_LAUNCH_DIR" "$coordinator" "$nproc" "$spec" "$@")
+  fi
+}
+
+# ax_coordinator: AX_COORDINATOR_HOST (the allocation's first node) and AX_COORDINATOR_PORT
+# (AX_COORDINATOR_PORT, else derived from the job id like the plugin's rule, with step slot 63
+# so it never meets a port the plugin gives this job's steps) for ax-launch mode.
+ax_coordinator() {
+  AX_COORDINATOR_HOST="$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null |
+    head -n 1)"
+  [[ -n "$AX_COORDINATOR_HOST" ]] || AX_COORDINATOR_HOST="${SLURM_JOB_NODELIST%%,*}"
+  if [[ -z "${AX_COORDINATOR_PORT-}" ]]; then
+    AX_COORDINATOR_PORT=$((20000 + (${SLURM_JOB_ID:-0} * 64 + 63) % 12000))
+  fi
+  ax_check_uint AX_COORDINATOR_PORT 1
+}
+
+# ax_print_command: the step's command, quoted so that it can be pasted into a shell.
+ax_print_command() {
+  local quoted
+  printf -v quoted '%q ' "${AX_SRUN[@]}"
+  echo "ax-job: ${quoted% }"
+}
+
+# ax_train_job NAME RUN_REL SPEC NPROC [AX_TRAIN_OPTIONS...]: the step of a .sub file, from the
+# checked variables BASE_WORKSPACE_DIR, BASE_TFDS_DATA_DIR (+ AX_SHARDS_SUBDIR), BASE_VOCAB_PATH,
+# OUTPUT_DIR, CONFIG and the in-container paths WORKSPACE_DIR, TFDS_DATA_DIR, GPT_VOCAB_PATH:
+# runs ax-train CONFIG with its run directory at RUN_REL under the workspace, per-task output
+# files output-%j-%n-%t.txt in OUTPUT_DIR, then ends the job (ax_finish). AX_DRY_RUN=1 prints the
+# srun command and exits 0.
+ax_train_job() {
+  local name="$1" run_rel="$2" spec="$3" nproc="$4" workspace data vocab
+  shift 4
+  if [[ -n "${CONTAINER-}" ]]; then
+    AX_MOUNTS="$BASE_WORKSPACE_DIR:$WORKSPACE_DIR,$BASE_VOCAB_PATH:$GPT_VOCAB_PATH"
+    AX_MOUNTS+=",$BASE_TFDS_DATA_DIR:$TFDS_DATA_DIR"
+    workspace="$WORKSPACE_DIR" data="$TFDS_DATA_DIR" vocab="$GPT_VOCAB_PATH"
+  else
+    workspace="$BASE_WORKSPACE_DIR" data="$BASE_TFDS_DATA_DIR" vocab="$BASE_VOCAB_PATH"
+  fi
+  local run_dir="$workspace/$run_rel"
+  AX_LAUNCH_DIR="$run_dir/launch" # ax-launch mode: logs/rank_<r>.log and error.json per node
+  local train=("$AX_TRAIN" --experiment "$CONFIG" --data "$data${AX_SHARDS_SUBDIR:+/$AX_SHARDS_SUBDIR}"
+    --tokenizer "$vocab" --run-dir "$run_dir" "$@")
+  # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
+  [[ -n "${AX_TRAIN_ARGS-}" ]] && train+=($AX_TRAIN_ARGS)
+  local outputs="$BASE_WORKSPACE_DIR/$OUTPUT_DIR"
+  ax_srun_command "$outputs/output-%j-%n-%t.txt" "$spec" "$nproc" "${train[@]}"
+  ax_log "$name: ${AX_LAUNCH_MODE} mode, mesh $spec, $nproc rank(s) per node," \
+    "${CONTAINER:+container $CONTAINER, }run directory $BASE_WORKSPACE_DIR/$run_rel"
+  ax_print_command
+  if [[ "${AX_DRY_RUN:-0}" == 1 ]]; then
+    ax_log "AX_DRY_RUN=1: not running it"
+    exit 0
+  fi
+  mkdir -p "$outputs" "$BASE_WORKSPACE_DIR/$run_rel"
+  local rc=0
+  ax_run_step "${AX_SRUN[@]}" || rc=$?
+  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel"
+}
+
+# ax_check_common: the checks both .sub files share (launch mode, dry run, requeue, binaries,
+# coordinator); then stops the job if any variable was bad.
+ax_check_common() {
+  ax_check_enum AX_DRY_RUN 0 1
+  ax_check_enum AX_REQUEUE 0 1
+  ax_check_launch_mode
+  ax_find_binaries
+  [[ "$AX_LAUNCH_MODE" == ax-launch ]] && ax_coordinator
+  ax_fail_if_errors
+}
+
+# --- preemption -------------------------------------------------------------------------------
+
+AX_STEP_PID=""
+AX_STOP_SIGNAL=""
+AX_FORWARD="${AX_FORWARD:-scancel}" # scancel: to every step of the job; kill: to our child only
+
+# A stop request (USR1 from `--signal=B:USR1@s`, TERM at preemption or the time limit): ask every
+# rank to checkpoint at the next step boundary. The step's tasks get SIGUSR1 through Slurm (ax-train
+# and ax-launch treat USR1 and TERM alike); without Slurm the launcher is our child.
+ax_on_stop_signal() {
+  if [[ -n "$AX_STOP_SIGNAL" ]]; then
+    ax_log "caught SIG$1 again; the ranks are already stopping"
+    return
+  fi
+  AX_STOP_SIGNAL="$1"
+  ax_log "caught SIG$1 at $(date +%T): every rank checkpoints at the next step boundary and exits"
+  if [[ "$AX_FORWARD" == scancel && -n "${SLURM_JOB_ID-}" && -n "$AX_STEP_PID" ]] &&
+    timeout 30 scancel --signal=USR1 "$SLURM_JOB_ID" 2>/dev/null; then
+    return
+  fi
+  [[ -n "$AX_STEP_PID" ]] && kill -USR1 "$AX_STEP_PID" 2>/dev/null
+}
+
+# ax_run_step CMD...: runs CMD in the background (so bash runs the traps while it waits) and
+# returns its exit status.
+ax_run_step() {
+  trap 'ax_on_stop_signal USR1' USR1
+  trap 'ax_on_stop_signal TERM' TERM
+  trap 'ax_on_stop_signal INT' INT
+  "$@" &
+  AX_STEP_PID=$!
+  local rc=0
+  while :; do
+    rc=0
+    wait "$AX_STEP_PID" || rc=$?
+    # wait returns early (status > 128) when a trapped signal arrives; the step is still running.
+    kill -0 "$AX_STEP_PID" 2>/dev/null || break
+  done
+  trap - USR1 TERM INT
+  return "$rc"
+}
+
+# ax_finish STATUS WHERE: ends the job. 0: done. 75: the ranks stopped at a checkpoint; unless
+# AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from that checkpoint
+# and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with that status.
+ax_finish() {
+  local rc="$1" where="$2"
+  if ((rc == 0)); then
+    ax_log "finished: the run reached its last step (outputs: $where)"
+    exit 0
+  fi
+  if ((rc == AX_EXIT_STOPPED)); then
+    if [[ -n "${SLURM_JOB_ID-}" && "${AX_REQUEUE:-1}" == 1 ]]; then
+      ax_log "the ranks stopped at a checkpoint (exit $rc); requeueing job $SLURM_JOB_ID" \
+        "(restart $((${SLURM_RESTART_COUNT:-0} + 1))), which resumes from it"
+      if timeout 60 scontrol requeue "$SLURM_JOB_ID"; then
+        # Slurm ends this script now; the requeued job starts from the top.
+        exit 0
+      fi
+      ax_log "error: scontrol requeue $SLURM_JOB_ID failed (the job needs --requeue and the" \
+        "cluster JobRequeue=1); submit the same job again to resume"
+    else
+      ax_log "the ranks stopped at a checkpoint (exit $rc); run the same job again to resume"
+    fi
+    exit "$rc"
+  fi
+  ax_log "error: the training step failed with status $rc; see $where"
+  exit "$rc"
+}
+
+# ax_job_header NAME: one line about the job and its restarts.
+ax_job_header() {
+  local restarts="${SLURM_RESTART_COUNT:-0}"
+  ax_log "$1: job ${SLURM_JOB_ID:-none} on ${SLURM_JOB_NUM_NODES:-1} node(s)" \
+    "(${SLURM_JOB_NODELIST:-$(hostname)}), restart $restarts (SLURM_RESTART_COUNT)"
+}

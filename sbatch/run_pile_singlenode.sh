@@ -1,0 +1,70 @@
+#!/bin/bash
+# GPT pretraining on one node (an interactive node, or inside a container) with the positional
+# arguments of Pax's run_pile_singlenode.sh, run by ax-launch (one ax-train per GPU):
+#
+#   bash run_pile_singlenode.sh <DATA_DIR> <VOCAB_PATH> [PRECISION=bfloat16] [NUM_GPUS=8] \
+#     [PERCORE_BATCH_SIZE=4] [LOGDIR=test_logdir]
+#
+# DATA_DIR holds ax-data shards (index.json, or train/ and val/). The mesh is the original's pure
+# data parallelism (ICI_MESH_SHAPE=[NUM_GPUS,1,1]) unless ICI_MESH_SHAPE is set. Environment:
+# CONFIG (Pile126M), MAX_STEPS, AX_BIN, AX_TRAIN_ARGS (docs/job-scripts.md). LOGDIR receives
+# checkpoints, metrics.jsonl, TensorBoard events, logs/rank_<r>.log and pile_output.log. The exit
+# status is ax-launch's: 0 done, 75 stopped at a checkpoint by Ctrl-C/SIGTERM/SIGUSR1 (run again to
+# resume), anything else failed.
+set -uo pipefail
+
+AX_SBATCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=sbatch/ax_job.sh
+source "$AX_SBATCH_DIR/ax_job.sh"
+
+if (($# < 2 || $# > 6)); then
+  echo "usage: $0 <DATA_DIR> <VOCAB_PATH> [PRECISION=bfloat16] [NUM_GPUS=8]" \
+    "[PERCORE_BATCH_SIZE=4] [LOGDIR=test_logdir]" >&2
+  exit 2
+fi
+DATA_DIR="$1"
+VOCAB_PATH="$2"
+PREC="${3:-bfloat16}"
+NUM_GPUS="${4:-8}"
+PERCORE_BATCH_SIZE="${5:-4}"
+LOG_DIR="${6:-test_logdir}"
+CONFIG="${CONFIG:-Pile126M}"
+AX_LAUNCH_MODE=ax-launch
+AX_FORWARD="kill" # the launcher is this script's child, also inside an allocation
+
+[[ -d "$DATA_DIR" ]] || ax_error "DATA_DIR (\$1)='$DATA_DIR': no such directory"
+ax_shards_subdir DATA_DIR shards_subdir
+[[ -f "$VOCAB_PATH" && -r "$VOCAB_PATH" ]] ||
+  ax_error "VOCAB_PATH (\$2)='$VOCAB_PATH': no such readable file (the SentencePiece model)"
+[[ "$PREC" == bfloat16 || "$PREC" == bf16 ]] ||
+  ax_error "PRECISION (\$3)='$PREC': expected bfloat16 (ax trains in bf16 with fp32 master" \
+    "weights on GPUs; CPU ranks compute in fp32)"
+ax_check_uint NUM_GPUS 1
+ax_check_positive PERCORE_BATCH_SIZE
+ax_check_uint MAX_STEPS 1
+ax_mesh_vector ICI_MESH_SHAPE ici
+ax_find_binaries
+ax_fail_if_errors
+
+mkdir -p "$LOG_DIR" || exit 1
+LOG_DIR="$(cd "$LOG_DIR" && pwd)"
+data="$(cd "$DATA_DIR" && pwd)${shards_subdir:+/$shards_subdir}"
+vocab="$(cd "$(dirname "$VOCAB_PATH")" && pwd)/$(basename "$VOCAB_PATH")"
+cmd=("$AX_LAUNCH" --nproc "$NUM_GPUS" --mesh "ici=${ici:--1,1,1};dcn=1,1,1" --run-dir "$LOG_DIR"
+  -- "$AX_TRAIN" --experiment "$CONFIG" --data "$data" --tokenizer "$vocab" --run-dir "$LOG_DIR"
+  --set "PERCORE_BATCH_SIZE=$PERCORE_BATCH_SIZE")
+[[ -n "${MAX_STEPS-}" ]] && cmd+=(--max-steps "$MAX_STEPS")
+# shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
+[[ -n "${AX_TRAIN_ARGS-}" ]] && cmd+=($AX_TRAIN_ARGS)
+printf -v quoted '%q ' "${cmd[@]}"
+ax_log "${quoted% }"
+
+# tee -i: a Ctrl-C reaches ax-launch (which checkpoints and exits 75), not the log's writer.
+ax_run_step "${cmd[@]}" > >(tee -i "$LOG_DIR/pile_output.log") 2>&1
+rc=$?
+case "$rc" in
+  0) ax_log "Run succeeded! (outputs in $LOG_DIR)" ;;
+  75) ax_log "Run stopped at a checkpoint; run the same command again to resume" ;;
+  *) ax_log "Run failed with status $rc (see $LOG_DIR/pile_output.log, $LOG_DIR/error.json)" ;;
+esac
+exit "$rc"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sharded training launched by Slurm itself (mode A): `srun --ax-mesh=SPEC --mpi=pmix`, one
+# ax-train task per fake GPU, the mesh and environment from spank_ax.so; ax-train runs on CPU
+# ranks (no GPU answers) with Gloo. The per-step losses must equal a one-process run's.
+#   train_srun.sh BUILD_DIR REPO_DIR
+source "$(dirname "$0")/lib.sh" "$@"
+source "$(dirname "$0")/train_lib.sh"
+require_cluster
+dir="$(scratch)"
+if ! prepare_data "$dir/data"; then
+  bad "preparing the corpus"
+  sed 's/^/  | /' "$dir/data/data.log" | tail -n 20
+  finish
+  exit
+fi
+# shellcheck disable=SC2046 # word splitting of train_args is intended
+"$AX_TRAIN" $(train_args "$dir/data" "$dir/one") >"$dir/one.log" 2>&1 || bad "one-process run"
+ref="$(losses "$dir/one")"
+
+# 2 nodes x 2 fake GPUs each (Slurm narrows CUDA_VISIBLE_DEVICES to the 2 GPUs it gives a node).
+for spec in auto "auto:tp=2"; do
+  run="$dir/run-${spec//[:=]/-}"
+  # shellcheck disable=SC2046
+  out="$(t srun -J "$JOB" --mpi=pmix --ax-mesh="$spec" -N 2 --ntasks-per-node=2 --gres=gpu:2 \
+    --kill-on-bad-exit=1 "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
+  rc=$?
+  if ((rc != 0)); then
+    bad "srun --ax-mesh=$spec exited $rc"
+    sed 's/^/  | /' <<<"$out" | tail -n 30
+    continue
+  fi
+  mesh="$(grep -o 'mesh data=[0-9]* fsdp=[0-9]* tensor=[0-9]*' <<<"$out" | head -n 1)"
+  echo "srun --ax-mesh=$spec: $mesh"
+  same_losses "srun --mpi=pmix --ax-mesh=$spec -N2 x 2 tasks ($mesh)" "$ref" "$(losses "$run")"
+done
+finish
