@@ -120,6 +120,10 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
   AX_ASSIGN_OR_RETURN(g.fsdp, make(str_cat("fsdp[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
   AX_ASSIGN_OR_RETURN(g.tensor, make(str_cat("tensor[d=", c.d, ",f=", c.f, "]"), c.tensor_group()));
   AX_ASSIGN_OR_RETURN(g.replica, make(str_cat("replica[t=", c.t, "]"), c.replica_group()));
+  if (c.fsdp > 1) {
+    AX_ASSIGN_OR_RETURN(g.fsdp_prefetch,
+                        make(str_cat("fsdp-prefetch[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
+  }
   return g;
 }
 

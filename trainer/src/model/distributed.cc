@@ -88,6 +88,7 @@ ModelParallel Distributed::model_parallel() const {
   p.tensor = groups.tensor.get();
   p.fsdp = groups.fsdp.get();
   p.data = groups.data.get();
+  p.fsdp_prefetch = fsdp_prefetch ? groups.fsdp_prefetch.get() : nullptr;
   return p;
 }
 
@@ -122,6 +123,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   d->ctx = ctx;
   d->backend = backend;
   d->timeout = comm::Millis(static_cast<int64_t>(std::ceil(config.train.comm_timeout_s * 1000)));
+  d->fsdp_prefetch = config.train.fsdp_prefetch;
   AX_ASSIGN_OR_RETURN(d->coords, resolve_mesh(ctx, config.mesh));
   AX_ASSIGN_OR_RETURN(d->scratch, backend->alloc(64));
   if (!d->multi()) return d;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <cmath>
 #include <cstdio>
@@ -171,6 +173,63 @@ StatusOr<int64_t> padded_vocab_size(const ModelConfig& config, int64_t vocab) {
 
 // ---- Model ----
 
+namespace {
+
+// FSDP prefetch: one background thread that runs all-gathers on its own communicator, one at a
+// time, while the main thread computes (and reduce-scatters on the fsdp communicator).
+class Prefetcher {
+ public:
+  explicit Prefetcher(comm::Communicator* comm) : comm_(comm), thread_([this] { loop(); }) {}
+  ~Prefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Starts all_gather(out, in); the previous one must have been waited for.
+  void submit(Tensor out, Tensor in) {
+    std::lock_guard<std::mutex> lock(mu_);
+    AX_CHECK(!busy_) << "one FSDP prefetch at a time";
+    out_ = out;
+    in_ = in;
+    busy_ = true;
+    cv_.notify_all();
+  }
+  Status wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !busy_; });
+    return status_;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return quit_ || busy_; });
+      if (quit_) return;
+      Tensor out = out_, in = in_;
+      lock.unlock();
+      Status s = comm_->all_gather(out, in);
+      lock.lock();
+      status_ = s;
+      busy_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  comm::Communicator* comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Tensor out_, in_;
+  bool busy_ = false, quit_ = false;
+  Status status_;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+}  // namespace
+
 class Model::Impl {
  public:
   ModelConfig config;
@@ -198,7 +257,11 @@ class Model::Impl {
   void* slot_g[2] = {nullptr, nullptr};
   void* scatter_tmp = nullptr;  // one unit's shard, f32
   void* shard_compute = nullptr;  // one unit's shard in the compute dtype (bf16 backends)
+  void* prefetch_compute = nullptr;  // the same for the prefetch thread's input
   int slot_unit[2] = {-1, -1};
+  // The unit the prefetch thread is gathering (into slot (unit - 1) % 2), or -1.
+  std::unique_ptr<Prefetcher> prefetcher;
+  int pending_unit = -1;
   bool root_gathered = false;
   int64_t max_layer_unit = 0;
 
@@ -231,8 +294,9 @@ class Model::Impl {
   bool logits_valid = false;
 
   ~Impl() {
+    prefetcher.reset();  // joins the thread before the buffers go
     for (void* p : {params, grads, acts_base, root_w, root_g, slot_w[0], slot_w[1], slot_g[0],
-                    slot_g[1], scatter_tmp, shard_compute}) {
+                    slot_g[1], scatter_tmp, shard_compute, prefetch_compute}) {
       if (p != nullptr) be->free(p);
     }
     if (weights != nullptr && weights != params) be->free(weights);
@@ -357,7 +421,10 @@ class Model::Impl {
     if (dt != DType::kF32) {
       AX_ASSIGN_OR_RETURN(shard_compute,
                           be->alloc(static_cast<size_t>(max_unit / F) * dtype_size(dt)));
+      AX_ASSIGN_OR_RETURN(prefetch_compute,
+                          be->alloc(static_cast<size_t>(max_unit / F) * dtype_size(dt)));
     }
+    if (par.fsdp_prefetch != nullptr) prefetcher = std::make_unique<Prefetcher>(par.fsdp_prefetch);
     return Status::Ok();
   }
 
@@ -372,18 +439,47 @@ class Model::Impl {
                   {unit_shard_size(u)});
   }
 
+  // Unit u's part of this rank's weights in the compute dtype (cast into `cast_buffer` when
+  // that is not f32), and the full unit at `dst`.
+  Tensor gather_input(int u, void* cast_buffer) {
+    const DType dt = be->compute_dtype();
+    Tensor mine = shard_part(params, u);
+    if (dt == DType::kF32) return mine;
+    Tensor cast(cast_buffer, dt, {unit_shard_size(u)});
+    be->copy(cast, mine);
+    return cast;
+  }
+  Tensor unit_tensor(int u, void* dst) const {
+    return Tensor(dst, be->compute_dtype(), {layout.units()[static_cast<size_t>(u)].size});
+  }
+
   // Gathers unit u's weights into `dst` (compute dtype) from every rank's shard.
   void gather_unit(int u, void* dst) {
-    const DType dt = be->compute_dtype();
-    const int64_t full = layout.units()[static_cast<size_t>(u)].size;
-    Tensor out(dst, dt, {full});
-    Tensor mine = shard_part(params, u);
-    if (dt != DType::kF32) {
-      Tensor cast(shard_compute, dt, {unit_shard_size(u)});
-      be->copy(cast, mine);
-      mine = cast;
-    }
-    layers::collective_or_die(par.fsdp->all_gather(out, mine), "gathering FSDP unit");
+    layers::collective_or_die(
+        par.fsdp->all_gather(unit_tensor(u, dst), gather_input(u, shard_compute)),
+        "gathering FSDP unit");
+  }
+
+  // Waits for the prefetch in flight, if any; its slot then holds its unit.
+  void finish_prefetch() {
+    if (pending_unit < 0) return;
+    layers::collective_or_die(prefetcher->wait(), "prefetching FSDP unit");
+    slot_unit[(pending_unit - 1) % 2] = pending_unit;
+    pending_unit = -1;
+  }
+
+  // Starts gathering layer i into its slot on the prefetch thread (nothing when there is no
+  // such layer, no prefetcher, or the slot already holds it). The slot must not be in use: the
+  // callers prefetch the layer after the current one in the direction of the pass, whose slot
+  // held the layer before it.
+  void prefetch_layer(int64_t i) {
+    if (prefetcher == nullptr || i < 0 || i >= static_cast<int64_t>(blocks.size())) return;
+    const int unit = static_cast<int>(i) + 1, slot = static_cast<int>(i % 2);
+    if (slot_unit[slot] == unit || pending_unit == unit) return;
+    finish_prefetch();
+    slot_unit[slot] = -1;
+    prefetcher->submit(unit_tensor(unit, slot_w[slot]), gather_input(unit, prefetch_compute));
+    pending_unit = unit;
   }
 
   void ensure_root() {
@@ -395,6 +491,10 @@ class Model::Impl {
   void ensure_layer(size_t i) {
     if (F == 1) return;
     const int unit = static_cast<int>(i) + 1, slot = static_cast<int>(i % 2);
+    // A prefetch in flight is this layer's, or writes into this slot: either way, wait for it.
+    if (pending_unit >= 0 && (pending_unit == unit || (pending_unit - 1) % 2 == slot)) {
+      finish_prefetch();
+    }
     if (slot_unit[slot] == unit) return;
     gather_unit(unit, slot_w[slot]);
     slot_unit[slot] = unit;
@@ -413,6 +513,7 @@ class Model::Impl {
   }
 
   void invalidate_gathered() {
+    if (pending_unit >= 0) finish_prefetch();
     root_gathered = false;
     slot_unit[0] = slot_unit[1] = -1;
   }
@@ -686,6 +787,7 @@ float Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> t
   m.tp.all_reduce(m.encoded);
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     m.ensure_layer(i);
+    m.prefetch_layer(static_cast<int64_t>(i) + 1);
     m.blocks[i].forward(be, m.residual_into(i), m.block_acts[i], m.scratch);
   }
   m.lnf.forward(be, m.lnf_acts, m.residual_into(m.blocks.size()));
@@ -732,6 +834,7 @@ void Model::backward(float scale) {
   m.lnf.backward(be, m.dres, dlnf, m.residual_into(m.blocks.size()), m.lnf_acts);
   for (size_t i = m.blocks.size(); i-- > 0;) {
     m.ensure_layer(i);
+    m.prefetch_layer(static_cast<int64_t>(i) - 1);
     m.blocks[i].backward(be, m.dres, m.residual_into(i), m.block_acts[i], m.scratch);
     if (m.F > 1) m.scatter_unit_grads(static_cast<int>(i) + 1, m.slot_g[i % 2]);
   }

@@ -96,6 +96,10 @@ struct ModelParallel {
   comm::Communicator* tensor = nullptr;  // required when tensor_size > 1
   comm::Communicator* fsdp = nullptr;    // required when fsdp_size > 1
   comm::Communicator* data = nullptr;    // optional: gradients are summed over it
+  // Optional, fsdp > 1: a second communicator over the fsdp group. With it, a background thread
+  // gathers the next layer while the current one computes (forward and backward); without it
+  // every gather waits.
+  comm::Communicator* fsdp_prefetch = nullptr;
 };
 
 // A run of this rank's parameter shard: elements [local_begin, local_begin + length) of the

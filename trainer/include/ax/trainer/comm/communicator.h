@@ -93,6 +93,9 @@ struct MeshGroups {
   std::unique_ptr<Communicator> fsdp;
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> replica;  // data × fsdp
+  // A second communicator over the fsdp group (fsdp > 1 only): the FSDP prefetch thread gathers
+  // the next layer on it while the main thread computes and reduce-scatters on `fsdp`.
+  std::unique_ptr<Communicator> fsdp_prefetch;
 };
 
 enum class CommBackend : uint8_t { kGloo, kNccl };
