@@ -40,7 +40,10 @@ while (($# > 0)); do
     --minimal) minimal=1 ;;
     --from) from="${2:?$usage}"; shift ;;
     --rootfs) rootfs="${2:?$usage}"; shift ;;
-    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help)
+      awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+      exit 0
+      ;;
     -*) die "unknown option '$1' ($usage)" ;;
     *) [[ -z $output ]] || die "$usage"; output=$1 ;;
   esac
@@ -153,8 +156,8 @@ else
   printf 'deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n' \
     "$mirror" "$suite" "$mirror" "$suite" "$security" "$suite" >"$rootfs/etc/apt/sources.list"
   # Updates in a private mount namespace, so /proc and /dev leave with it.
-  # shellcheck disable=SC2016 # the inner shell expands $1
   update_start=$SECONDS
+  # shellcheck disable=SC2016 # the inner shell expands $1
   unshare --mount --propagation private bash -euc '
     mount -t proc proc "$1/proc"
     mount --rbind /dev "$1/dev"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the ax binaries need at run time: the shared libraries ldd lists, plus the one ax loads
 # itself with dlopen (OpenBLAS, trainer/src/backend/cpu_blas.cc) and that library's own
-# dependencies. NVML (libnvidia-ml.so.1) is not listed: it belongs to the driver, and the
-# container runtime's hook (enroot's 98-nvidia.sh, the NVIDIA container toolkit) mounts it.
+# dependencies, plus (--packages) the verbs providers NCCL and Gloo load. NVML
+# (libnvidia-ml.so.1) is not listed: it belongs to the driver, and the container runtime's hook
+# (enroot's 98-nvidia.sh, the NVIDIA container toolkit) mounts it.
 #
 #   containers/runtime-deps.sh --libs BINARY...      library paths, one a line, as the loader
 #                                                    finds them (symlinks not resolved)
@@ -88,10 +89,20 @@ owner() {
   return 1
 }
 
+# NCCL (and Gloo through libibverbs) open the InfiniBand/RoCE verbs library and its device
+# providers (mlx5, efa, ...) with dlopen; Debian and Ubuntu only recommend the providers.
+verbs=()
+if printf '%s\n' "${libs[@]##*/}" | grep -qE '^lib(nccl|ibverbs)\.so'; then
+  verbs=(libibverbs1 ibverbs-providers)
+fi
+
 for lib in "${libs[@]}"; do
   if pkg=$(owner "$lib"); then
     [[ $mode != --packages ]] || echo "$pkg"
   else
     [[ $mode != --unpackaged ]] || echo "$lib"
   fi
-done | sort -u
+done | {
+  cat
+  if [[ $mode == --packages ]] && ((${#verbs[@]} > 0)); then printf '%s\n' "${verbs[@]}"; fi
+} | sort -u

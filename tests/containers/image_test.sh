@@ -7,10 +7,10 @@
 #
 #   bash tests/containers/image_test.sh minimal|debootstrap BUILD_DIR REPO_DIR
 #
-#   minimal      the binaries, their libraries copied from this machine and /bin/sh (about 30 s
-#                on 2 cores; scripts/test.sh runs it, ctest label container-minimal)
-#   debootstrap  the Debian 12 image users get: debootstrap, apt updates, mksquashfs (about 3 min
-#                and the Debian mirror; ctest label container)
+#   minimal      the binaries, their libraries copied from this machine and /bin/sh (about 1 s on
+#                2 cores; scripts/test.sh runs it, ctest label container-minimal)
+#   debootstrap  the Debian 12 image users get: debootstrap, apt updates, mksquashfs (1 to 2
+#                minutes and the Debian mirror; ctest label container)
 #
 # Checks: every binary answers --help; ax-data trains a tokenizer and writes shards inside the
 # image; `ax-train --experiment tiny-gpt --max-steps 5 --device cpu` with the data and the

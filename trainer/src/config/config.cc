@@ -122,6 +122,8 @@ std::vector<KeyDef> build_key_table() {
        "gradient accumulation: micro-batches per step"},
       {"train.global_batch", K::kInt, AX_FIELD(train.global_batch), B::kNonNegative, {},
        "sequences per step over all replicas; 0 = percore_batch_size x devices"},
+      {"train.recompute", K::kEnum, AX_FIELD(train.recompute), B::kAny, {"none", "layer"},
+       "activation recomputation: layer = keep only each layer's output, recompute the rest"},
       {"train.fsdp_prefetch", K::kBool, AX_FIELD(train.fsdp_prefetch), B::kAny, {},
        "FSDP: gather the next layer on a second communicator while the current one computes"},
       {"train.comm_timeout_s", K::kFloat, AX_FIELD(train.comm_timeout_s), B::kPositive, {},

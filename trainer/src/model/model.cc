@@ -237,6 +237,7 @@ class Model::Impl {
   Backend* be = nullptr;
   int64_t B = 0, T = 0, C = 0, V = 0, Vp = 0;
   ModelParallel par;
+  ModelOptions options;
   layers::TensorGroup tp;
   int F = 1;  // fsdp shards
   // This rank's vocabulary shard: rows [v_begin, v_begin + Vl) of the padded table, of which
@@ -376,7 +377,16 @@ class Model::Impl {
     targets = arena->take(DType::kI32, {B, T});
     encoded = arena->take(dt, {N, C});
     block_acts.resize(blocks.size());
-    for (size_t i = 0; i < blocks.size(); ++i) blocks[i].plan(arena, dt, B, T, C, &block_acts[i]);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (options.recompute_layers && i > 0) {
+        // Recomputation: every layer shares layer 0's activations except its output, which is
+        // the next layer's input and stays.
+        block_acts[i] = block_acts[0];
+        block_acts[i].res_out = arena->take(dt, {B * T, C});
+      } else {
+        blocks[i].plan(arena, dt, B, T, C, &block_acts[i]);
+      }
+    }
     lnf.plan(arena, dt, N, C, &lnf_acts);
     logits = arena->take(dt, {N, Vl});
     losses = arena->take(DType::kF32, {N});
@@ -570,7 +580,8 @@ Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_t vocab,
                                                int64_t batch, int64_t seq_len, Backend* backend,
-                                               const ModelParallel& parallel) {
+                                               const ModelParallel& parallel,
+                                               const ModelOptions& options) {
   AX_CHECK(backend != nullptr);
   if (batch <= 0 || seq_len <= 0) {
     return InvalidArgument("a micro-batch needs batch > 0 and seq_len > 0, got (", batch, ", ",
@@ -637,6 +648,7 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
   impl->V = vocab;
   impl->Vp = padded;
   impl->par = parallel;
+  impl->options = options;
   impl->tp = {parallel.tensor_rank, tp, parallel.tensor};
   impl->F = fsdp;
   impl->Vl = padded / tp;
@@ -835,6 +847,11 @@ void Model::backward(float scale) {
   for (size_t i = m.blocks.size(); i-- > 0;) {
     m.ensure_layer(i);
     m.prefetch_layer(static_cast<int64_t>(i) - 1);
+    // The shared activations hold the last layer's after the forward pass; any other layer runs
+    // its forward pass again from its kept input (the same ops on the same values: bit-equal).
+    if (m.options.recompute_layers && i + 1 < m.blocks.size()) {
+      m.blocks[i].forward(be, m.residual_into(i), m.block_acts[i], m.scratch);
+    }
     m.blocks[i].backward(be, m.dres, m.residual_into(i), m.block_acts[i], m.scratch);
     if (m.F > 1) m.scatter_unit_grads(static_cast<int>(i) + 1, m.slot_g[i % 2]);
   }

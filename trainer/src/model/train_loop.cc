@@ -259,7 +259,8 @@ Status Trainer::setup() {
   AX_RETURN_IF_ERROR(open_data());
   AX_ASSIGN_OR_RETURN(model_,
                       Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
-                                    config_.train.seq_len, backend_.get(), dist_->model_parallel()));
+                                    config_.train.seq_len, backend_.get(), dist_->model_parallel(),
+                                    {config_.train.recompute == "layer"}));
   AX_ASSIGN_OR_RETURN(optimizer_,
                       AdamW::create(config_.optim, config_.train.max_steps, model_.get()));
   AX_RETURN_IF_ERROR(resume());

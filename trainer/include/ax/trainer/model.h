@@ -102,6 +102,14 @@ struct ModelParallel {
   comm::Communicator* fsdp_prefetch = nullptr;
 };
 
+// How a model trades memory for compute.
+struct ModelOptions {
+  // Activation recomputation per layer: keep only each layer's output (the residual stream) and
+  // run a layer's forward pass again just before its backward pass, so the other activations of
+  // all layers share one layer's worth of memory. Same results, about one more forward pass.
+  bool recompute_layers = false;
+};
+
 // A run of this rank's parameter shard: elements [local_begin, local_begin + length) of the
 // (tensor-parallel) parameter `spec`, stored at [shard_offset, shard_offset + length) of the flat
 // shard buffers (params(), grads(), the optimizer's m and v).
@@ -127,7 +135,8 @@ class Model {
   // tokenizer's size, <= config.vocab_size): the loss and sampling use only those columns.
   static StatusOr<std::unique_ptr<Model>> create(const ModelConfig& config, int64_t vocab,
                                                  int64_t batch, int64_t seq_len, Backend* backend,
-                                                 const ModelParallel& parallel = {});
+                                                 const ModelParallel& parallel = {},
+                                                 const ModelOptions& options = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
