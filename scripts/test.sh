@@ -5,7 +5,8 @@
 # suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md).
 # Ends with one line "tests: N passed, N failed" (plus why the container test or the slurm suite
 # was skipped, if it was).
-#   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite.
+#   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite;
+#   AX_CUDA_CHECK=0 skips compiling the CUDA backend (done when nvcc is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 slurm_tests="${AX_SLURM_TESTS:-1}"
@@ -29,6 +30,32 @@ trap cleanup EXIT
 rc=0
 ctest --test-dir "$build" -L unit --output-on-failure -j "$(nproc)" --timeout 600 | tee "$log" ||
   rc=$?
+
+# The CUDA backend compiles here even without a GPU: build it (sm_80, sm_90) with the tests that
+# use it, then run the `gpu` label, whose tests skip themselves when no GPU answers.
+cuda_passed=0 cuda_failed=0 cuda_note=""
+if [[ "${AX_CUDA_CHECK:-1}" != 0 && -x /usr/local/cuda/bin/nvcc ]]; then
+  cuda_build=build/cuda-check
+  cuda_log=$(mktemp)
+  if cmake -S . -B "$cuda_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DAX_ENABLE_CUDA=ON \
+      -DAX_BUILD_BENCH=OFF >"$cuda_log" 2>&1 &&
+    cmake --build "$cuda_build" -j "$(nproc)" --target ax_trainer_backend_cuda cuda_parity_test \
+      nccl_communicator_test >>"$cuda_log" 2>&1; then
+    cuda_passed=1
+    echo "cuda: the CUDA backend and its gpu tests compile (sm_80, sm_90)"
+    ctest --test-dir "$cuda_build" -L gpu --timeout 600 >"$cuda_log" 2>&1 || cuda_failed=1
+    cuda_skipped=$(grep -c '(Skipped)$' "$cuda_log" || true)
+    cuda_ran=$(grep -cE 'Test +#[0-9]+: .* Passed' "$cuda_log" || true)
+    cuda_passed=$((cuda_passed + cuda_ran))
+    ((cuda_skipped == 0)) || cuda_note="$cuda_skipped gpu tests skipped: no GPU answered"
+  else
+    cuda_failed=1
+    echo "cuda: compiling the CUDA backend FAILED" >&2
+    tail -n 40 "$cuda_log" >&2
+  fi
+  rm -f "$cuda_log"
+fi
+
 fuzz_seconds="${AX_FUZZ_SECONDS:-60}"
 fuzz_passed=0 fuzz_failed=0
 if (( fuzz_seconds > 0 )); then
@@ -37,6 +64,9 @@ fi
 summary=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$log" || true)
 total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")
 failed=$(sed -E 's/.*, ([0-9]+) tests failed.*/\1/' <<<"$summary")
+# Skipped cases (GTEST_SKIP) are in ctest's total: not counted as passed.
+unit_skipped=$(grep -c '(Skipped)$' "$log" || true)
+total=$((total - unit_skipped))
 if [[ -z "$summary" ]]; then
   echo "tests: ctest printed no summary" >&2
   exit 1
@@ -98,10 +128,12 @@ else
   echo "tests: slurm suite SKIPPED: $slurm_skip"
 fi
 
-line="tests: $((total - failed + fuzz_passed + container_passed + slurm_passed)) passed,"
-line+=" $((failed + fuzz_failed + container_failed + slurm_failed)) failed"
+line="tests: $((total - failed + fuzz_passed + cuda_passed + container_passed + slurm_passed))"
+line+=" passed, $((failed + fuzz_failed + cuda_failed + container_failed + slurm_failed)) failed"
+[[ -z "$cuda_note" ]] || line+=" ($cuda_note)"
+((unit_skipped == 0)) || line+=" ($unit_skipped unit cases skipped themselves, see above)"
 [[ -z "$container_skip" ]] || line+=" (container test skipped: $container_skip)"
 [[ -z "$slurm_skip" ]] || line+=" (slurm suite skipped: $slurm_skip)"
 echo "$line"
-(( rc == 0 && fuzz_failed == 0 && container_rc == 0 && container_failed == 0 && slurm_rc == 0 &&
+(( rc == 0 && fuzz_failed == 0 && cuda_failed == 0 && container_rc == 0 && container_failed == 0 && slurm_rc == 0 &&
    slurm_failed == 0 ))
