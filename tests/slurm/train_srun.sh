@@ -33,4 +33,24 @@ for spec in auto "auto:tp=2"; do
   echo "srun --ax-mesh=$spec: $mesh"
   same_losses "srun --mpi=pmix --ax-mesh=$spec -N2 x 2 tasks ($mesh)" "$ref" "$(losses "$run")"
 done
+# Without --ax-mesh the plugin sets nothing: ax-train takes its place from PMIx and its mesh from
+# the config (mesh.ici/mesh.dcn auto: fsdp over a node's ranks, data across nodes).
+run="$dir/run-pmix"
+# shellcheck disable=SC2046
+out="$(t srun -J "$JOB" --mpi=pmix -N 2 --ntasks-per-node=2 --kill-on-bad-exit=1 \
+  "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
+rc=$?
+if ((rc != 0)); then
+  bad "srun --mpi=pmix without --ax-mesh exited $rc"
+  sed 's/^/  | /' <<<"$out" | tail -n 30
+else
+  mesh="$(grep -o 'mesh data=[0-9]* fsdp=[0-9]* tensor=[0-9]*' <<<"$out" | head -n 1)"
+  source_line="$(grep -o 'from [a-z]*, coordinator' <<<"$out" | head -n 1)"
+  if [[ "$source_line" == "from pmix, coordinator" && "$mesh" == "mesh data=2 fsdp=2 tensor=1" ]]; then
+    ok "srun --mpi=pmix without --ax-mesh: job context from PMIx, $mesh"
+  else
+    bad "srun --mpi=pmix without --ax-mesh: context '$source_line', '$mesh'"
+  fi
+  same_losses "srun --mpi=pmix -N2 x 2 tasks, mesh from the config" "$ref" "$(losses "$run")"
+fi
 finish
