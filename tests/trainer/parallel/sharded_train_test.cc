@@ -187,6 +187,16 @@ TEST_P(ShardedEquivalence, EveryLayoutTrainsTheLossesOfOneProcess) {
     EXPECT_EQ(r.losses.size(), 5u) << layout.name();
     expect_same_losses(r.losses, one.losses, 0, experiment + " " + layout.name());
   }
+  // FSDP with the prefetch thread gathering the next layer on its own communicator.
+  Config prefetch = config;
+  ASSERT_TRUE(apply_override(&prefetch, "train.fsdp_prefetch=true").ok());
+  for (const Layout& layout : std::vector<Layout>{{1, 4, 1}, {1, 2, 2}}) {
+    RunResult r = run_ranks(prefetch, layout, root + "/prefetch_" + layout.name());
+    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
+    }
+    expect_same_losses(r.losses, one.losses, 0, experiment + " prefetch " + layout.name());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence, ::testing::Values("tiny-gpt", "tiny-llama"),
