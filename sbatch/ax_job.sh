@@ -213,12 +213,18 @@ ax_srun_command() {
     # One ax-launch per node; node rank and count come from the step, the coordinator from the
     # allocation's first node (never the host that ran sbatch).
     local coordinator="$AX_COORDINATOR_HOST:$AX_COORDINATOR_PORT"
-    # shellcheck disable=SC2016 # expanded by the task's shell
-    local wrapper='launch="$1" dir="$2" coordinator="$3" nproc="$4" mesh="$5"; shift 5
-exec "$launch" --nproc "$nproc" --mesh "$mesh" --nnodes "$SLURM_NNODES" \
-  --node-rank "$SLURM_NODEID" --coordinator "$coordinator" --run-dir "$dir/node$SLURM_NODEID" -- "$@"'
-    AX_SRUN+=(-N "$nodes" -n "$nodes" --ntasks-per-node=1 "${extra[@]}" bash -c "$wrapper" ax-launch-node "$AX_LAUNCH"
-      "$AX_LAUNCH_DIR" "$coordinator" "$nproc" "$spec" "$@")
+    # The task's shell expands these.
+    # shellcheck disable=SC2016
+    local wrapper='launch="$1" dir="$2" coordinator="$3" nproc="$4" mesh="$5"; shift 5; '
+    # shellcheck disable=SC2016
+    wrapper+='exec "$launch" --nproc "$nproc" --mesh "$mesh" --nnodes "$SLURM_NNODES" '
+    # shellcheck disable=SC2016
+    wrapper+='--node-rank "$SLURM_NODEID" --coordinator "$coordinator" '
+    # shellcheck disable=SC2016
+    wrapper+='--run-dir "$dir/node$SLURM_NODEID" -- "$@"'
+    AX_SRUN+=(-N "$nodes" -n "$nodes" --ntasks-per-node=1 "${extra[@]}"
+      bash -c "$wrapper" ax-launch-node "$AX_LAUNCH" "$AX_LAUNCH_DIR" "$coordinator" "$nproc"
+      "$spec" "$@")
   fi
 }
 
@@ -228,19 +234,28 @@ exec "$launch" --nproc "$nproc" --mesh "$mesh" --nnodes "$SLURM_NNODES" \
 ax_coordinator() {
   AX_COORDINATOR_HOST="$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null |
     head -n 1)"
-  [[ -n "$AX_COORDINATOR_HOST" ]] || AX_COORDINATOR_HOST="${SLURM_JOB_NODELIST%%,*}"
+  [[ -n "$AX_COORDINATOR_HOST" ]] || AX_COORDINATOR_HOST="$(hostname)"
   if [[ -z "${AX_COORDINATOR_PORT-}" ]]; then
     AX_COORDINATOR_PORT=$((20000 + (${SLURM_JOB_ID:-0} * 64 + 63) % 12000))
   fi
   ax_check_uint AX_COORDINATOR_PORT 1
 }
 
-# ax_print_command: the step's command, quoted so that it can be pasted into a shell.
-ax_print_command() {
-  local quoted
-  printf -v quoted '%q ' "${AX_SRUN[@]}"
-  echo "ax-job: ${quoted% }"
+# ax_quote WORD...: the words, single-quoted where a shell would otherwise split or expand them.
+ax_quote() {
+  local w out=() q="'\\''"
+  for w in "$@"; do
+    if [[ "$w" =~ ^[A-Za-z0-9_./:=%,@+-][A-Za-z0-9_./:=%,@#+-]*$ ]]; then
+      out+=("$w")
+    else
+      out+=("'${w//\'/$q}'")
+    fi
+  done
+  echo "${out[*]}"
 }
+
+# ax_print_command: the step's command, quoted so that it can be pasted into a shell.
+ax_print_command() { echo "ax-job: $(ax_quote "${AX_SRUN[@]}")"; }
 
 # ax_train_job NAME RUN_REL SPEC NPROC [AX_TRAIN_OPTIONS...]: the step of a .sub file, from the
 # checked variables BASE_WORKSPACE_DIR, BASE_TFDS_DATA_DIR (+ AX_SHARDS_SUBDIR), BASE_VOCAB_PATH,
@@ -260,8 +275,9 @@ ax_train_job() {
   fi
   local run_dir="$workspace/$run_rel"
   AX_LAUNCH_DIR="$run_dir/launch" # ax-launch mode: logs/rank_<r>.log and error.json per node
-  local train=("$AX_TRAIN" --experiment "$CONFIG" --data "$data${AX_SHARDS_SUBDIR:+/$AX_SHARDS_SUBDIR}"
-    --tokenizer "$vocab" --run-dir "$run_dir" "$@")
+  local train=("$AX_TRAIN" --experiment "$CONFIG"
+    --data "$data${AX_SHARDS_SUBDIR:+/$AX_SHARDS_SUBDIR}" --tokenizer "$vocab" --run-dir "$run_dir"
+    "$@")
   # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
   [[ -n "${AX_TRAIN_ARGS-}" ]] && train+=($AX_TRAIN_ARGS)
   local outputs="$BASE_WORKSPACE_DIR/$OUTPUT_DIR"
@@ -313,9 +329,18 @@ ax_on_stop_signal() {
   [[ -n "$AX_STEP_PID" ]] && kill -USR1 "$AX_STEP_PID" 2>/dev/null
 }
 
+# A stop request that arrives while the script still checks its variables is remembered (not
+# fatal, as bash's default for USR1 and TERM would be); the step then does not start.
+trap 'AX_STOP_SIGNAL="${AX_STOP_SIGNAL:-USR1}"' USR1
+trap 'AX_STOP_SIGNAL="${AX_STOP_SIGNAL:-TERM}"' TERM
+
 # ax_run_step CMD...: runs CMD in the background (so bash runs the traps while it waits) and
-# returns its exit status.
+# returns its exit status; 75 without running it when a stop was requested before.
 ax_run_step() {
+  if [[ -n "$AX_STOP_SIGNAL" ]]; then
+    ax_log "SIG$AX_STOP_SIGNAL arrived before the step started; not starting it"
+    return "$AX_EXIT_STOPPED"
+  fi
   trap 'ax_on_stop_signal USR1' USR1
   trap 'ax_on_stop_signal TERM' TERM
   trap 'ax_on_stop_signal INT' INT
@@ -328,7 +353,9 @@ ax_run_step() {
     # wait returns early (status > 128) when a trapped signal arrives; the step is still running.
     kill -0 "$AX_STEP_PID" 2>/dev/null || break
   done
-  trap - USR1 TERM INT
+  # Another signal now (a repeated USR1 while the script requeues the job) must not kill it.
+  trap ':' USR1 TERM
+  trap - INT
   return "$rc"
 }
 

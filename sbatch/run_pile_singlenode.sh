@@ -56,8 +56,7 @@ cmd=("$AX_LAUNCH" --nproc "$NUM_GPUS" --mesh "ici=${ici:--1,1,1};dcn=1,1,1" --ru
 [[ -n "${MAX_STEPS-}" ]] && cmd+=(--max-steps "$MAX_STEPS")
 # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
 [[ -n "${AX_TRAIN_ARGS-}" ]] && cmd+=($AX_TRAIN_ARGS)
-printf -v quoted '%q ' "${cmd[@]}"
-ax_log "${quoted% }"
+ax_log "$(ax_quote "${cmd[@]}")"
 
 # tee -i: a Ctrl-C reaches ax-launch (which checkpoints and exits 75), not the log's writer.
 ax_run_step "${cmd[@]}" > >(tee -i "$LOG_DIR/pile_output.log") 2>&1

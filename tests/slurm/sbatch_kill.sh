@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
+# A rank of an example_pile.sub job killed mid-run (kill -9 of rank 3, on the second node): the job
+# fails promptly (srun --kill-on-bad-exit ends the step, the script passes the status on) with a
+# non-zero exit code, its output names the rank, and no rank is left running.
+#   sbatch_kill.sh BUILD_DIR REPO_DIR
+source "$(dirname "$0")/lib.sh" "$@"
+source "$(dirname "$0")/train_lib.sh"
+source "$(dirname "$0")/sbatch_lib.sh"
+require_cluster
+dir="$(scratch)"
+if ! prepare_data "$dir/data"; then
+  bad "preparing the corpus"
+  finish
+  exit
+fi
+run="$dir/ws/logs/kill"
+
+# rank_pids RANK: the pids of this test's ax-train processes with AX_RANK=RANK (their command
+# line names this test's run directory).
+rank_pids() {
+  local f p
+  while read -r f; do
+    p="${f%/cmdline}"
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "AX_RANK=$1" && echo "${p#/proc/}"
+  done < <(grep -lF -- "$run" /proc/[0-9]*/cmdline 2>/dev/null)
+}
+
+mapfile -t vars < <(sub_env "$dir" logs/kill MAX_STEPS=100000)
+id="$(submit_sub "$dir/kill.out" -N 2 "$SUB_DIR/example_pile.sub")"
+out="$dir/ws/output/output-$id-0-0.txt"
+start=$SECONDS
+until grep -Eq '^step +5/' "$out" 2>/dev/null || ((SECONDS - start > 60)); do sleep 0.1; done
+victim="$(rank_pids 3 | head -n 1)"
+if [[ -z "$victim" ]]; then
+  bad "no ax-train process with AX_RANK=3 (job $id $(job_field "$id" JobState))"
+  show_tail "$dir/kill.out"
+  finish
+  exit
+fi
+kill -9 "$victim"
+killed_at=$SECONDS
+end_job "$id" 60
+took=$((SECONDS - killed_at))
+if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" != 0:0 ]] && ((took <= 30)); then
+  ok "kill -9 of rank 3: job $id $JOB_STATE with exit $JOB_EXIT within $took s"
+else
+  bad "kill -9 of rank 3: job $id $JOB_STATE, exit $JOB_EXIT, after $took s"
+fi
+if grep -q 'n2: task 3: Killed' "$dir/kill.out" &&
+  grep -q 'the training step failed with status' "$dir/kill.out"; then
+  ok "the job's output names the rank: $(grep -o 'n2: task 3: Killed' "$dir/kill.out")"
+else
+  bad "the job's output does not name task 3"
+  show_tail "$dir/kill.out"
+fi
+left="$(rank_pids 0; rank_pids 1; rank_pids 2)"
+if [[ -z "$left" ]]; then ok "no rank left running"; else bad "ranks still running: $left"; fi
+finish

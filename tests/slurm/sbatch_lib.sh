@@ -1,0 +1,71 @@
+# shellcheck shell=bash disable=SC2034,SC2154  # sourced; uses the caller's `vars`
+# Sourced (after lib.sh and train_lib.sh) by the job-script tests of the slurm suite: submitting
+# sbatch/*.sub with tiny CPU runs and checking what lands where.
+#   sub_env DIR LOG [VAR=VALUE...]  -> the environment of a tiny example_pile.sub run
+#   submit_sub OUT ARGS... SCRIPT   -> sbatch -J $JOB -o OUT ... with the array `vars` exported
+#   end_job ID SECONDS              -> wait_job; the final state in JOB_STATE, ExitCode in JOB_EXIT
+#   step_losses RUN_DIR             -> "step loss" lines, as logged (exact text of the floats)
+#   loss_falls WHAT RUN_DIR         -> ok/bad: the last logged loss is below the first
+
+SUB_DIR="$REPO/sbatch"
+
+# One VAR=VALUE per line (read with mapfile, pass with env): tiny-gpt, 1 CPU thread per rank, no
+# evaluation, GPUS_PER_NODE=2 x PERCORE_BATCH_SIZE=4; the extra VAR=VALUEs come last and win.
+sub_env() {
+  local dir="$1" log="$2"
+  shift 2
+  printf '%s\n' "AX_CPU_THREADS=1" "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$dir/ws" \
+    "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" \
+    "LOG_DIR_LOCAL=$log" "OUTPUT_DIR=output" "PREC=bfloat16" "GPUS_PER_NODE=2" \
+    "PERCORE_BATCH_SIZE=4" "CONFIG=tiny-gpt" \
+    "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0" "$@"
+}
+
+# submit_sub OUT [sbatch args...] SCRIPT: sbatch with the caller's array `vars` (VAR=VALUE) in
+# the environment it exports to the job; prints the job id.
+submit_sub() {
+  local out="$1"
+  shift
+  env "${vars[@]}" timeout -k 5 "$CLIENT_TIMEOUT" sbatch --parsable -J "$JOB" -o "$out" "$@" 2>&1
+}
+
+end_job() {
+  JOB_STATE="$(wait_job "$1" "$2")"
+  JOB_EXIT="$(job_field "$1" ExitCode)"
+}
+
+step_losses() {
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r:
+        print(r["step"], repr(r["loss"]))
+' "$1/metrics.jsonl" 2>/dev/null
+}
+
+loss_falls() {
+  local what="$1" run="$2" first last
+  first="$(step_losses "$run" | head -n 1 | cut -d' ' -f2)"
+  last="$(step_losses "$run" | tail -n 1 | cut -d' ' -f2)"
+  if [[ -n "$first" && -n "$last" ]] &&
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then
+    ok "$what: loss falls from $first to $last"
+  else
+    bad "$what: loss '$first' -> '$last' (did not fall)"
+  fi
+}
+
+# expect_files WHAT FILE...: every FILE exists.
+expect_files() {
+  local what="$1" f missing=()
+  shift
+  for f in "$@"; do [[ -e "$f" ]] || missing+=("$f"); done
+  if ((${#missing[@]} == 0)); then
+    ok "$what: $# files where the variables say"
+  else
+    bad "$what: missing ${missing[*]}"
+  fi
+}
+
+show_tail() { sed 's/^/  | /' "$1" 2>/dev/null | tail -n "${2:-25}"; }

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
+# sbatch/example_pile.sub as users submit it: `sbatch -N 2 example_pile.sub` with the Pax
+# variables, tiny-gpt on real shards, GPUS_PER_NODE=2 (CPU ranks). In srun mode (one task per GPU,
+# --ax-mesh) and in ax-launch mode (one launcher per node) the job completes with exit 0, the loss
+# falls, checkpoints, metrics, TensorBoard and the per-task output files are where the variables
+# say, and both modes log the same losses. With CONTAINER set, AX_DRY_RUN=1 shows the Pyxis
+# command (the original's mounts, in-container paths) without running it.
+#   sbatch_pile.sh BUILD_DIR REPO_DIR
+source "$(dirname "$0")/lib.sh" "$@"
+source "$(dirname "$0")/train_lib.sh"
+source "$(dirname "$0")/sbatch_lib.sh"
+require_cluster
+dir="$(scratch)"
+if ! prepare_data "$dir/data"; then
+  bad "preparing the corpus"
+  finish
+  exit
+fi
+# ax-data's layout: shards/train (+ shards/val); BASE_TFDS_DATA_DIR names shards/.
+steps=12
+ws="$dir/ws"
+
+# mode A: srun --ax-mesh, one ax-train per (fake) GPU.
+mapfile -t vars < <(sub_env "$dir" logs/srun "MAX_STEPS=$steps")
+id="$(submit_sub "$dir/srun.out" -N 2 "$SUB_DIR/example_pile.sub")"
+end_job "$id" 90
+state="$JOB_STATE"
+if [[ "$state" == COMPLETED && "$JOB_EXIT" == 0:0 ]]; then
+  ok "srun mode: sbatch -N 2 example_pile.sub: job $id COMPLETED 0:0"
+else
+  bad "srun mode: job $id ended $state, exit $JOB_EXIT"
+  show_tail "$dir/srun.out"
+  show_tail "$ws/output/output-$id-0-0.txt"
+fi
+run="$ws/logs/srun"
+expect_files "srun mode outputs" "$run/metrics.jsonl" "$run/config.json" \
+  "$run/checkpoints/step_$(printf %08d "$steps")/COMMIT" \
+  "$ws/output/output-$id-0-0.txt" "$ws/output/output-$id-0-1.txt" \
+  "$ws/output/output-$id-1-2.txt" "$ws/output/output-$id-1-3.txt"
+n_out="$(find "$ws/output" -name "output-$id-*" | wc -l)"
+if ((n_out == 4)); then
+  ok "srun mode: 4 per-task output files"
+else
+  bad "srun mode: $n_out output files"
+fi
+if compgen -G "$run/tensorboard/events.out.tfevents.*" >/dev/null; then
+  ok "srun mode: TensorBoard events in the log dir"
+else
+  bad "no TensorBoard events in $run"
+fi
+n_steps="$(step_losses "$run" | wc -l)"
+if ((n_steps == steps)); then
+  ok "srun mode: metrics.jsonl has one line per step ($steps)"
+else
+  bad "srun mode: metrics.jsonl has $n_steps loss lines, want $steps"
+fi
+loss_falls "srun mode" "$run"
+if grep -q "mesh data=2 fsdp=2 tensor=1" "$ws/output/output-$id-0-0.txt"; then
+  ok "srun mode: the plugin's auto mesh (data=2 fsdp=2)"
+else
+  bad "srun mode: mesh not data=2 fsdp=2"
+fi
+
+# mode B: one ax-launch per node.
+mapfile -t vars < <(sub_env "$dir" logs/launch "MAX_STEPS=$steps" AX_LAUNCH_MODE=ax-launch)
+id2="$(submit_sub "$dir/launch.out" -N 2 "$SUB_DIR/example_pile.sub")"
+end_job "$id2" 90
+state="$JOB_STATE"
+if [[ "$state" == COMPLETED && "$JOB_EXIT" == 0:0 ]]; then
+  ok "ax-launch mode: sbatch -N 2 example_pile.sub: job $id2 COMPLETED 0:0"
+else
+  bad "ax-launch mode: job $id2 ended $state, exit $JOB_EXIT"
+  show_tail "$dir/launch.out"
+  show_tail "$ws/output/output-$id2-0-0.txt"
+fi
+run2="$ws/logs/launch"
+expect_files "ax-launch mode outputs" "$run2/metrics.jsonl" \
+  "$run2/checkpoints/step_$(printf %08d "$steps")/COMMIT" \
+  "$ws/output/output-$id2-0-0.txt" "$ws/output/output-$id2-1-1.txt" \
+  "$run2/launch/node0/logs/rank_0.log" "$run2/launch/node1/logs/rank_3.log"
+if [[ -n "$(step_losses "$run")" && "$(step_losses "$run")" == "$(step_losses "$run2")" ]]; then
+  ok "ax-launch mode: the same $steps losses as srun mode, bit for bit"
+else
+  bad "ax-launch mode: losses differ from srun mode"
+  paste <(step_losses "$run") <(step_losses "$run2") | sed 's/^/  srun | ax-launch: /'
+fi
+
+# CONTAINER: the Pyxis command, checked without Pyxis (AX_DRY_RUN=1).
+mapfile -t vars < <(sub_env "$dir" logs/container "MAX_STEPS=$steps" AX_DRY_RUN=1 \
+  "CONTAINER=ghcr.io#nvidia/ax:latest" AX_BIN=)
+id3="$(submit_sub "$dir/container.out" -N 2 "$SUB_DIR/example_pile.sub")"
+end_job "$id3" 60
+state="$JOB_STATE"
+cmd="$(grep '^ax-job: srun ' "$dir/container.out")"
+mounts="$ws:/opt/paxml/workspace,$dir/data/spm.model:/mnt/vocab,$dir/data/shards:/mnt/datasets"
+want=("--container-image=ghcr.io#nvidia/ax:latest"
+  "--container-mounts=$mounts"
+  "--export=ALL" " ax-train --experiment tiny-gpt --data /mnt/datasets/train --tokenizer /mnt/vocab"
+  "--run-dir /opt/paxml/workspace/logs/container" "-o $ws/output/output-%j-%n-%t.txt")
+missing=()
+for w in "${want[@]}"; do [[ "$cmd" == *"$w"* ]] || missing+=("$w"); done
+if [[ "$state" == COMPLETED && ${#missing[@]} == 0 && ! -e "$ws/logs/container" ]]; then
+  ok "CONTAINER dry run: Pyxis image, the original mounts, in-container paths; nothing ran"
+else
+  bad "CONTAINER dry run: job $state, missing ${missing[*]:-nothing}"
+  show_tail "$dir/container.out"
+fi
+finish

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
+# A missing or malformed variable stops the job scripts before srun: the job FAILS with exit
+# status 2, its output names every bad variable and what it expects, and no step ran (no output
+# files, no "ax-job: srun" line).
+#   sbatch_validate.sh BUILD_DIR REPO_DIR
+source "$(dirname "$0")/lib.sh" "$@"
+source "$(dirname "$0")/train_lib.sh"
+source "$(dirname "$0")/sbatch_lib.sh"
+require_cluster
+dir="$(scratch)"
+mkdir -p "$dir/data/shards" "$dir/empty"
+: >"$dir/data/spm.model"
+echo '{}' >"$dir/data/shards/index.json" # enough for the script; ax-train never runs
+
+case_no=0
+# check_rejected WHAT SCRIPT EXPECTED_LINE... (the job's environment in `vars`)
+check_rejected() {
+  local what="$1" script="$2" id out missing=() line
+  shift 2
+  case_no=$((case_no + 1))
+  out="$dir/case$case_no.out"
+  id="$(submit_sub "$out" -N 1 "$SUB_DIR/$script")"
+  end_job "$id" 30
+  for line in "$@"; do grep -qF -- "$line" "$out" || missing+=("$line"); done
+  if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" == 2:0 && ${#missing[@]} == 0 ]] &&
+    ! grep -q '^ax-job: srun' "$out" && [[ -z "$(ls -A "$dir/ws/output" 2>/dev/null)" ]]; then
+    ok "$what: job $id FAILED 2:0 before srun, naming it"
+  else
+    bad "$what: job $id $JOB_STATE $JOB_EXIT; lines missing: ${missing[*]:-none}"
+    show_tail "$out" 15
+  fi
+}
+
+mapfile -t vars < <(sub_env "$dir" logs/x PREC= GPUS_PER_NODE=two "ICI_MESH_SHAPE=[1,x,1]")
+check_rejected "PREC missing, GPUS_PER_NODE and ICI_MESH_SHAPE malformed" example_pile.sub \
+  "ax-job: error: PREC is not set: expected bfloat16" \
+  "ax-job: error: GPUS_PER_NODE='two': expected a whole number >= 1" \
+  "ax-job: error: ICI_MESH_SHAPE='[1,x,1]': expected three numbers data,fsdp,tensor" \
+  "3 problem(s) with the job's variables; nothing was launched"
+
+mapfile -t vars < <(sub_env "$dir" logs/x "BASE_VOCAB_PATH=$dir/missing.model" \
+  "BASE_TFDS_DATA_DIR=$dir/empty" PERCORE_BATCH_SIZE=0 LOG_DIR_LOCAL=/abs ENABLE_FP8=1)
+check_rejected "missing vocabulary, no shards, bad batch, absolute log dir, FP8" example_pile.sub \
+  "BASE_VOCAB_PATH='$dir/missing.model': no such readable file" \
+  "BASE_TFDS_DATA_DIR='$dir/empty': expected ax-data shards" \
+  "PERCORE_BATCH_SIZE='0': expected a number > 0" \
+  "LOG_DIR_LOCAL='/abs': expected a path relative to BASE_WORKSPACE_DIR" \
+  "ENABLE_FP8=1: FP8 training is not implemented in ax"
+
+mapfile -t vars < <(sub_env "$dir" logs/x BASE_WORKSPACE_DIR= AX_LAUNCH_MODE=mpirun)
+check_rejected "BASE_WORKSPACE_DIR missing, AX_LAUNCH_MODE unknown" example_pile.sub \
+  "BASE_WORKSPACE_DIR is not set: expected an absolute directory" \
+  "AX_LAUNCH_MODE='mpirun': expected one of srun|ax-launch"
+
+mapfile -t vars < <(sub_env "$dir" logs/x CONFIG=tiny-llama GA=0 ICI_PP=2 ICI_DP=-1 ICI_FSDP=-1)
+check_rejected "example_fuji.sub: GA=0, pipeline axis, two -1 in ICI" example_fuji.sub \
+  "GA='0': expected a whole number >= 1" \
+  "ICI_PP='2': ax has no pipeline or sequence parallelism" \
+  "at most one -1 per vector"
+finish
