@@ -30,7 +30,7 @@ struct Distributed {
   std::shared_ptr<comm::Store> store;  // null for a single process
   comm::MeshGroups groups;             // null communicators for a single process
   comm::Millis timeout{300000};
-  bool fsdp_prefetch = false;  // train.fsdp_prefetch
+  bool fsdp_prefetch = true;  // train.fsdp_prefetch
   // A small backend buffer for reductions of a few values (host memory on CPU backends).
   Backend* backend = nullptr;
   void* scratch = nullptr;

@@ -52,7 +52,7 @@ struct TrainConfig {
   int64_t num_microbatches = 1;   // gradient accumulation: a step is this many micro-batches
   int64_t global_batch = 0;       // sequences per step; 0 = PERCORE_BATCH_SIZE × devices
   double comm_timeout_s = 300;    // a collective or a bootstrap step that takes longer fails
-  bool fsdp_prefetch = false;     // gather the next FSDP layer while the current one computes
+  bool fsdp_prefetch = true;      // gather the next FSDP layer while the current one computes
   std::string recompute = "none";  // none | layer: activation recomputation per layer
   int64_t seq_len = 256;
   uint64_t seed = 1234;
