@@ -2,7 +2,7 @@
 # Sourced (after lib.sh) by the sharded-training tests of the slurm suite: a small corpus, the
 # one-process reference run, and a comparison of per-step losses.
 #   prepare_data DIR         -> DIR/spm.model, DIR/shards/train (the repo's docs as English text)
-#   train_args DIR RUN_DIR   -> the ax-train arguments every run of a test uses
+#   train_args DIR RUN_DIR [EXPERIMENT] -> the ax-train arguments every run of a test uses
 #   losses RUN_DIR           -> "step loss" lines from RUN_DIR/metrics.jsonl
 #   same_losses WHAT REF GOT -> ok/bad: every step of REF in GOT within 1e-5 relative
 
@@ -21,11 +21,12 @@ prepare_data() {
       --output "$dir/shards/train" --threads 1 >>"$dir/data.log" 2>&1
 }
 
-# tiny-gpt with a global batch every layout of the tests divides, no evaluation, one thread per
-# rank.
+# EXPERIMENT (default tiny-gpt; tiny-llama gets 8 heads over 4 key/value heads, which split over
+# 2 tensor ranks) with a global batch every layout of the tests divides, no evaluation.
 train_args() {
-  local data="$1" run="$2"
-  echo "--experiment tiny-gpt --data $data/shards/train --tokenizer $data/spm.model"
+  local data="$1" run="$2" experiment="${3:-tiny-gpt}"
+  echo "--experiment $experiment --data $data/shards/train --tokenizer $data/spm.model"
+  [[ "$experiment" != tiny-llama ]] || echo "--set model.num_heads=8 --set model.num_kv_heads=4"
   echo "--run-dir $run --max-steps $TRAIN_STEPS --device cpu"
   echo "--set train.global_batch=16 --set train.eval_every=0 --set train.log_every=1"
   echo "--set train.checkpoint_every=0 --set train.comm_timeout_s=30"

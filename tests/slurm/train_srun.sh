@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sharded training launched by Slurm itself (mode A): `srun --ax-mesh=SPEC --mpi=pmix`, one
 # ax-train task per fake GPU, the mesh and environment from spank_ax.so; ax-train runs on CPU
-# ranks (no GPU answers) with Gloo. The per-step losses must equal a one-process run's.
+# ranks (no GPU answers) with Gloo. tiny-gpt and tiny-llama on data x fsdp (auto), data x tensor
+# (auto:tp=2) and fsdp x tensor (fsdp across the nodes, tensor inside: forced by the explicit
+# spec): the per-step losses must equal a one-process run's.
 #   train_srun.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -17,21 +19,31 @@ fi
 "$AX_TRAIN" $(train_args "$dir/data" "$dir/one") >"$dir/one.log" 2>&1 || bad "one-process run"
 ref="$(losses "$dir/one")"
 
+# tiny-llama's one-process reference (GQA, SwiGLU, RoPE, untied head).
+# shellcheck disable=SC2046
+"$AX_TRAIN" $(train_args "$dir/data" "$dir/one-llama" tiny-llama) >"$dir/one-llama.log" 2>&1 ||
+  bad "one-process tiny-llama run"
+ref_llama="$(losses "$dir/one-llama")"
+
 # 2 nodes x 2 fake GPUs each (Slurm narrows CUDA_VISIBLE_DEVICES to the 2 GPUs it gives a node).
-for spec in auto "auto:tp=2"; do
-  run="$dir/run-${spec//[:=]/-}"
-  # shellcheck disable=SC2046
-  out="$(t srun -J "$JOB" --mpi=pmix --ax-mesh="$spec" -N 2 --ntasks-per-node=2 --gres=gpu:2 \
-    --kill-on-bad-exit=1 "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
-  rc=$?
-  if ((rc != 0)); then
-    bad "srun --ax-mesh=$spec exited $rc"
-    sed 's/^/  | /' <<<"$out" | tail -n 30
-    continue
-  fi
-  mesh="$(grep -o 'mesh data=[0-9]* fsdp=[0-9]* tensor=[0-9]*' <<<"$out" | head -n 1)"
-  echo "srun --ax-mesh=$spec: $mesh"
-  same_losses "srun --mpi=pmix --ax-mesh=$spec -N2 x 2 tasks ($mesh)" "$ref" "$(losses "$run")"
+for experiment in tiny-gpt tiny-llama; do
+  want="$ref"
+  [[ "$experiment" == tiny-gpt ]] || want="$ref_llama"
+  for spec in auto "auto:tp=2" "ici=1,1,2;dcn=1,2,1"; do
+    run="$dir/run-$experiment-${spec//[:=;,]/-}"
+    # shellcheck disable=SC2046
+    out="$(t srun -J "$JOB" --mpi=pmix --ax-mesh="$spec" -N 2 --ntasks-per-node=2 --gres=gpu:2 \
+      --kill-on-bad-exit=1 "$AX_TRAIN" $(train_args "$dir/data" "$run" "$experiment") 2>&1)"
+    rc=$?
+    if ((rc != 0)); then
+      bad "$experiment: srun --ax-mesh=$spec exited $rc"
+      sed 's/^/  | /' <<<"$out" | tail -n 30
+      continue
+    fi
+    mesh="$(grep -o 'mesh data=[0-9]* fsdp=[0-9]* tensor=[0-9]*' <<<"$out" | head -n 1)"
+    same_losses "$experiment: srun --mpi=pmix --ax-mesh='$spec' -N2 x 2 tasks ($mesh)" "$want" \
+      "$(losses "$run")"
+  done
 done
 # Without --ax-mesh the plugin sets nothing: ax-train takes its place from PMIx and its mesh from
 # the config (mesh.ici/mesh.dcn auto: fsdp over a node's ranks, data across nodes).
