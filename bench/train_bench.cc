@@ -8,7 +8,10 @@
 //   ax-train-bench [--configs bench-a,bench-b] [--rounds 3] [--warmup 3] [--steps 10]
 //                  [--threads 2] [--python /usr/bin/python3] [--peer bench/torch_peer.py]
 //
-// `--worker NAME` (internal) runs ax's side once and prints one JSON line.
+// `--worker NAME` (internal) runs ax's side once and prints one JSON line. bench/gpu_bench.sh
+// runs it on a GPU: `--worker Pile126M --device cuda --batch 64 --max-seconds 30`; a batch that
+// does not fit exits with status 4. `--worker NAME --count-params` prints the parameter counts
+// without training (a CPU model of batch 1, no optimizer).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +23,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -29,6 +34,7 @@
 #include "ax/common/strings.h"
 #include "ax/trainer/backend.h"
 #include "ax/trainer/config.h"
+#include "ax/trainer/metrics.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/optimizer.h"
 #include "ax/trainer/train_loop.h"
@@ -40,6 +46,11 @@ using ax::train::Config;
 
 // Above this much CPU used by other processes during a run, the table gets a warning.
 constexpr double kBusyCores = 0.2;
+// The worker's exit status when the model or its optimizer state does not fit in memory.
+constexpr int kExitDoesNotFit = 4;
+// The real vocabulary of configs that take theirs from the tokenizer (model.vocab_size 0): the
+// GPT-2 tokenizer's 50257 pieces that Pax's GPT126M (Pile126M) trains with, padded to 50304.
+constexpr int64_t kGpt2Vocab = 50257;
 
 struct Options {
   std::vector<std::string> configs = {"bench-a", "bench-b"};
@@ -50,6 +61,11 @@ struct Options {
   std::string python = "/usr/bin/python3";
   std::string peer = AX_TORCH_PEER;
   std::string worker;  // set: run ax's side of this config and exit
+  // The worker's options beyond the CPU benchmark's (bench/gpu_bench.sh).
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  int batch = 0;               // sequences per step; 0 = the config's PERCORE_BATCH_SIZE
+  int max_seconds = 0;         // > 0: stop timing after this many seconds (at least 3 steps)
+  bool count_params = false;   // print the parameter counts only
 };
 
 [[noreturn]] void die(const std::string& message) {
@@ -65,20 +81,57 @@ Config experiment(const std::string& name) {
 
 // ---- ax's side: what ax-train's loop does per step, on random tokens ---------------------------
 
+[[noreturn]] void die_status(const ax::Status& status) {
+  std::fprintf(stderr, "ax-train-bench: %s\n", status.to_string().c_str());
+  std::exit(status.code() == ax::StatusCode::kResourceExhausted ? kExitDoesNotFit : 1);
+}
+
+// Prints the parameter counts and PaLM's FLOPs per token of `config` (batch 1, one token: the
+// activations are negligible, parameters and gradients are allocated).
+void count_parameters(const Config& config, int64_t vocab) {
+  auto backend = ax::train::make_cpu_backend(1);
+  auto model = ax::train::Model::create(config.model, vocab, 1, 1, backend.get());
+  if (!model.ok()) die_status(model.status());
+  const ax::train::ParamLayout& layout = (*model)->layout();
+  const auto& m = config.model;
+  Json out = {{"params", layout.num_parameters()},
+              {"matmul_params", layout.num_matmul_parameters()},
+              {"flops_per_token",
+               ax::train::flops_per_token(layout.num_matmul_parameters(), m.num_layers, m.num_heads,
+                                          m.head_dim(), config.train.seq_len)}};
+  std::printf("%s\n", out.dump().c_str());
+}
+
 // forward_backward (forward, cross-entropy, backward over the global batch), the global
 // gradient norm, and AdamW with clipping and the schedule: Trainer::step without the data
 // loader, which would add reading shards to ax's side only.
 void run_worker(const Options& o) {
   const Config config = experiment(o.worker);
-  const int64_t rows = static_cast<int64_t>(config.train.percore_batch_size);
+  const int64_t rows =
+      o.batch > 0 ? o.batch : static_cast<int64_t>(config.train.percore_batch_size);
   const int64_t seq = config.train.seq_len;
-  const int64_t vocab = config.model.vocab_size;
-  auto backend = ax::train::make_cpu_backend(o.threads);
+  const int64_t vocab = config.model.vocab_size > 0 ? config.model.vocab_size : kGpt2Vocab;
+  if (o.count_params) {
+    count_parameters(config, vocab);
+    return;
+  }
+  std::unique_ptr<ax::train::Backend> backend;
+  if (o.device == "cpu") {
+    backend = ax::train::make_cpu_backend(o.threads);
+  } else {
+    auto made = ax::train::make_backend(o.device, o.threads, std::cerr);
+    if (!made.ok()) die_status(made.status());
+    backend = std::move(*made);
+  }
   auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get());
-  if (!model.ok()) die(model.status().to_string());
-  (*model)->init(config.train.seed);
+  if (!model.ok()) die_status(model.status());
   auto optimizer = ax::train::AdamW::create(config.optim, config.train.max_steps, model->get());
-  if (!optimizer.ok()) die(optimizer.status().to_string());
+  if (!optimizer.ok()) die_status(optimizer.status());
+  const auto t_init = std::chrono::steady_clock::now();
+  (*model)->init(config.train.seed);
+  backend->synchronize();
+  const double init_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
 
   std::mt19937_64 rng(config.train.seed);
   std::uniform_int_distribution<uint32_t> token(0, static_cast<uint32_t>(vocab - 1));
@@ -86,20 +139,35 @@ void run_worker(const Options& o) {
   for (uint32_t& t : windows) t = token(rng);
 
   Json times = Json::array(), losses = Json::array();
+  double timed = 0;
   for (int step = 1; step <= o.warmup + o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = ax::train::forward_backward(model->get(), windows, rows);
     const double norm = (*optimizer)->grad_norm();
     (*optimizer)->apply(step, norm);
+    backend->synchronize();  // the update is asynchronous on a GPU
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     losses.push_back(loss);
-    if (step > o.warmup) times.push_back(seconds);
+    if (step > o.warmup) {
+      times.push_back(seconds);
+      timed += seconds;
+      if (o.max_seconds > 0 && timed > o.max_seconds && times.size() >= 3) break;
+    }
   }
+  const auto& m = config.model;
+  const int64_t matmul_params = (*model)->layout().num_matmul_parameters();
   Json out = {{"step_seconds", times},
               {"losses", losses},
               {"params", (*model)->layout().num_parameters()},
-              {"backend", backend->name()}};
+              {"backend", backend->name()},
+              {"batch", rows},
+              {"seq", seq},
+              {"peak_flops", backend->peak_flops()},
+              {"flops_per_token", ax::train::flops_per_token(matmul_params, m.num_layers,
+                                                             m.num_heads, m.head_dim(), seq)},
+              {"activation_bytes", (*model)->activation_bytes()},
+              {"init_seconds", init_seconds}};
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -319,8 +387,15 @@ Options parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::printf(
           "usage: ax-train-bench [--configs bench-a,bench-b] [--rounds N] [--warmup N] "
-          "[--steps N] [--threads N] [--python PATH] [--peer torch_peer.py]\n");
+          "[--steps N] [--threads N] [--python PATH] [--peer torch_peer.py]\n"
+          "       ax-train-bench --worker NAME [--device cpu|cuda] [--batch N] [--warmup N] "
+          "[--steps N] [--max-seconds S] [--count-params]\n"
+          "         (one run of ax's side, one JSON line; bench/gpu_bench.sh uses it)\n");
       std::exit(0);
+    }
+    if (flag == "--count-params") {
+      o.count_params = true;
+      continue;
     }
     if (i + 1 >= argc) die(ax::str_cat(flag, " needs a value (see --help)"));
     const char* v = argv[++i];
@@ -340,6 +415,12 @@ Options parse(int argc, char** argv) {
       o.peer = v;
     } else if (flag == "--worker") {
       o.worker = v;
+    } else if (flag == "--device") {
+      o.device = v;
+    } else if (flag == "--batch") {
+      o.batch = number(flag, v);
+    } else if (flag == "--max-seconds") {
+      o.max_seconds = number(flag, v);
     } else {
       die(ax::str_cat("unknown option ", flag, " (see --help)"));
     }

@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# The GPU benchmark of issue 6: tokens/s, step time, peak memory and MFU of ax against plain
+# PyTorch (eager and torch.compile) on the same GPU in one run, each at the largest batch that
+# fits, for Pile126M (seq 2048) and fuji-1B-v2 (seq 4096). Method: docs/notes/cuda-perf.md
+# ("How to run the benchmark"); the table's place: docs/benchmarks-gpu.md.
+#
+#   bench/gpu_bench.sh --bench BUNDLE/bin/ax-train-bench          on the GPU machine
+#   bench/gpu_bench.sh --check --bench build/h8/bench/ax-train-bench    here, without a GPU
+#   bench/gpu_bench.sh --bundle build/gpu-bench --bench /tmp/cudab/bench/ax-train-bench
+#
+# ax's side is `ax-train-bench --worker` (ax-train's step on random tokens, no data loader, no
+# checkpoint), one process per batch size tried: status 4 (or "out of memory") = does not fit.
+# PyTorch's side is bench/torch_gpu_peer.py, which tries its batch sizes in one process.
+# Exit status: 0 done (the table says which runs failed), 1 --check found a difference,
+# 2 bad command line, 3 no GPU answered.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+peer="$here/torch_gpu_peer.py"
+bench=""
+models="Pile126M,fuji-1B-v2"
+sides="ax,eager,compile"
+device="cuda"
+out=""
+python="${PYTHON:-python3}"
+budget=570      # seconds for the whole run: the device machine gives a command 10 minutes
+warmup=3        # untimed steps (compilation and cuBLASLt's plan cache happen here)
+steps=10        # timed steps at most ...
+max_seconds=20  # ... and at most this long (at least 3 steps)
+batches=""      # override the batch sizes tried (largest first)
+mode="run"
+bundle=""
+
+usage() {
+  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  cat <<EOF
+
+options:
+  --bench PATH        ax-train-bench from a CUDA build (or a --bundle directory's bin/)
+  --models LIST       experiments, comma-separated (default $models)
+  --sides LIST        ax,eager,compile (default all)
+  --out DIR           results (default \$OUT/gpu-bench when \$OUT is set, else ./gpu-bench-results)
+  --python PATH       the Python with PyTorch (default \$PYTHON or python3)
+  --budget S          seconds for everything (default $budget); later runs are skipped past it
+  --warmup N          untimed steps (default $warmup)
+  --steps N           timed steps at most (default $steps)
+  --max-seconds S     stop timing a run after S seconds, at least 3 steps (default $max_seconds)
+  --batches LIST      batch sizes to try, largest first (default per model)
+  --device cuda|cpu   cpu runs the same pipeline without a GPU (what --check uses)
+  --check             without a GPU: parameter counts of ax and the peer for Pile126M and
+                      fuji-1B, then the whole pipeline on CPU for tiny-gpt and tiny-llama
+  --bundle DIR        copy --bench and the shared libraries it needs (but the CUDA toolkit's
+                      and the driver's) into DIR/bin and DIR/lib, to carry to a GPU machine
+EOF
+}
+
+die() {
+  echo "gpu_bench.sh: $*" >&2
+  exit 2
+}
+
+while (($#)); do
+  case "$1" in
+    --bench) bench="${2:?--bench needs a path}"; shift 2 ;;
+    --models) models="${2:?}"; shift 2 ;;
+    --sides) sides="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
+    --python) python="${2:?}"; shift 2 ;;
+    --budget) budget="${2:?}"; shift 2 ;;
+    --warmup) warmup="${2:?}"; shift 2 ;;
+    --steps) steps="${2:?}"; shift 2 ;;
+    --max-seconds) max_seconds="${2:?}"; shift 2 ;;
+    --batches) batches="${2:?}"; shift 2 ;;
+    --device) device="${2:?}"; shift 2 ;;
+    --check) mode="check"; shift ;;
+    --bundle) mode="bundle"; bundle="${2:?--bundle needs a directory}"; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+done
+for n in "$budget" "$warmup" "$steps" "$max_seconds"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || die "--budget, --warmup, --steps and --max-seconds take integers"
+done
+[[ "$device" == cuda || "$device" == cpu ]] || die "--device expects cuda or cpu"
+[[ -n "$bench" ]] || die "--bench PATH/ax-train-bench is required (see --help)"
+[[ -x "$bench" ]] || die "$bench is not an executable"
+
+start=$SECONDS
+log() { printf '[%4d s] %s\n' "$((SECONDS - start))" "$*"; }
+
+# ---- --bundle: the binary and the libraries the GPU machine may lack ------------------------
+
+# Everything ldd resolves except the vDSO, the driver (libcuda, from the machine) and the CUDA
+# toolkit's cuBLAS (500 MB; the machine has the toolkit). glibc and its loader go to lib/glibc/,
+# used only when the machine's glibc is older than the one the binary was built against: they
+# must never be on another program's library path.
+make_bundle() {
+  mkdir -p "$bundle/bin" "$bundle/lib/glibc"
+  cp -f "$bench" "$bundle/bin/"
+  local lib
+  while read -r lib; do
+    case "$(basename "$lib")" in
+      libcuda.so* | libcublas.so* | libcublasLt.so* | libnvidia-*) ;;
+      ld-linux* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so*)
+        cp -fL "$lib" "$bundle/lib/glibc/" ;;
+      *) cp -fL "$lib" "$bundle/lib/" ;;
+    esac
+  done < <(ldd "$bench" | awk '/=> \// {print $3} /^[[:space:]]*\/.*ld-linux/ {print $1}')
+  ls -l "$bundle/bin" "$bundle/lib" "$bundle/lib/glibc"
+  echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle; from the GPU machine it needs:" \
+    "$(ldd "$bench" | awk '/libcublas|libcuda\./ {print $1}' | sort -u | tr '\n' ' ')"
+}
+
+# ---- running ax-train-bench on another machine ------------------------------------------------
+
+ax_cmd=("$bench")
+ax_libpath="${LD_LIBRARY_PATH:-}"  # ax's library path only: Python and nvidia-smi keep theirs
+ax_problem=""                      # set: why ax's side cannot run here
+
+ax_ldd() { LD_LIBRARY_PATH="$ax_libpath" ldd "$bench" 2>&1 || true; }
+
+# Puts the directories holding what ldd cannot find (a bundle's lib/, the CUDA toolkit, the
+# nvidia-* wheels beside PyTorch) on ax's library path; runs the binary with the bundle's glibc
+# loader when the machine's glibc is older than the binary's.
+setup_ax_libraries() {
+  local bundle_lib missing name found d py_nvidia
+  bundle_lib="$(cd "$(dirname "$bench")/.." && pwd)/lib"
+  [[ -d "$bundle_lib" ]] && ax_libpath="$bundle_lib${ax_libpath:+:$ax_libpath}"
+  py_nvidia="$("$python" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true)"
+  local search=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib
+    /usr/local/cuda-*/lib64 /usr/local/cuda-*/targets/x86_64-linux/lib /opt/conda/lib)
+  read -r -a nvidia_dirs <<<"$py_nvidia"
+  search+=("${nvidia_dirs[@]}")
+  missing="$(ax_ldd | awk '/not found/ && /=>/ {print $1}' | sort -u)"
+  for name in $missing; do
+    found=""
+    for d in "${search[@]}"; do
+      [[ -d "$d" ]] || continue
+      found="$(find "$d" -maxdepth 3 -name "$name" -print -quit 2>/dev/null || true)"
+      [[ -n "$found" ]] && break
+    done
+    [[ -n "$found" ]] && ax_libpath="$(dirname "$found")${ax_libpath:+:$ax_libpath}"
+  done
+  missing="$(ax_ldd | awk '/not found/ && /=>/ {print $1}' | sort -u)"
+  if [[ -n "$missing" ]]; then
+    ax_problem="ax-train-bench needs libraries this machine lacks: $(echo "$missing" | tr '\n' ' ')"
+    if echo "$missing" | grep -q 'libcublas'; then
+      ax_problem+="(the build's CUDA major version; cuBLASLt here: $(find /usr/local/cuda*/ \
+        "${nvidia_dirs[@]}" -name 'libcublasLt.so.*' 2>/dev/null | tr '\n' ' '))"
+    fi
+  elif ax_ldd | grep -q "GLIBC.*not found"; then
+    if [[ -x "$bundle_lib/glibc/ld-linux-x86-64.so.2" ]]; then
+      ax_cmd=("$bundle_lib/glibc/ld-linux-x86-64.so.2" --library-path
+        "$bundle_lib/glibc:$ax_libpath" "$bench")
+      log "this machine's glibc is older than the binary's: using the bundle's loader"
+    else
+      ax_problem="ax-train-bench needs a newer glibc: $(ax_ldd | grep -m1 GLIBC)"
+    fi
+  fi
+  log "ax: ${ax_cmd[*]}; library path ${ax_libpath:-(default)}"
+}
+
+# ---- device memory in use during a run (nvidia-smi) ---------------------------------------------
+
+gpu_index="${CUDA_VISIBLE_DEVICES:-0}"
+gpu_index="${gpu_index%%,*}"
+sampler_pid=""
+baseline_mib=0
+
+gpu_used_mib() {
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$gpu_index" | head -1
+}
+
+mem_start() {  # $1: the file the samples go to
+  [[ "$device" == cuda ]] || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$gpu_index" -lms 100 \
+    >"$1" 2>/dev/null &
+  sampler_pid=$!
+}
+
+mem_stop() {  # $1: the samples; prints the peak minus the idle baseline, in bytes
+  [[ -n "$sampler_pid" ]] || { echo 0; return; }
+  kill "$sampler_pid" 2>/dev/null || true
+  wait "$sampler_pid" 2>/dev/null || true
+  sampler_pid=""
+  awk -v base="$baseline_mib" 'BEGIN {m = 0} $1 + 0 > m {m = $1 + 0}
+    END {d = m - base; if (d < 0) d = 0; printf "%.0f\n", d * 1048576}' "$1"
+}
+
+# ---- one run ----------------------------------------------------------------------------------
+
+# Seconds a run may take: its own cap, and what is left of the budget.
+cap_for() {
+  local left=$((budget - (SECONDS - start)))
+  ((left < $1)) && echo "$left" || echo "$1"
+}
+
+write_error() {  # file, message
+  "$python" -c 'import json, sys; print(json.dumps({"error": sys.argv[1]}))' "$2" >"$1"
+}
+
+json_field() {  # file, key: prints the value from the last JSON line, or nothing
+  "$python" - "$1" "$2" <<'EOF' 2>/dev/null || true
+import json, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("{")]
+v = json.loads(lines[-1]).get(sys.argv[2]) if lines else None
+print("" if v is None else v)
+EOF
+}
+
+summary() {  # file: one line about a finished run
+  "$python" - "$1" <<'EOF' 2>/dev/null || true
+import json, statistics, sys
+lines = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("{")]
+r = json.loads(lines[-1]) if lines else {"error": "no result"}
+if "error" in r:
+    print("failed:", r["error"])
+else:
+    s = statistics.median(r["step_seconds"]) if r["step_seconds"] else float("nan")
+    print(f"batch {r['batch']}: {1e3 * s:.0f} ms/step, {r['batch'] * r['seq'] / s:,.0f} tokens/s, "
+          f"loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}")
+EOF
+}
+
+default_batches() {
+  if [[ -n "$batches" ]]; then echo "${batches//,/ }"; return; fi
+  case "$1" in
+    Pile126M) echo "256 128 64 32 16 8 4 2 1" ;;
+    fuji-*) echo "64 32 16 8 4 2 1" ;;
+    *) echo "8 4" ;;
+  esac
+}
+
+run_ax() {  # model
+  local m="$1" res="$results/$1.ax.json" b rc cap t0 mem
+  if [[ -n "$ax_problem" ]]; then
+    write_error "$res" "$ax_problem"
+    log "$m ax: $ax_problem"
+    return
+  fi
+  local tried=""
+  for b in $(default_batches "$m"); do
+    cap="$(cap_for 180)"
+    if ((cap < 20)); then
+      write_error "$res" \
+        "skipped: the ${budget}s budget is (nearly) spent${tried:+ (did not fit: $tried)}"
+      log "$m ax: skipped, out of time"
+      return
+    fi
+    t0=$SECONDS
+    mem_start "$results/$m.ax.mem"
+    rc=0
+    AX_LOG_LEVEL="${AX_LOG_LEVEL:-info}" LD_LIBRARY_PATH="$ax_libpath" timeout "$cap" \
+      "${ax_cmd[@]}" --worker "$m" \
+      --device "$device" --batch "$b" --warmup "$warmup" --steps "$steps" \
+      --max-seconds "$max_seconds" --threads "$(nproc)" \
+      >"$results/$m.ax.b$b.out" 2>"$results/$m.ax.b$b.err" || rc=$?
+    mem="$(mem_stop "$results/$m.ax.mem")"
+    if ((rc == 0)); then
+      # The device memory the run used, as nvidia-smi saw it, joins ax's JSON line.
+      tail -1 "$results/$m.ax.b$b.out" | sed "s/}\$/,\"device_used_bytes\":$mem}/" >"$res"
+      log "$m ax: $(summary "$res") ($((SECONDS - t0)) s)"
+      return
+    fi
+    if ((rc == 4)) || grep -qi "out of memory" "$results/$m.ax.b$b.err"; then
+      tried+="${tried:+, }$b"
+      log "$m ax: batch $b does not fit ($((SECONDS - t0)) s)"
+      continue
+    fi
+    local why
+    why="$( ((rc == 124)) && echo "timed out after ${cap}s at batch $b" ||
+      echo "batch $b: status $rc: $(grep -v '^\s*$' "$results/$m.ax.b$b.err" | tail -1)")"
+    write_error "$res" "$why"
+    log "$m ax: $why (log: $results/$m.ax.b$b.err)"
+    tail -5 "$results/$m.ax.b$b.err" | sed 's/^/    /'
+    return
+  done
+  write_error "$res" "no batch fits (did not fit: $tried)"
+  log "$m ax: no batch fits"
+}
+
+run_torch() {  # model, eager|compile, batch sizes (space-separated)
+  local m="$1" side="$2" list="$3" res="$results/$1.$2.json" cap t0 rc=0
+  cap="$(cap_for "$([[ "$side" == compile ]] && echo 300 || echo 180)")"
+  if ((cap < 30)); then
+    write_error "$res" "skipped: the ${budget}s budget is (nearly) spent"
+    log "$m $side: skipped, out of time"
+    return
+  fi
+  t0=$SECONDS
+  timeout "$cap" "$python" "$peer" run --model "$m" --mode "$side" --device "$device" \
+    --batches "${list// /,}" --warmup "$warmup" --steps "$steps" --max-seconds "$max_seconds" \
+    >"$res" 2>"$results/$m.$side.err" || rc=$?
+  if ! grep -q '^{' "$res"; then
+    local why
+    why="status $rc: $(grep -v '^\s*$' "$results/$m.$side.err" | tail -1)"
+    ((rc == 124)) && why="timed out after ${cap}s"
+    write_error "$res" "$why"
+    tail -5 "$results/$m.$side.err" | sed 's/^/    /'
+  fi
+  log "$m $side: $(summary "$res") ($((SECONDS - t0)) s)"
+}
+
+# torch.compile's batch sizes: compiled code usually needs less memory than eager, so it starts
+# above eager's batch, at most at twice it (and at most at ax's, when that is larger); each size
+# tried costs a compilation, so at most three.
+compile_batches() {  # model
+  local e a top="" list="" b n=0
+  e="$(json_field "$results/$1.eager.json" batch)"
+  a="$(json_field "$results/$1.ax.json" batch)"
+  if [[ -n "$e" ]]; then
+    top=$((2 * e))
+    [[ -n "$a" ]] && ((a > e && a < top)) && top="$a"
+    [[ -n "$a" ]] && ((a <= e)) && top="$e"
+  elif [[ -n "$a" ]]; then
+    top="$a"
+  fi
+  for b in $(default_batches "$1"); do
+    [[ -n "$top" ]] && ((b > top)) && continue
+    list+="${list:+ }$b"
+    n=$((n + 1))
+    ((n == 3)) && break
+  done
+  echo "$list"
+}
+
+run_all() {
+  if [[ -z "$out" ]]; then
+    out="${OUT:+$OUT/gpu-bench}"
+    out="${out:-$PWD/gpu-bench-results}"
+  fi
+  results="$out"
+  mkdir -p "$results"
+  rm -f "$results"/*.{ax,eager,compile}.json "$results"/*.{err,out,mem} "$results"/device.json \
+    "$results"/table.md
+  if [[ "$device" == cuda ]]; then
+    if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+      echo "gpu_bench.sh needs a GPU: nvidia-smi $(command -v nvidia-smi >/dev/null &&
+        echo 'lists no GPU' || echo 'is not installed'). Without one: --check." >&2
+      exit 3
+    fi
+    baseline_mib="$(gpu_used_mib)"
+    local gpu
+    gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
+      -i "$gpu_index")"
+    log "GPU $gpu_index: $gpu; $baseline_mib MiB in use before the runs"
+    "$python" - "$results/device.json" "$gpu" <<'EOF'
+import json, sys
+name, memory, driver = [s.strip() for s in sys.argv[2].split(",")]
+try:
+    import torch
+    t = f"PyTorch {torch.__version__} (CUDA {torch.version.cuda})"
+except ImportError as e:
+    t = f"no PyTorch ({e})"
+json.dump({"gpu": f"{name}, {memory}", "driver": driver, "torch": t}, open(sys.argv[1], "w"))
+EOF
+    [[ ",$sides," == *,ax,* ]] && setup_ax_libraries
+  fi
+  log "results in $results; budget ${budget}s; $warmup warm-up + up to $steps timed steps" \
+    "(at most ${max_seconds}s) per run"
+  local m list
+  for m in ${models//,/ }; do
+    [[ ",$sides," == *,ax,* ]] && run_ax "$m"
+    [[ ",$sides," == *,eager,* ]] && run_torch "$m" eager "$(default_batches "$m")"
+    if [[ ",$sides," == *,compile,* ]]; then
+      list="$(compile_batches "$m")"
+      run_torch "$m" compile "${list:-$(default_batches "$m")}"
+    fi
+  done
+  "$python" "$peer" report "$results" | tee "$results/table.md"
+  log "done"
+}
+
+# ---- --check: everything that runs without a GPU ------------------------------------------------
+
+check() {
+  local status=0 m ax_json peer_json need_kb avail_kb
+  echo "parameter counts and FLOPs per token, ax (ax-train-bench --count-params) against the peer:"
+  for m in Pile126M fuji-1B-v1 fuji-1B-v2 fuji-1B-v3; do
+    # ax allocates f32 parameters and gradients for the count: 8 bytes per parameter.
+    need_kb=$(( $("$python" "$peer" count --model "$m" | "$python" -c \
+      'import json, sys; print(json.load(sys.stdin)["params"])') * 8 / 1024 ))
+    avail_kb="$(awk '/MemAvailable/ {print $2}' /proc/meminfo)"
+    if ((need_kb * 3 / 2 > avail_kb)); then
+      echo "  $m: skipped (ax's count allocates $((need_kb / 1048576)) GiB;" \
+        "$((avail_kb / 1048576)) GiB available)"
+      continue
+    fi
+    ax_json="$("$bench" --worker "$m" --count-params)"
+    peer_json="$("$python" "$peer" count --model "$m")"
+    if "$python" - "$ax_json" "$peer_json" <<'EOF'; then
+import json, sys
+ax, peer = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+keys = ("params", "matmul_params", "flops_per_token")
+print("  ", ", ".join(f"{k} ax {ax[k]:.0f} peer {peer[k]:.0f}" for k in keys))
+sys.exit(0 if all(ax[k] == peer[k] for k in keys) else 1)
+EOF
+      echo "  $m: same"
+    else
+      echo "  $m: DIFFERENT"
+      status=1
+    fi
+  done
+  echo
+  echo "the pipeline on CPU (tiny-gpt, tiny-llama; torch.compile where this PyTorch has it):"
+  device=cpu
+  models="tiny-gpt,tiny-llama"
+  warmup=2
+  steps=3
+  budget=300
+  run_all
+  for m in tiny-gpt tiny-llama; do
+    for s in ax eager; do
+      if [[ -n "$(json_field "$results/$m.$s.json" error)" ]]; then
+        echo "check: $m $s failed: $(json_field "$results/$m.$s.json" error)"
+        status=1
+      fi
+    done
+  done
+  exit "$status"
+}
+
+case "$mode" in
+  bundle) make_bundle ;;
+  check) check ;;
+  run) run_all ;;
+esac
