@@ -167,6 +167,7 @@ void run_worker(const Options& o) {
               {"flops_per_token", ax::train::flops_per_token(matmul_params, m.num_layers,
                                                              m.num_heads, m.head_dim(), seq)},
               {"activation_bytes", (*model)->activation_bytes()},
+              {"backend_peak_bytes", backend->peak_bytes_in_use()},
               {"init_seconds", init_seconds}};
   std::printf("%s\n", out.dump().c_str());
 }

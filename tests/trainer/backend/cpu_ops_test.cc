@@ -54,6 +54,19 @@ TEST(CpuBackend, AllocIsZeroedAndAligned) {
   be->free(*p);
 }
 
+TEST(CpuBackend, CountsTheBytesItHolds) {
+  auto be = make_cpu_backend(1);
+  const size_t base = be->bytes_in_use();
+  auto a = be->alloc(1000), b = be->alloc(64);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(be->bytes_in_use(), base + 1024 + 64);  // rounded up to 64 bytes
+  be->free(*a);
+  EXPECT_EQ(be->bytes_in_use(), base + 64);
+  EXPECT_EQ(be->peak_bytes_in_use(), base + 1024 + 64);
+  be->free(*b);
+  EXPECT_EQ(be->bytes_in_use(), base);
+}
+
 class CpuOps : public ::testing::TestWithParam<bool> {  // param: builtin GEMM
  protected:
   std::unique_ptr<Backend> backend(int threads = 2) {

@@ -147,10 +147,14 @@ StatusOr<void*> CpuBackend::alloc(size_t bytes) {
   void* p = std::aligned_alloc(64, rounded);
   if (p == nullptr) return ResourceExhausted("cpu backend: cannot allocate ", human_bytes(bytes));
   std::memset(p, 0, rounded);
+  allocations_.on_alloc(p, rounded);
   return p;
 }
 
-void CpuBackend::free(void* ptr) { std::free(ptr); }
+void CpuBackend::free(void* ptr) {
+  allocations_.on_free(ptr);
+  std::free(ptr);
+}
 
 void CpuBackend::copy_from_host(Tensor dst, const void* src) {
   AX_CHECK(!dst.empty()) << "copy_from_host: dst is empty";

@@ -62,7 +62,9 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
                       prop.minor, ")");
   AX_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
   be->matmul_ = std::make_unique<LtMatmul>();
+  be->allocations_.on_alloc(be->matmul_->workspace(), LtMatmul::workspace_bytes());
   AX_CUDA_CHECK(cudaMalloc(&be->sum_scratch_, (kSumSquaresBlocks + 1) * sizeof(double)));
+  be->allocations_.on_alloc(be->sum_scratch_, (kSumSquaresBlocks + 1) * sizeof(double));
   attention_init(be->max_shared_per_block_);
   return be;
 }
@@ -90,10 +92,12 @@ StatusOr<void*> CudaBackend::alloc(size_t bytes) {
   }
   AX_CUDA_CHECK(err);
   AX_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  allocations_.on_alloc(p, std::max<size_t>(bytes, 1));
   return p;
 }
 
 void CudaBackend::free(void* ptr) {
+  allocations_.on_free(ptr);
   // cudaFree waits for the device, so kernels still reading ptr finish first.
   AX_CUDA_CHECK(cudaFree(ptr));
 }
@@ -136,9 +140,11 @@ void CudaBackend::synchronize() { AX_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return scratch_;
+  allocations_.on_free(scratch_);
   AX_CUDA_CHECK(cudaFree(scratch_));  // waits for kernels still using the old buffer
   scratch_ = nullptr;
   AX_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+  allocations_.on_alloc(scratch_, bytes);
   scratch_bytes_ = bytes;
   return scratch_;
 }
@@ -156,9 +162,11 @@ const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, float theta) {
     }
   }
   if (host.size() > rope_table_floats_) {
+    allocations_.on_free(rope_table_);
     AX_CUDA_CHECK(cudaFree(rope_table_));
     rope_table_ = nullptr;
     AX_CUDA_CHECK(cudaMalloc(&rope_table_, host.size() * sizeof(float)));
+    allocations_.on_alloc(rope_table_, host.size() * sizeof(float));
     rope_table_floats_ = host.size();
   }
   // The table is read by kernels already queued: copy in stream order, and keep the host copy

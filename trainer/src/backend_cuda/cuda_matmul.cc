@@ -32,6 +32,8 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
 
 }  // namespace
 
+size_t LtMatmul::workspace_bytes() { return kWorkspaceBytes; }
+
 LtMatmul::LtMatmul() {
   AX_CUBLAS_CHECK(cublasLtCreate(&handle_));
   AX_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));

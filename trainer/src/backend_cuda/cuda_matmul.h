@@ -36,6 +36,9 @@ class LtMatmul {
   LtMatmul& operator=(const LtMatmul&) = delete;
 
   void run(const GemmDesc& g, cudaStream_t stream);
+  // The device workspace cuBLASLt may use (allocated by the constructor).
+  const void* workspace() const { return workspace_; }
+  static size_t workspace_bytes();
 
  private:
   struct Plan {

@@ -283,6 +283,9 @@ void Trainer::print_summary() const {
        << fixed(static_cast<double>(layout.num_matmul_parameters()) / 1e6, 2)
        << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size
        << ", activations " << human_bytes(static_cast<double>(model_->activation_bytes())) << "\n";
+  out_ << "memory: " << human_bytes(static_cast<double>(backend_->bytes_in_use()))
+       << " held by the backend on this rank (parameters, gradients, optimizer state, "
+          "activations, scratch)\n";
   out_ << "data: " << train_set_->num_tokens() << " tokens in " << config_.data.train_dir
        << "; GLOBAL_BATCH " << global_batch_ << " = " << dist_->replicas() << " replica(s) x "
        << config_.train.num_microbatches << " micro-batch(es) of " << micro_batch_ << " x "
@@ -456,7 +459,8 @@ StatusOr<TrainOutcome> Trainer::run() {
     }
   }
   if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
-  out_ << "done: step " << max_steps << ", " << progress_.tokens_seen << " tokens\n";
+  out_ << "done: step " << max_steps << ", " << progress_.tokens_seen << " tokens; peak memory "
+       << human_bytes(static_cast<double>(backend_->peak_bytes_in_use())) << " on this rank\n";
   return TrainOutcome::kFinished;
 }
 

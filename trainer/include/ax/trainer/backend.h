@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "ax/common/status.h"
 #include "ax/trainer/tensor.h"
@@ -28,6 +30,20 @@ struct AdamWArgs {
   float weight_decay = 0;  // decoupled: p -= lr * wd * p
   int64_t step = 1;        // 1-based, for bias correction
   float grad_scale = 1;    // multiplies the gradient first (global-norm clipping)
+};
+
+// Bytes a backend holds: live allocations and their peak since creation.
+class AllocationCounter {
+ public:
+  void on_alloc(const void* ptr, size_t bytes);
+  void on_free(const void* ptr);
+  size_t in_use() const;
+  size_t peak() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, size_t> sizes_;
+  size_t in_use_ = 0, peak_ = 0;
 };
 
 class Backend {
@@ -46,6 +62,11 @@ class Backend {
   // Memory (device memory for CUDA). alloc returns zeroed memory or fails with ResourceExhausted.
   virtual StatusOr<void*> alloc(size_t bytes) = 0;
   virtual void free(void* ptr) = 0;
+  // Bytes the backend holds now and at most since it was created: alloc()'s blocks plus its
+  // own scratch (GEMM workspace, reduction buffers). A CUDA backend's peak is its peak GPU
+  // memory apart from the CUDA context and library handles.
+  size_t bytes_in_use() const { return allocations_.in_use(); }
+  size_t peak_bytes_in_use() const { return allocations_.peak(); }
   virtual void copy_from_host(Tensor dst, const void* src) = 0;
   virtual void copy_to_host(void* dst, Tensor src) = 0;
   virtual void copy(Tensor dst, Tensor src) = 0;  // same shape; casts between f32 and bf16
@@ -132,6 +153,9 @@ class Backend {
   // In-place AdamW on f32 params / grads / m / v of one parameter group.
   virtual void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
                             const AdamWArgs& args) = 0;
+
+ protected:
+  AllocationCounter allocations_;  // implementations report every block they allocate
 };
 
 // The fp32 reference backend. threads = 0: all cores.
