@@ -464,7 +464,10 @@ def report(a):
             mfu = f"{100 * tps * r['flops_per_token'] / peak[1]:.1f} %" if peak else "n/a"
             if side == "ax":
                 ax_tps = tps
-                mem = gib(r.get("device_used_bytes"))
+                # The backend's own count (its blocks and scratch), then nvidia-smi's sampled
+                # peak over the idle baseline (adds the CUDA context and library handles).
+                mem = (f"{gib(r.get('backend_peak_bytes'))} "
+                       f"({gib(r.get('device_used_bytes'))})")
             else:
                 mem = (f"{gib(r.get('peak_allocated_bytes'))} "
                        f"({gib(r.get('device_used_bytes'))})")
