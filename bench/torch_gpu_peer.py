@@ -437,9 +437,9 @@ def report(a):
     else:
         print("peak dense bf16: unknown (MFU not computed)")
     print("MFU = tokens/s x FLOPs per token (PaLM: 6N + 12·L·H·Q·T) / peak. Step: median of the "
-          "timed steps. Memory: ax = device memory in use during its run (nvidia-smi, CUDA "
-          "context included); PyTorch = max_memory_allocated (device memory in use at the end, "
-          "context and cache included).")
+          "timed steps. Memory: ax = the backend's peak count (device memory in use during its "
+          "run by nvidia-smi, CUDA context included); PyTorch = max_memory_allocated (device "
+          "memory in use at the end, context and cache included).")
     print()
     print("| model | implementation | batch | seq | tokens/step | step (ms) | tokens/s | MFU "
           "| peak memory | loss first -> last | ax / this |")
