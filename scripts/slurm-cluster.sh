@@ -197,6 +197,10 @@ PlugStackConfig=$D/etc/plugstack.conf
 KillWait=5
 MinJobAge=30
 InactiveLimit=0
+# Job ids from a range of this cluster's own (by its controller port), so that two clusters on
+# one machine (a hand-made one beside the test suite's) never hand out the same job id, and so
+# never the same coordinator port to their jobs' steps (spank-plugin.md's rule).
+FirstJobId=$(( (CTLD_PORT % 100) * 100000 + 1 ))
 EOF
     ((gpus > 0)) && echo "GresTypes=gpu"
     echo "$node_line"
