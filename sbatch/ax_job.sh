@@ -368,6 +368,14 @@ ax_finish() {
     ax_log "finished: the run reached its last step (outputs: $where)"
     exit 0
   fi
+  # After a stop request every rank checkpoints, waits for the others, and exits 75; the first
+  # exit makes srun (--kill-on-bad-exit) SIGKILL the ranks still exiting, so the step's status
+  # can be 137 instead. The checkpoint was committed before any rank left: still a stop.
+  if [[ -n "$AX_STOP_SIGNAL" ]] && ((rc != AX_EXIT_STOPPED)); then
+    ax_log "the step ended with status $rc after SIG$AX_STOP_SIGNAL (ranks ended by srun once" \
+      "the first one stopped): treated as stopped at its checkpoint"
+    rc=$AX_EXIT_STOPPED
+  fi
   if ((rc == AX_EXIT_STOPPED)); then
     if [[ -n "${SLURM_JOB_ID-}" && "${AX_REQUEUE:-1}" == 1 ]]; then
       ax_log "the ranks stopped at a checkpoint (exit $rc); requeueing job $SLURM_JOB_ID" \

@@ -448,13 +448,15 @@ StatusOr<TrainOutcome> Trainer::run() {
     if (stop && k < max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
       if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
-      // `srun --kill-on-bad-exit` kills the whole step as soon as the first rank exits 75: no
-      // rank leaves before every rank (the leader's metrics included) has written everything.
-      dist_->all_reduce(dist_->groups.world.get(), 0.0, comm::ReduceOp::kMax);
       const int sig = stop_signal();
       out_ << "stopped after step " << k
            << (sig != 0 ? str_cat(" on signal ", sig) : std::string(" on request"))
-           << "; checkpoint written, run the same command to resume\n";
+           << "; checkpoint written, run the same command to resume" << std::endl;
+      // `srun --kill-on-bad-exit` kills the whole step as soon as the first rank exits 75: no
+      // rank leaves before every rank (the leader's metrics and its line above included) has
+      // written everything. Ranks still exiting when that kill comes end by SIGKILL; the job
+      // scripts treat a step that ends after a stop request as stopped (sbatch/ax_job.sh).
+      dist_->all_reduce(dist_->groups.world.get(), 0.0, comm::ReduceOp::kMax);
       return TrainOutcome::kStopped;
     }
   }
