@@ -44,11 +44,6 @@ float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-struct AdamWScalars {
-  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps,
-      neg_step_size;
-};
-
 // torch.optim.AdamW (torch 1.13, single-tensor path) in the same float operations and order:
 //   p *= 1 - lr·wd;  m = m·b1 + (1-b1)·g;  v = v·b2 + ((1-b2)·g)·g;
 //   p += (-lr/bc1 · m) / (sqrt(v)/sqrt(bc2) + eps).
@@ -88,31 +83,6 @@ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* arg) {
-  AX_CHECK(!t.empty()) << op << ": " << arg << " is empty";
-  AX_CHECK(t.dtype == dtype) << op << ": " << arg << " is " << t.shape_string() << ", expected "
-                             << dtype_name(dtype);
-}
-
-void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* arg) {
-  expect_dtype(t, DType::kF32, op, arg);
-  AX_CHECK(t.rows() == rows && t.cols() == cols) << op << ": " << arg << " is " << t.shape_string()
-                                                 << ", expected " << rows << " rows of " << cols;
-}
-
-void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> dims, const char* op,
-                  const char* arg) {
-  expect_dtype(t, dtype, op, arg);
-  bool same = t.ndim == static_cast<int>(dims.size());
-  int i = 0;
-  for (int64_t d : dims) same = same && t.shape[i++] == d;
-  if (!same) {
-    Tensor want(nullptr, dtype, {});
-    for (int64_t d : dims) want.shape[want.ndim++] = d;
-    AX_CHECK(false) << op << ": " << arg << " is " << t.shape_string() << ", expected "
-                    << want.shape_string();
-  }
-}
 
 CpuBackend::CpuBackend(int threads, bool use_openblas)
     : pool_(threads), gemm_(use_openblas), scratch_(threads) {}
@@ -330,21 +300,7 @@ void CpuBackend::adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
     AX_CHECK_EQ(t->numel(), n) << kOp << ": " << name << " is " << t->shape_string() << ", params "
                                << params.shape_string();
   }
-  AX_CHECK_GE(args.step, 1) << kOp << ": step is 1-based";
-  // Scalars as torch derives them: in double from the (here float) hyperparameters.
-  double bias1 = 1.0 - std::pow(static_cast<double>(args.beta1), static_cast<double>(args.step));
-  double bias2 = 1.0 - std::pow(static_cast<double>(args.beta2), static_cast<double>(args.step));
-  AdamWScalars s{
-      args.grad_scale,
-      static_cast<float>(1.0 - static_cast<double>(args.lr) * args.weight_decay),
-      args.beta1,
-      static_cast<float>(1.0 - args.beta1),
-      args.beta2,
-      static_cast<float>(1.0 - args.beta2),
-      static_cast<float>(std::sqrt(bias2)),
-      args.eps,
-      static_cast<float>(-(args.lr / bias1)),
-  };
+  const AdamWScalars s = adamw_scalars(args);
   float* p = params.as<float>();
   const float* g = grads.as<float>();
   float* pm = m.as<float>();

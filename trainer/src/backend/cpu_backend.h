@@ -11,18 +11,19 @@
 #include <vector>
 
 #include "ax/trainer/backend.h"
+#include "ax/trainer/op_checks.h"
 #include "cpu_blas.h"
 #include "cpu_threads.h"
 
 namespace ax::train::cpu {
 
-// Shape checks shared by the ops: abort naming the op, the argument and both shapes.
-void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* arg);
-// t is a non-empty f32 matrix of `rows` × `cols` (any leading dimensions that multiply to rows).
-void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* arg);
-// t has exactly the shape `dims` and the dtype.
-void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> dims, const char* op,
-                  const char* arg);
+// Shape checks shared by the ops (ax/trainer/op_checks.h); every matrix here is f32.
+using ax::train::expect_dtype;
+using ax::train::expect_shape;
+inline void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op,
+                          const char* arg) {
+  ax::train::expect_matrix(t, DType::kF32, rows, cols, op, arg);
+}
 
 class CpuBackend final : public Backend {
  public:

@@ -8,6 +8,7 @@
 
 #include "ax/common/device_check.h"
 #include "ax/common/strings.h"
+#include "ax/trainer/op_checks.h"
 #include "cuda_kernels.h"
 
 namespace ax::train {
@@ -195,21 +196,7 @@ void CudaBackend::adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
         << kOp << ": " << name << " is " << t->shape_string() << ", params "
         << params.shape_string();
   }
-  AX_CHECK_GE(args.step, 1) << kOp << ": step is 1-based";
-  // The CPU backend's scalars (torch's derivation in double), so both give the same bits.
-  double bias1 = 1.0 - std::pow(static_cast<double>(args.beta1), static_cast<double>(args.step));
-  double bias2 = 1.0 - std::pow(static_cast<double>(args.beta2), static_cast<double>(args.step));
-  AdamWScalars s{
-      args.grad_scale,
-      static_cast<float>(1.0 - static_cast<double>(args.lr) * args.weight_decay),
-      args.beta1,
-      static_cast<float>(1.0 - args.beta1),
-      args.beta2,
-      static_cast<float>(1.0 - args.beta2),
-      static_cast<float>(std::sqrt(bias2)),
-      args.eps,
-      static_cast<float>(-(args.lr / bias1)),
-  };
+  const AdamWScalars s = adamw_scalars(args);
   cuda::adamw_update(params.as<float>(), grads.as<float>(), m.as<float>(), v.as<float>(), n, s,
                      stream_);
 }

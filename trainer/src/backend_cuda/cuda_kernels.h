@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "ax/trainer/adamw_scalars.h"
+
 namespace ax::train::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -81,11 +83,8 @@ void ce_shard_backward(bf16* dlogits, const bf16* logits, const float* lse, cons
 inline constexpr int kSumSquaresBlocks = 512;
 double sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t stream);
 
-// The scalars of one AdamW step, derived on the host exactly as the CPU backend derives them.
-struct AdamWScalars {
-  float grad_scale, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps,
-      neg_step_size;
-};
+// The scalars of one AdamW step (ax/trainer/adamw_scalars.h): ax::train::adamw_scalars
+// derives them on the host, the same for every backend.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const AdamWScalars& s, cudaStream_t stream);
 

@@ -4,6 +4,7 @@
 // here: they live on the device (Model::forward checks them on the host).
 #include <utility>
 
+#include "ax/trainer/op_checks.h"
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
 
@@ -12,34 +13,6 @@ namespace {
 
 constexpr DType kAct = DType::kBF16;
 constexpr DType kF32 = DType::kF32;
-
-void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* arg) {
-  AX_CHECK(!t.empty()) << op << ": " << arg << " is empty";
-  AX_CHECK(t.dtype == dtype) << op << ": " << arg << " is " << t.shape_string() << ", expected "
-                             << dtype_name(dtype);
-}
-
-// A non-empty `rows` × `cols` matrix (any leading dimensions that multiply to rows).
-void expect_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols, const char* op,
-                   const char* arg) {
-  expect_dtype(t, dtype, op, arg);
-  AX_CHECK(t.rows() == rows && t.cols() == cols) << op << ": " << arg << " is " << t.shape_string()
-                                                 << ", expected " << rows << " rows of " << cols;
-}
-
-void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> dims, const char* op,
-                  const char* arg) {
-  expect_dtype(t, dtype, op, arg);
-  bool same = t.ndim == static_cast<int>(dims.size());
-  int i = 0;
-  for (int64_t d : dims) same = same && t.shape[i++] == d;
-  if (!same) {
-    Tensor want(nullptr, dtype, {});
-    for (int64_t d : dims) want.shape[want.ndim++] = d;
-    AX_CHECK(false) << op << ": " << arg << " is " << t.shape_string() << ", expected "
-                    << want.shape_string();
-  }
-}
 
 bf16* act(const Tensor& t) { return static_cast<bf16*>(t.data); }
 const bf16* act_or_null(const Tensor& t) { return t.empty() ? nullptr : act(t); }
