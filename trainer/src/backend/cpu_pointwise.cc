@@ -284,27 +284,10 @@ void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor ta
 
 // ---- Vocabulary-parallel cross-entropy (one shard of the columns) ----
 
-namespace {
-
-// Checks a shard op's logits/targets and returns N and Vl.
-std::pair<int64_t, int64_t> ce_shard_dims(Tensor logits, Tensor targets, int64_t v_count,
-                                          const char* op) {
-  int64_t N = logits.rows(), Vl = logits.cols();
-  expect_matrix(logits, N, Vl, op, "logits");
-  if (!targets.empty()) {
-    expect_dtype(targets, DType::kI32, op, "targets");
-    AX_CHECK_EQ(targets.numel(), N) << op << ": targets is " << targets.shape_string();
-  }
-  AX_CHECK(v_count >= 0 && v_count <= Vl)
-      << op << ": v_count=" << v_count << " for logits " << logits.shape_string();
-  return {N, Vl};
-}
-
-}  // namespace
 
 void CpuBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
   constexpr const char* kOp = "ce_shard_max";
-  auto [N, Vl] = ce_shard_dims(logits, Tensor(), v_count, kOp);
+  auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, Tensor(), v_count, kOp);
   expect_shape(rowmax, DType::kF32, {N}, kOp, "rowmax");
   const float* x = logits.as<float>();
   float* m = rowmax.as<float>();
@@ -318,7 +301,7 @@ void CpuBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
 void CpuBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
                                int64_t v_begin, int64_t v_count) {
   constexpr const char* kOp = "ce_shard_sums";
-  auto [N, Vl] = ce_shard_dims(logits, targets, v_count, kOp);
+  auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, targets, v_count, kOp);
   expect_shape(sums, DType::kF32, {N, 2}, kOp, "sums");
   expect_shape(rowmax, DType::kF32, {N}, kOp, "rowmax");
   const float* x = logits.as<float>();
@@ -338,7 +321,7 @@ void CpuBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor
 void CpuBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                    int64_t v_begin, int64_t v_count, float dloss) {
   constexpr const char* kOp = "ce_shard_backward";
-  auto [N, Vl] = ce_shard_dims(logits, targets, v_count, kOp);
+  auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, targets, v_count, kOp);
   expect_matrix(dlogits, N, Vl, kOp, "dlogits");
   expect_shape(lse, DType::kF32, {N}, kOp, "lse");
   const float* x = logits.as<float>();

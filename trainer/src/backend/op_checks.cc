@@ -33,6 +33,20 @@ void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> d
   }
 }
 
+std::pair<int64_t, int64_t> expect_vocab_shard(const Tensor& logits, DType dtype,
+                                               const Tensor& targets, int64_t v_count,
+                                               const char* op) {
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  expect_matrix(logits, dtype, N, Vl, op, "logits");
+  if (!targets.empty()) {
+    expect_dtype(targets, DType::kI32, op, "targets");
+    AX_CHECK_EQ(targets.numel(), N) << op << ": targets is " << targets.shape_string();
+  }
+  AX_CHECK(v_count >= 0 && v_count <= Vl)
+      << op << ": v_count=" << v_count << " for logits " << logits.shape_string();
+  return {N, Vl};
+}
+
 AdamWScalars adamw_scalars(const AdamWArgs& args) {
   AX_CHECK_GE(args.step, 1) << "adamw_update: step is 1-based";
   const double bias1 =

@@ -344,24 +344,9 @@ void CudaBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor t
                                stream_);
 }
 
-namespace {
-// Checks a shard op's logits and targets (when given) and returns N and Vl.
-std::pair<int64_t, int64_t> ce_shard_dims(const Tensor& logits, const Tensor& targets,
-                                          int64_t v_count, const char* op) {
-  int64_t N = logits.rows(), Vl = logits.cols();
-  expect_matrix(logits, kAct, N, Vl, op, "logits");
-  if (!targets.empty()) {
-    expect_dtype(targets, DType::kI32, op, "targets");
-    AX_CHECK_EQ(targets.numel(), N) << op << ": targets is " << targets.shape_string();
-  }
-  AX_CHECK(v_count >= 0 && v_count <= Vl)
-      << op << ": v_count=" << v_count << " for logits " << logits.shape_string();
-  return {N, Vl};
-}
-}  // namespace
 
 void CudaBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
-  auto [N, Vl] = ce_shard_dims(logits, Tensor(), v_count, "ce_shard_max");
+  auto [N, Vl] = expect_vocab_shard(logits, kAct, Tensor(), v_count, "ce_shard_max");
   expect_shape(rowmax, kF32, {N}, "ce_shard_max", "rowmax");
   cuda::ce_shard_max(f32(rowmax), act(logits), N, Vl, v_count, stream_);
 }
@@ -369,7 +354,7 @@ void CudaBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
 void CudaBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
                                 int64_t v_begin, int64_t v_count) {
   constexpr const char* kOp = "ce_shard_sums";
-  auto [N, Vl] = ce_shard_dims(logits, targets, v_count, kOp);
+  auto [N, Vl] = expect_vocab_shard(logits, kAct, targets, v_count, kOp);
   expect_shape(sums, kF32, {N, 2}, kOp, "sums");
   expect_shape(rowmax, kF32, {N}, kOp, "rowmax");
   cuda::ce_shard_sums(f32(sums), act(logits), f32(rowmax), targets.as<int32_t>(), N, Vl, v_begin,
@@ -379,7 +364,7 @@ void CudaBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tenso
 void CudaBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                     int64_t v_begin, int64_t v_count, float dloss) {
   constexpr const char* kOp = "ce_shard_backward";
-  auto [N, Vl] = ce_shard_dims(logits, targets, v_count, kOp);
+  auto [N, Vl] = expect_vocab_shard(logits, kAct, targets, v_count, kOp);
   expect_matrix(dlogits, kAct, N, Vl, kOp, "dlogits");
   expect_shape(lse, kF32, {N}, kOp, "lse");
   cuda::ce_shard_backward(act(dlogits), act(logits), f32(lse), targets.as<int32_t>(), N, Vl,
