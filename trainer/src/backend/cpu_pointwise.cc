@@ -284,7 +284,6 @@ void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor ta
 
 // ---- Vocabulary-parallel cross-entropy (one shard of the columns) ----
 
-
 void CpuBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
   constexpr const char* kOp = "ce_shard_max";
   auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, Tensor(), v_count, kOp);
