@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/optimizer.h"
 #include "ax/trainer/sampler.h"
 #include "model_test_util.h"
 #include "test_util.h"
+#include "distributed.h"
 #include "train_state.h"
 
 namespace ax::train {
@@ -75,6 +77,35 @@ TEST(ResolveConfig, VocabularyFromTheTokenizer) {
   EXPECT_NE(small.status().message().find("model.vocab_size"), std::string::npos);
   r.overrides = {"model.no_such_key=1"};
   EXPECT_EQ(resolve_config(r).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The mesh of a job: the launcher's shapes when given, else the config's, derived for CPU ranks
+// (each node one ICI domain), with errors naming the numbers.
+TEST(ResolveMesh, FromTheLauncherOrTheConfig) {
+  launcher::JobContext ctx;
+  ctx.world = 8;
+  ctx.num_nodes = 2;
+  ctx.rank = 5;
+  MeshConfig mesh;  // auto, auto
+  StatusOr<comm::MeshCoords> c = resolve_mesh(ctx, mesh);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::tuple(c->data, c->fsdp, c->tensor), std::tuple(2, 4, 1));
+  EXPECT_EQ(std::tuple(c->d, c->f, c->t), std::tuple(1, 1, 0));
+  mesh.ici = "1,-1,2";
+  c = resolve_mesh(ctx, mesh);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::tuple(c->data, c->fsdp, c->tensor), std::tuple(2, 2, 2));
+  mesh.ici = "1,3,1";  // 3 of a node's 4 ranks
+  c = resolve_mesh(ctx, mesh);
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("1,3,1"), std::string::npos) << c.status().message();
+  ctx.ici_mesh = "1,2,2";
+  ctx.dcn_mesh = "2,1,1";
+  c = resolve_mesh(ctx, mesh);  // the launcher's shapes win over the config
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::tuple(c->data, c->fsdp, c->tensor), std::tuple(2, 2, 2));
+  ctx.dcn_mesh = "1,1,1";
+  EXPECT_FALSE(resolve_mesh(ctx, mesh).ok());  // 4 ranks for a job of 8
 }
 
 TEST(TrainLoop, TwentyStepsOnRealTextLowerTheLoss) {

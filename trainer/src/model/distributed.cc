@@ -1,78 +1,54 @@
 #include "distributed.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
 
 #include "ax/common/strings.h"
+#include "ax/topology/mesh.h"
 #include "layers.h"
 
 namespace ax::train {
-namespace {
-
-// "d,f,t" with at most one -1 (filled so that the product is `size`); size 0 = no fill.
-StatusOr<std::array<int, 3>> parse_shape(const std::string& text, int size, const char* what) {
-  std::vector<std::string> parts = str_split(text, ',');
-  std::array<int, 3> shape{};
-  if (parts.size() != 3) return InvalidArgument(what, " '", text, "' is not data,fsdp,tensor");
-  int fill = -1, product = 1;
-  for (int k = 0; k < 3; ++k) {
-    std::optional<int64_t> v = parse_int64(str_trim(parts[static_cast<size_t>(k)]));
-    if (!v || (*v < 1 && *v != -1) || *v > 1 << 20) {
-      return InvalidArgument(what, " '", text, "': axis ", k, " is not a positive integer or -1");
-    }
-    if (*v == -1) {
-      if (fill >= 0) return InvalidArgument(what, " '", text, "' has more than one -1");
-      fill = k;
-    } else {
-      shape[static_cast<size_t>(k)] = static_cast<int>(*v);
-      product *= static_cast<int>(*v);
-    }
-  }
-  if (fill >= 0) {
-    if (size <= 0 || size % product != 0) {
-      return InvalidArgument(what, " '", text, "': the -1 cannot fill ", size, " ranks");
-    }
-    shape[static_cast<size_t>(fill)] = size / product;
-  }
-  return shape;
-}
-
-}  // namespace
-
 StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const MeshConfig& mesh) {
-  std::array<int, 3> ici{}, dcn{};
-  std::string source;
+  topo::MeshShape global;
   if (!ctx.ici_mesh.empty() && !ctx.dcn_mesh.empty()) {
-    AX_ASSIGN_OR_RETURN(ici, parse_shape(ctx.ici_mesh, 0, "AX_ICI_MESH"));
-    AX_ASSIGN_OR_RETURN(dcn, parse_shape(ctx.dcn_mesh, 0, "AX_DCN_MESH"));
-    source = "AX_ICI_MESH/AX_DCN_MESH";
+    // Shapes the launcher or plugin already derived (and checked: `force` only lets a tensor
+    // axis across DCN through, which they refused unless asked).
+    StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(
+        str_cat("ici=", ctx.ici_mesh, ";dcn=", ctx.dcn_mesh, ";force"));
+    if (!spec.ok()) return spec.status().with_context("AX_ICI_MESH/AX_DCN_MESH");
+    const topo::MeshShape& i = spec->ici;
+    const topo::MeshShape& d = spec->dcn;
+    if (std::min({i.data, i.fsdp, i.tensor, d.data, d.fsdp, d.tensor}) < 1) {
+      return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " AX_DCN_MESH=", ctx.dcn_mesh,
+                             ": expected resolved shapes (no -1)");
+    }
+    global = {i.data * d.data, i.fsdp * d.fsdp, i.tensor * d.tensor};
+    if (global.size() != ctx.world) {
+      return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " x AX_DCN_MESH=", ctx.dcn_mesh, " is ",
+                             global.size(), " ranks, the job has ", ctx.world);
+    }
   } else {
+    // The config's mesh, derived as for CPU ranks: each node is one ICI domain (auto: fsdp over
+    // a node's ranks, data across nodes; an explicit vector's -1 is filled in).
     const int nodes = std::max(1, ctx.num_nodes);
     if (ctx.world % nodes != 0) {
       return InvalidArgument("the job has ", ctx.world, " ranks on ", nodes,
                              " nodes: not the same number on each");
     }
-    const int per_node = ctx.world / nodes;
-    if (mesh.ici == "auto") {
-      ici = {1, per_node, 1};
-    } else {
-      AX_ASSIGN_OR_RETURN(ici, parse_shape(mesh.ici, per_node, "mesh.ici (ICI_MESH_SHAPE)"));
-    }
-    if (mesh.dcn == "auto") {
-      dcn = {nodes, 1, 1};
-    } else {
-      AX_ASSIGN_OR_RETURN(dcn, parse_shape(mesh.dcn, nodes, "mesh.dcn (DCN_MESH_SHAPE)"));
-    }
-    source = "mesh.ici/mesh.dcn";
+    const std::string text =
+        mesh.ici == "auto" && mesh.dcn == "auto"
+            ? std::string("auto")
+            : str_cat("ici=", mesh.ici == "auto" ? "1,-1,1" : mesh.ici,
+                      ";dcn=", mesh.dcn == "auto" ? "-1,1,1" : mesh.dcn);
+    StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(text);
+    if (!spec.ok()) return spec.status().with_context("mesh.ici/mesh.dcn");
+    StatusOr<topo::Mesh> derived =
+        topo::derive_mesh({topo::Topology{}}, nodes, ctx.world / nodes, *spec);
+    if (!derived.ok()) return derived.status().with_context("mesh.ici/mesh.dcn");
+    global = derived->global();
   }
-  const int data = ici[0] * dcn[0], fsdp = ici[1] * dcn[1], tensor = ici[2] * dcn[2];
-  if (data * fsdp * tensor != ctx.world) {
-    return InvalidArgument("the mesh from ", source, " (ici ", ici[0], ",", ici[1], ",", ici[2],
-                           " x dcn ", dcn[0], ",", dcn[1], ",", dcn[2], " = ", data * fsdp * tensor,
-                           " ranks) does not match the job's ", ctx.world, " ranks");
-  }
-  return comm::MeshCoords::of(ctx.rank, data, fsdp, tensor);
+  return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor);
 }
 
 Distributed::~Distributed() {
