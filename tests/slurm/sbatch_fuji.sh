@@ -10,11 +10,7 @@ source "$(dirname "$0")/train_lib.sh"
 source "$(dirname "$0")/sbatch_lib.sh"
 require_cluster
 dir="$(scratch)"
-if ! prepare_data "$dir/data"; then
-  bad "preparing the corpus"
-  finish
-  exit
-fi
+prepare_data "$dir/data"
 ws="$dir/ws"
 vars=(AX_CPU_THREADS=1 "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$ws"
   "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" CONFIG=tiny-llama

@@ -10,11 +10,7 @@ source "$(dirname "$0")/train_lib.sh"
 source "$(dirname "$0")/sbatch_lib.sh"
 require_cluster
 dir="$(scratch)"
-if ! prepare_data "$dir/data"; then
-  bad "preparing the corpus"
-  finish
-  exit
-fi
+prepare_data "$dir/data"
 script="$SUB_DIR/run_pile_singlenode.sh"
 export AX_CPU_THREADS=1 AX_BIN="$BUILD" CONFIG=tiny-gpt MAX_STEPS=10
 export AX_TRAIN_ARGS="--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0"

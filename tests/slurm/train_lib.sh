@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced (after lib.sh) by the sharded-training tests of the slurm suite: a small corpus, the
 # one-process reference run, and a comparison of per-step losses.
-#   prepare_data DIR         -> DIR/spm.model, DIR/shards/train (the repo's docs as English text)
+#   prepare_data DIR         -> DIR/spm.model, DIR/shards/train (the repo's docs as English text);
+#                               on failure the test fails and ends
 #   train_args DIR RUN_DIR [EXPERIMENT] -> the ax-train arguments every run of a test uses
 #   losses RUN_DIR           -> "step loss" lines from RUN_DIR/metrics.jsonl
 #   same_losses WHAT REF GOT -> ok/bad: every step of REF in GOT within 1e-5 relative
@@ -11,14 +12,21 @@ AX_TRAIN="$BUILD/trainer/ax-train"
 AX_LAUNCH="$BUILD/launcher/ax-launch"
 TRAIN_STEPS=4
 
+# On failure the test ends here: one FAIL with ax-data's last lines.
 prepare_data() {
   local dir="$1"
   mkdir -p "$dir"
   cat "$REPO"/docs/*.md "$REPO"/README.md >"$dir/text.txt"
-  "$AX_DATA" train-tokenizer --input "$dir/text.txt" --vocab-size 500 --output "$dir/spm.model" \
-    >"$dir/data.log" 2>&1 &&
+  if "$AX_DATA" train-tokenizer --input "$dir/text.txt" --vocab-size 500 \
+    --output "$dir/spm.model" >"$dir/data.log" 2>&1 &&
     "$AX_DATA" tokenize --tokenizer "$dir/spm.model" --input "$dir/text.txt" \
-      --output "$dir/shards/train" --threads 1 >>"$dir/data.log" 2>&1
+      --output "$dir/shards/train" --threads 1 >>"$dir/data.log" 2>&1; then
+    return 0
+  fi
+  bad "preparing the corpus"
+  sed 's/^/  | /' "$dir/data.log" | tail -n 20
+  finish
+  exit
 }
 
 # EXPERIMENT (default tiny-gpt; tiny-llama gets 8 heads over 4 key/value heads, which split over

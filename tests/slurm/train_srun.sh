@@ -9,12 +9,7 @@ source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
 require_cluster
 dir="$(scratch)"
-if ! prepare_data "$dir/data"; then
-  bad "preparing the corpus"
-  sed 's/^/  | /' "$dir/data/data.log" | tail -n 20
-  finish
-  exit
-fi
+prepare_data "$dir/data"
 # shellcheck disable=SC2046 # word splitting of train_args is intended
 "$AX_TRAIN" $(train_args "$dir/data" "$dir/one") >"$dir/one.log" 2>&1 || bad "one-process run"
 ref="$(losses "$dir/one")"
