@@ -93,6 +93,13 @@ wait_job() {
   return 1
 }
 
+# daemon_log_lines ID: the lines of the cluster's slurmctld and slurmd logs that name job ID (what
+# a failed test shows: a job refused by a node or killed by the controller says why only there).
+daemon_log_lines() {
+  grep -H -- "$1" "$STATE"/log/slurmctld.log "$STATE"/log/slurmd-*.log 2>/dev/null |
+    sed "s|^$STATE/log/||; s/^/  | /" | tail -n 30
+}
+
 # The line each task prints, read by check_tasks. `unset` marks a missing variable.
 # shellcheck disable=SC2016 # expanded by the task's shell
 {

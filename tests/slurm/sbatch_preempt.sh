@@ -58,6 +58,12 @@ for mode in srun ax-launch; do
     show_tail "$dir/$mode.out"
     continue
   fi
+  # Not at once: the nodes revoked the job's credential when it was requeued, and a node refuses
+  # a credential created in the same second as that revocation ("already killed, do not launch
+  # batch job"; the job then ends FAILED 1:0 without running). Slurm's 2-minute hold exists for
+  # this; 3 s is past that second and past the old step's exit (~2 s here). (`StartTime=now+3`
+  # would leave the start to the scheduler's next periodic pass, up to a minute later.)
+  sleep 3
   t scontrol update JobId="$id" StartTime=now 2>/dev/null
   end_job "$id" 90
   restarts="$(job_field "$id" Restarts)"
@@ -67,6 +73,7 @@ for mode in srun ax-launch; do
     bad "$mode mode: job $id ended $JOB_STATE, exit $JOB_EXIT, restarts '$restarts'"
     show_tail "$dir/$mode.out"
     show_tail "$out"
+    daemon_log_lines "$id"
     continue
   fi
   stopped="$(grep -Eo 'stopped after step [0-9]+ on signal 10' "$out" | grep -Eo '[0-9]+' |
