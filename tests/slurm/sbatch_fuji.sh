@@ -26,6 +26,7 @@ else
   bad "job $id ended $JOB_STATE, exit $JOB_EXIT"
   show_tail "$dir/fuji.out"
   show_tail "$out"
+  daemon_log_lines "$id"
 fi
 run="$ws/logs/tiny-llama/trainer-dir"
 expect_files "trainer directory (TRAINER_DIR default) and per-task outputs" "$run/metrics.jsonl" \

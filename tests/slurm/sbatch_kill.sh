@@ -42,6 +42,7 @@ if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" != 0:0 ]] && ((took <= 30)); then
   ok "kill -9 of rank 3: job $id $JOB_STATE with exit $JOB_EXIT within $took s"
 else
   bad "kill -9 of rank 3: job $id $JOB_STATE, exit $JOB_EXIT, after $took s"
+  daemon_log_lines "$id"
 fi
 if grep -q 'n2: task 3: Killed' "$dir/kill.out" &&
   grep -q 'the training step failed with status' "$dir/kill.out"; then

@@ -28,6 +28,7 @@ else
   bad "srun mode: job $id ended $state, exit $JOB_EXIT"
   show_tail "$dir/srun.out"
   show_tail "$ws/output/output-$id-0-0.txt"
+  daemon_log_lines "$id"
 fi
 run="$ws/logs/srun"
 expect_files "srun mode outputs" "$run/metrics.jsonl" "$run/config.json" \
@@ -69,6 +70,7 @@ else
   bad "ax-launch mode: job $id2 ended $state, exit $JOB_EXIT"
   show_tail "$dir/launch.out"
   show_tail "$ws/output/output-$id2-0-0.txt"
+  daemon_log_lines "$id2"
 fi
 run2="$ws/logs/launch"
 expect_files "ax-launch mode outputs" "$run2/metrics.jsonl" \

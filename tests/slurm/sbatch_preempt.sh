@@ -23,6 +23,7 @@ end_job "$id" 90
 if [[ "$JOB_STATE" != COMPLETED ]]; then
   bad "the uninterrupted job $id ended $JOB_STATE, exit $JOB_EXIT"
   show_tail "$dir/reference.out"
+  daemon_log_lines "$id"
   finish
   exit
 fi
