@@ -20,14 +20,7 @@ vars=(AX_CPU_THREADS=1 "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$ws"
 id="$(submit_sub "$dir/fuji.out" -N 2 "$SUB_DIR/example_fuji.sub")"
 end_job "$id" 90
 out="$ws/output/output-$id-0-0.txt"
-if [[ "$JOB_STATE" == COMPLETED && "$JOB_EXIT" == 0:0 ]]; then
-  ok "sbatch -N 2 example_fuji.sub (tiny-llama): job $id COMPLETED 0:0"
-else
-  bad "job $id ended $JOB_STATE, exit $JOB_EXIT"
-  show_tail "$dir/fuji.out"
-  show_tail "$out"
-  daemon_log_lines "$id"
-fi
+job_completed "sbatch -N 2 example_fuji.sub (tiny-llama)" "$id" "$dir/fuji.out" "$out"
 run="$ws/logs/tiny-llama/trainer-dir"
 expect_files "trainer directory (TRAINER_DIR default) and per-task outputs" "$run/metrics.jsonl" \
   "$run/checkpoints/step_00000004/COMMIT" "$run/checkpoints/step_00000008/COMMIT" \

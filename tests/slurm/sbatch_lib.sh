@@ -4,6 +4,7 @@
 #   sub_env DIR LOG [VAR=VALUE...]  -> the environment of a tiny example_pile.sub run
 #   submit_sub OUT ARGS... SCRIPT   -> sbatch -J $JOB -o OUT ... with the array `vars` exported
 #   end_job ID SECONDS              -> wait_job; the final state in JOB_STATE, ExitCode in JOB_EXIT
+#   job_completed WHAT ID OUT OUT0  -> ok/bad: COMPLETED 0:0, else the outputs and daemon logs
 #   step_losses RUN_DIR             -> "step loss" lines, as logged (exact text of the floats)
 #   loss_falls WHAT RUN_DIR         -> ok/bad: the last logged loss is below the first
 
@@ -66,6 +67,22 @@ expect_files() {
   else
     bad "$what: missing ${missing[*]}"
   fi
+}
+
+# job_completed WHAT ID BATCH_OUT RANK0_OUT: after end_job, ok when the job ended COMPLETED 0:0;
+# otherwise bad, with the tails of the batch script's and rank 0's output and the daemons' log
+# lines for the job, and status 1.
+job_completed() {
+  local what="$1" id="$2"
+  if [[ "$JOB_STATE" == COMPLETED && "$JOB_EXIT" == 0:0 ]]; then
+    ok "$what: job $id COMPLETED 0:0"
+    return 0
+  fi
+  bad "$what: job $id ended $JOB_STATE, exit $JOB_EXIT"
+  show_tail "$3"
+  show_tail "$4"
+  daemon_log_lines "$id"
+  return 1
 }
 
 show_tail() { sed 's/^/  | /' "$1" 2>/dev/null | tail -n "${2:-25}"; }

@@ -21,15 +21,8 @@ ws="$dir/ws"
 mapfile -t vars < <(sub_env "$dir" logs/srun "MAX_STEPS=$steps")
 id="$(submit_sub "$dir/srun.out" -N 2 "$SUB_DIR/example_pile.sub")"
 end_job "$id" 90
-state="$JOB_STATE"
-if [[ "$state" == COMPLETED && "$JOB_EXIT" == 0:0 ]]; then
-  ok "srun mode: sbatch -N 2 example_pile.sub: job $id COMPLETED 0:0"
-else
-  bad "srun mode: job $id ended $state, exit $JOB_EXIT"
-  show_tail "$dir/srun.out"
-  show_tail "$ws/output/output-$id-0-0.txt"
-  daemon_log_lines "$id"
-fi
+job_completed "srun mode: sbatch -N 2 example_pile.sub" "$id" "$dir/srun.out" \
+  "$ws/output/output-$id-0-0.txt"
 run="$ws/logs/srun"
 expect_files "srun mode outputs" "$run/metrics.jsonl" "$run/config.json" \
   "$run/checkpoints/step_$(printf %08d "$steps")/COMMIT" \
@@ -63,15 +56,8 @@ fi
 mapfile -t vars < <(sub_env "$dir" logs/launch "MAX_STEPS=$steps" AX_LAUNCH_MODE=ax-launch)
 id2="$(submit_sub "$dir/launch.out" -N 2 "$SUB_DIR/example_pile.sub")"
 end_job "$id2" 90
-state="$JOB_STATE"
-if [[ "$state" == COMPLETED && "$JOB_EXIT" == 0:0 ]]; then
-  ok "ax-launch mode: sbatch -N 2 example_pile.sub: job $id2 COMPLETED 0:0"
-else
-  bad "ax-launch mode: job $id2 ended $state, exit $JOB_EXIT"
-  show_tail "$dir/launch.out"
-  show_tail "$ws/output/output-$id2-0-0.txt"
-  daemon_log_lines "$id2"
-fi
+job_completed "ax-launch mode: sbatch -N 2 example_pile.sub" "$id2" "$dir/launch.out" \
+  "$ws/output/output-$id2-0-0.txt"
 run2="$ws/logs/launch"
 expect_files "ax-launch mode outputs" "$run2/metrics.jsonl" \
   "$run2/checkpoints/step_$(printf %08d "$steps")/COMMIT" \

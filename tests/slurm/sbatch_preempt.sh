@@ -20,10 +20,8 @@ ws="$dir/ws"
 mapfile -t vars < <(sub_env "$dir" logs/reference "MAX_STEPS=$steps")
 id="$(submit_sub "$dir/reference.out" -N 2 "$SUB_DIR/example_pile.sub")"
 end_job "$id" 90
-if [[ "$JOB_STATE" != COMPLETED ]]; then
-  bad "the uninterrupted job $id ended $JOB_STATE, exit $JOB_EXIT"
-  show_tail "$dir/reference.out"
-  daemon_log_lines "$id"
+if ! job_completed "the uninterrupted job" "$id" "$dir/reference.out" \
+  "$ws/output/output-$id-0-0.txt"; then
   finish
   exit
 fi
