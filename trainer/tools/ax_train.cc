@@ -19,18 +19,17 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: ax-train --experiment NAME --data DIR --tokenizer spm.model --run-dir DIR\n"
-    "                [--set key=value]... [--device auto|cpu|cuda] [--max-steps N]\n"
+    "                [--set key=value]... [--device D] [--max-steps N]\n"
     "       ax-train sample --run-dir DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
-    "                [--top-k K] [--seed S] [--device auto|cpu|cuda]\n"
+    "                [--top-k K] [--seed S] [--device D]\n"
     "       ax-train --help | --help-config | --help-env | --list-experiments\n";
 
 constexpr const char* kHelp =
     "\n"
     "Trains the named experiment on token shards made by `ax-data tokenize`. The config is the\n"
-    "experiment, then every --set in order (keys: --help-config; the Pax names "
-    "PERCORE_BATCH_SIZE,\n"
-    "NUM_MICROBATCHES, ICI_MESH_SHAPE, DCN_MESH_SHAPE work too), then --data, --tokenizer and\n"
-    "--max-steps. The resolved config is printed and saved as RUN_DIR/config.json. A run\n"
+    "experiment, then every --set in order (keys: --help-config; the Pax names\n"
+    "PERCORE_BATCH_SIZE, NUM_MICROBATCHES, ICI_MESH_SHAPE, DCN_MESH_SHAPE, MAX_STEPS and\n"
+    "FPROP_DTYPE work too), then --data, --tokenizer and --max-steps. The resolved config is printed and saved as RUN_DIR/config.json. A run\n"
     "directory that holds a checkpoint is resumed from its newest one (bit-exact on CPU).\n"
     "Validation: data.validation_dir, or a sibling `val` or `validation` of the --data directory.\n"
     "\n"
@@ -40,7 +39,9 @@ constexpr const char* kHelp =
     "  --tokenizer FILE       the SentencePiece model the shards were made with\n"
     "  --run-dir DIR          checkpoints, config.json, metrics.jsonl, TensorBoard events\n"
     "  --set key=value        a config override; repeatable\n"
-    "  --device D             auto (CUDA when built and present, else CPU), cpu or cuda\n"
+    "  --device D             auto (CUDA device 0 when built and present, else the CPU), cpu,\n"
+    "                         cpu-bf16 (the CPU in the CUDA backend's bf16 dtype plan), cuda,\n"
+    "                         cuda:N; train.precision=float32|bfloat16 picks the dtype\n"
     "  --max-steps N          train.max_steps\n"
     "\n"
     "sample: prints the prompt and a continuation drawn from the newest checkpoint\n"
@@ -122,10 +123,10 @@ std::optional<int64_t> int_option(const Args& args, const std::string& name, int
   return v;
 }
 
-// "" when the --device value is one ax-train knows.
+// "" when the --device value is one ax-train knows (parse_device, the one parser of it).
 std::string device_error(const std::string& device) {
-  if (device == "auto" || device == "cpu" || device == "cuda") return "";
-  return str_cat("--device expects auto|cpu|cuda, got '", device, "'");
+  StatusOr<DeviceSpec> spec = parse_device(device);
+  return spec.ok() ? "" : spec.status().message();
 }
 
 int run_sample(int argc, char** argv) {

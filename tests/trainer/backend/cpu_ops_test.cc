@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ax/trainer/op_checks.h"
 #include "backend_test_util.h"
 
 namespace ax::train {
@@ -473,6 +474,57 @@ TEST(CpuOptimizer, AdamWMatchesTorchFormula) {
   expect_close(buf.read(params), rp, 2e-6, "params");
   expect_close(buf.read(m), rm, 2e-6, "m");
   expect_close(buf.read(v), rv, 2e-6, "v");
+}
+
+// ax's reference rounding for AdamW (what the CUDA kernel computes): every float operation
+// rounded on its own, no fused multiply-add. `volatile` stores each product, so this test's own
+// compiler cannot contract it either. The backend must give exactly these bits on every CPU.
+TEST(CpuOptimizer, AdamWRoundsEveryOperationAsTheCudaKernelDoes) {
+  std::mt19937 rng(81);
+  auto be = make_cpu_backend(2);
+  Buffers buf(*be);
+  const int n = 4099;  // the vector loops and their scalar tails
+  auto p = testing::normal(rng, n);
+  auto m0 = testing::normal(rng, n);
+  auto v0 = testing::normal(rng, n);
+  for (float& x : v0) x = x * x;
+  Tensor params = buf.f32({n}, p), grads = buf.f32({n}), m = buf.f32({n}, m0);
+  Tensor v = buf.f32({n}, v0);
+  std::vector<float> rp = p, rm = m0, rv = v0;
+  AdamWArgs args;
+  args.lr = 3e-3f;
+  args.weight_decay = 0.1f;
+  args.grad_scale = 0.7f;
+  for (int step = 1; step <= 3; ++step) {
+    auto g = testing::normal(rng, n);
+    buf.set(grads, g);
+    args.step = step;
+    be->adamw_update(params, grads, m, v, args);
+    const AdamWScalars s = adamw_scalars(args);
+    for (int i = 0; i < n; ++i) {
+      volatile float grad = s.grad_scale * g[i];
+      volatile float param = rp[i] * s.decay;
+      volatile float m_b1 = rm[i] * s.beta1, g_b1 = s.one_minus_beta1 * grad;
+      volatile float mi = m_b1 + g_b1;
+      volatile float g_b2 = s.one_minus_beta2 * grad;
+      volatile float g2_b2 = g_b2 * grad, v_b2 = rv[i] * s.beta2;
+      volatile float vi = v_b2 + g2_b2;
+      volatile float denom = std::sqrt(static_cast<float>(vi)) / s.bias2_sqrt;
+      volatile float denom_eps = denom + s.eps;
+      volatile float update = s.neg_step_size * mi;
+      volatile float quotient = update / denom_eps;
+      rp[i] = param + quotient;
+      rm[i] = mi;
+      rv[i] = vi;
+    }
+    const std::vector<float> got_p = buf.read(params), got_m = buf.read(m), got_v = buf.read(v);
+    int differ = 0;
+    for (int i = 0; i < n; ++i) {
+      differ += got_p[i] != rp[i] || got_m[i] != rm[i] || got_v[i] != rv[i] ? 1 : 0;
+    }
+    ASSERT_EQ(differ, 0) << "step " << step << ": " << differ << " of " << n
+                         << " elements differ from the per-operation rounding";
+  }
 }
 
 TEST(CpuBackend, SumSquaresCopyAndZero) {

@@ -279,6 +279,72 @@ TEST_P(GlooWorld, EveryCollectiveMatchesTheLocalReference) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorld, ::testing::Values(1, 2, 4));
 
+// bf16 buffers (the cpu-bf16 plan): sums in f32 rounded once to bf16, max and gathers exact.
+std::string check_bf16_collectives(Communicator& comm, int world) {
+  const int me = comm.rank();
+  constexpr int64_t n = 300;
+  // Values with 8 significant bits that do not add up exactly in bf16.
+  auto bf = [](int rank, int64_t i) {
+    return bf16_from_f32(1.0f + static_cast<float>((rank * 13 + i * 7) % 97) / 64.0f +
+                         static_cast<float>(i % 5) * 0.3f);
+  };
+  std::string errors;
+  std::vector<uint16_t> buf(n), gathered(static_cast<size_t>(world * n));
+  for (int64_t i = 0; i < n; ++i) buf[i] = bf(me, i);
+  Status s = comm.all_reduce(Tensor(buf.data(), DType::kBF16, {n}), ReduceOp::kSum);
+  if (!s.ok()) return "all_reduce bf16: " + s.to_string();
+  for (int64_t i = 0; i < n && errors.empty(); ++i) {
+    float sum = 0;
+    for (int g = 0; g < world; ++g) sum += f32_from_bf16(bf(g, i));
+    if (buf[i] != bf16_from_f32(sum)) errors += "all_reduce bf16[" + std::to_string(i) + "]; ";
+  }
+  std::vector<uint16_t> mine(n);
+  for (int64_t i = 0; i < n; ++i) mine[i] = bf(me, i + 1);
+  s = comm.all_gather(Tensor(gathered.data(), DType::kBF16, {world * n}),
+                      Tensor(mine.data(), DType::kBF16, {n}));
+  if (!s.ok()) return "all_gather bf16: " + s.to_string();
+  for (int g = 0; g < world && errors.empty(); ++g) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (gathered[g * n + i] != bf(g, i + 1)) {
+        errors += "all_gather bf16 block " + std::to_string(g) + "; ";
+        break;
+      }
+    }
+  }
+  std::vector<uint16_t> rs_in(static_cast<size_t>(world * n)), rs_out(n);
+  for (int64_t i = 0; i < world * n; ++i) rs_in[i] = bf(me, i);
+  s = comm.reduce_scatter(Tensor(rs_out.data(), DType::kBF16, {n}),
+                          Tensor(rs_in.data(), DType::kBF16, {world * n}));
+  if (!s.ok()) return "reduce_scatter bf16: " + s.to_string();
+  for (int64_t i = 0; i < n && errors.empty(); ++i) {
+    float sum = 0;
+    for (int g = 0; g < world; ++g) sum += f32_from_bf16(bf(g, me * n + i));
+    if (rs_out[i] != bf16_from_f32(sum)) errors += "reduce_scatter bf16; ";
+  }
+  for (int64_t i = 0; i < n; ++i) buf[i] = bf(me, i + 2);
+  s = comm.broadcast(Tensor(buf.data(), DType::kBF16, {n}), world - 1);
+  if (!s.ok()) return "broadcast bf16: " + s.to_string();
+  for (int64_t i = 0; i < n && errors.empty(); ++i) {
+    if (buf[i] != bf(world - 1, i + 2)) errors += "broadcast bf16; ";
+  }
+  return errors;
+}
+
+TEST(GlooCommunicator, Bf16BuffersSumInF32AndRoundOnce) {
+  for (int world : {1, 3}) {
+    auto outcomes = run_ranks(
+        world,
+        [world](int rank, std::shared_ptr<Store> store) -> std::string {
+          auto comm = make_gloo_communicator(store, "world", iota(world), rank, options());
+          if (!comm.ok()) return comm.status().to_string();
+          std::string errors = check_bf16_collectives(**comm, world);
+          return errors.empty() ? "OK" : errors;
+        },
+        120);
+    for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r].report, "OK") << world << " rank " << r;
+  }
+}
+
 TEST(GlooCommunicator, LargeBuffersOfAMillionFloats) {
   const int world = 4;
   const int64_t total = 1 << 20;

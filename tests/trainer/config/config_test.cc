@@ -350,6 +350,14 @@ TEST(ConfigOverrides, PaxNames) {
   EXPECT_EQ(c.train.max_steps, 100);
   ASSERT_TRUE(apply_override(&c, "mesh.ici=auto").ok());
   EXPECT_EQ(c.mesh.ici, "auto");
+  EXPECT_EQ(c.train.precision, "auto");
+  ASSERT_TRUE(apply_override(&c, "FPROP_DTYPE=float32").ok());
+  EXPECT_EQ(c.train.precision, "float32");
+  ASSERT_TRUE(apply_override(&c, "train.precision=bfloat16").ok());
+  EXPECT_EQ(c.train.precision, "bfloat16");
+  EXPECT_NE(override_error("FPROP_DTYPE=float16").find("auto, bfloat16, float32"),
+            std::string::npos)
+      << override_error("FPROP_DTYPE=float16");
 
   std::string message = override_error("NUM_MICROBATCHES=1.5");
   EXPECT_NE(message.find("'NUM_MICROBATCHES' (train.num_microbatches)"), std::string::npos)
@@ -517,7 +525,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 46);  // experiment + 45 keys
+  EXPECT_EQ(lines, 47);  // experiment + 46 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

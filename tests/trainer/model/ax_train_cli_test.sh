@@ -68,6 +68,14 @@ expect_output "model.nope"
 expect_status 2 "bad device" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device tpu
 expect_status 1 "cuda without a GPU or a CUDA build" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device cuda
 expect_output "no CUDA device"
+expect_status 1 "cuda:1 parses, but no GPU answers" -- "$axtrain" "${common[@]}" --run-dir "$work/r" \
+  --device cuda:1
+expect_output "no CUDA device"
+expect_status 2 "bad ordinal" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --device cuda:x
+expect_output "expected cuda:N"
+expect_status 1 "cpu-bf16 with float32" -- "$axtrain" "${common[@]}" --run-dir "$work/r" \
+  --device cpu-bf16 --set train.precision=float32
+expect_output "cpu-bf16 computes in bfloat16"
 expect_status 1 "missing tokenizer" -- "$axtrain" --experiment tiny-gpt --data "$work/shards/train" \
   --tokenizer "$work/none.model" --run-dir "$work/r"
 [[ $(wc -l <"$work/out") -eq 1 ]] || fail "a runtime error is one line"
@@ -87,6 +95,15 @@ ls "$run"/tensorboard/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBo
 expect_status 0 "sample" -- "$axtrain" sample --run-dir "$run" --prompt "The" --tokens 8 \
   --temperature 0
 expect_output "^The"
+expect_status 0 "sample in the bf16 plan" -- "$axtrain" sample --run-dir "$run" --prompt "The" \
+  --tokens 8 --temperature 0 --device cpu-bf16
+expect_output "^The"
+
+# The CUDA backend's bf16 dtype plan on the CPU: the same run goes on with bf16 activations.
+expect_status 0 "train on cpu-bf16" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 8 \
+  --device cpu-bf16
+expect_output "device: cpu-bf16"
+expect_output "step 8/8 | loss"
 
 # A model change on resume is refused, naming the key.
 expect_status 1 "model change" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 8 \

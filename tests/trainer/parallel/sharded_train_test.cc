@@ -1,5 +1,6 @@
 // Sharded training on CPU ranks: real processes (fork), Gloo over the TCP store, the real train
-// loop. Every layout of the mesh trains the same losses as one process (fp32, 1e-5 relative);
+// loop. Every layout of the mesh trains the same losses as one process (fp32, 1e-5 relative; in
+// the CUDA backend's bf16 dtype plan, cpu-bf16, within kBf16LayoutTolerance);
 // a checkpoint written on one layout resumes on another with the same losses; a rank that dies
 // or stops makes the others fail promptly, naming it.
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ax/trainer/train_loop.h"
@@ -76,7 +78,7 @@ std::string slurp(const std::string& path) {
 
 // Trains `config` in run_dir on layout.world() forked ranks; rank 0 writes each step's loss.
 RunResult run_ranks(const Config& config, const Layout& layout, const std::string& run_dir,
-                    const Fault& fault = {}) {
+                    const Fault& fault = {}, const std::string& device = "cpu") {
   const std::string coordinator = "127.0.0.1:" + std::to_string(free_port());
   const std::string losses_path = run_dir + ".losses";
   fs::create_directories(fs::path(run_dir).parent_path());
@@ -102,7 +104,7 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
       ctx.coordinator = coordinator;
       std::ostringstream out;
       TrainOptions options;
-      options.device = "cpu";
+      options.device = device;
       options.threads = 1;
       options.out = &out;
       options.context = ctx;
@@ -149,13 +151,19 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
 }
 
 void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want,
-                        size_t first_step, const std::string& what) {
+                        size_t first_step, const std::string& what, double tolerance = 1e-5) {
   ASSERT_GE(got.size() + first_step, want.size()) << what;
   for (size_t i = first_step; i < want.size(); ++i) {
     const double g = got[i - first_step], w = want[i];
-    EXPECT_NEAR(g, w, 1e-5 * std::abs(w)) << what << ": step " << i + 1;
+    EXPECT_NEAR(g, w, tolerance * std::abs(w)) << what << ": step " << i + 1;
   }
 }
+
+// cpu-bf16: a layout changes where bf16 roundings happen (tensor-parallel partial sums are
+// rounded before they are added, a data-parallel replica's GEMMs see fewer rows), so losses of
+// different layouts differ by bf16 noise, not by f32 noise. Measured worst case over the layouts
+// below, 5 steps of tiny-gpt and tiny-llama: see docs/cuda-backend.md "The bf16 plan on the CPU".
+constexpr double kBf16LayoutTolerance = 2e-4;
 
 std::vector<std::string> base_overrides(const std::string& experiment) {
   std::vector<std::string> o = {"train.global_batch=8", "train.max_steps=5", "train.eval_every=0",
@@ -169,40 +177,51 @@ std::vector<std::string> base_overrides(const std::string& experiment) {
   return o;
 }
 
-class ShardedEquivalence : public ::testing::TestWithParam<std::string> {};
+// (experiment, device): device "cpu" (f32) or "cpu-bf16" (the CUDA backend's dtype plan).
+class ShardedEquivalence
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ShardedEquivalence, EveryLayoutTrainsTheLossesOfOneProcess) {
-  const std::string experiment = GetParam();
+  const auto& [experiment, device] = GetParam();
+  const double tolerance = device == "cpu" ? 1e-5 : kBf16LayoutTolerance;
   const Config config = corpus_config(experiment, base_overrides(experiment));
-  const std::string root = data::testing::temp_dir("sharded-" + experiment);
-  RunResult one = run_ranks(config, {1, 1, 1}, root + "/one");
+  const std::string root = data::testing::temp_dir("sharded-" + experiment + "-" + device);
+  RunResult one = run_ranks(config, {1, 1, 1}, root + "/one", {}, device);
   ASSERT_EQ(one.exit_codes[0], 0) << one.errs[0];
   ASSERT_EQ(one.losses.size(), 5u);
+  double worst = 0;
+  auto check = [&](const RunResult& r, const std::string& what) {
+    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+      EXPECT_EQ(r.exit_codes[k], 0) << what << " rank " << k << ": " << r.errs[k];
+    }
+    EXPECT_EQ(r.losses.size(), 5u) << what;
+    expect_same_losses(r.losses, one.losses, 0, experiment + " " + device + " " + what, tolerance);
+    for (size_t i = 0; i < std::min(r.losses.size(), one.losses.size()); ++i) {
+      worst = std::max(worst, std::abs(r.losses[i] - one.losses[i]) / std::abs(one.losses[i]));
+    }
+  };
   for (const Layout& layout : std::vector<Layout>{
            {4, 1, 1}, {1, 4, 1}, {2, 1, 2}, {2, 2, 1}, {1, 2, 2}, {1, 1, 4}}) {
-    RunResult r = run_ranks(config, layout, root + "/" + layout.name());
-    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
-      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
-    }
-    EXPECT_EQ(r.losses.size(), 5u) << layout.name();
-    expect_same_losses(r.losses, one.losses, 0, experiment + " " + layout.name());
+    check(run_ranks(config, layout, root + "/" + layout.name(), {}, device), layout.name());
   }
   // FSDP without the prefetch thread (every gather waits; the layouts above prefetch).
   Config prefetch = config;
   ASSERT_TRUE(apply_override(&prefetch, "train.fsdp_prefetch=false").ok());
   for (const Layout& layout : std::vector<Layout>{{1, 4, 1}, {1, 2, 2}}) {
-    RunResult r = run_ranks(prefetch, layout, root + "/no_prefetch_" + layout.name());
-    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
-      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
-    }
-    expect_same_losses(r.losses, one.losses, 0, experiment + " no prefetch " + layout.name());
+    check(run_ranks(prefetch, layout, root + "/no_prefetch_" + layout.name(), {}, device),
+          "no prefetch " + layout.name());
   }
+  std::printf("%s on %s: largest relative loss difference to one process %.3g\n",
+              experiment.c_str(), device.c_str(), worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence, ::testing::Values("tiny-gpt", "tiny-llama"),
+INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
+                         ::testing::Combine(::testing::Values("tiny-gpt", "tiny-llama"),
+                                            ::testing::Values("cpu", "cpu-bf16")),
                          [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
+                           std::string n =
+                               std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& c : n) c = (c == '-') ? '_' : c;
                            return n;
                          });
 

@@ -21,21 +21,14 @@ struct AttnDims {
   float scale;
 };
 
-AttnDims attention_dims(const Tensor& qkv, int num_heads, int num_kv_heads, const char* op) {
-  expect_dtype(qkv, DType::kF32, op, "qkv");
-  AX_CHECK(qkv.ndim == 3 && num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0)
-      << op << ": qkv " << qkv.shape_string() << " with " << num_heads << " heads and "
-      << num_kv_heads << " kv heads";
-  int64_t heads = num_heads + 2 * num_kv_heads;
-  AX_CHECK_EQ(qkv.dim(2) % heads, 0)
-      << op << ": qkv " << qkv.shape_string() << " is not " << heads << " heads";
+AttnDims attention_dims(HeadDims h, int num_heads, int num_kv_heads) {
   AttnDims d;
-  d.B = qkv.dim(0);
-  d.T = qkv.dim(1);
+  d.B = h.B;
+  d.T = h.T;
   d.NH = num_heads;
   d.KVH = num_kv_heads;
-  d.R = qkv.dim(2);
-  d.HD = d.R / heads;
+  d.R = h.R;
+  d.HD = h.HD;
   d.OC = d.NH * d.HD;
   d.group = d.NH / d.KVH;
   d.scale = 1.0f / std::sqrt(static_cast<float>(d.HD));
@@ -90,10 +83,9 @@ void softmax_grad_rows(float* P, float* dP, int64_t rows, int64_t keys, int64_t 
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
                                    int num_kv_heads, bool causal) {
   // out (B, T, NH·HD), lse (B, NH, T), qkv (B, T, (NH + 2·KVH)·HD).
-  constexpr const char* kOp = "attention_forward";
-  AttnDims d = attention_dims(qkv, num_heads, num_kv_heads, kOp);
-  expect_shape(out, DType::kF32, {d.B, d.T, d.OC}, kOp, "out");
-  expect_shape(lse, DType::kF32, {d.B, d.NH, d.T}, kOp, "lse");
+  AttnDims d = attention_dims(
+      check_attention_forward(kPlan, out, lse, qkv, num_heads, num_kv_heads), num_heads,
+      num_kv_heads);
   const float* x = qkv.as<float>();
   float* o = out.as<float>();
   float* l = lse.as<float>();
@@ -121,12 +113,9 @@ void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor
                                     int num_heads, int num_kv_heads, bool causal) {
   // dqkv (B, T, (NH + 2·KVH)·HD), dout (B, T, NH·HD), out (B, T, NH·HD), lse (B, NH, T),
   // qkv (B, T, (NH + 2·KVH)·HD).
-  constexpr const char* kOp = "attention_backward";
-  AttnDims d = attention_dims(qkv, num_heads, num_kv_heads, kOp);
-  expect_shape(dqkv, DType::kF32, {d.B, d.T, d.R}, kOp, "dqkv");
-  expect_shape(dout, DType::kF32, {d.B, d.T, d.OC}, kOp, "dout");
-  expect_shape(out, DType::kF32, {d.B, d.T, d.OC}, kOp, "out");
-  expect_shape(lse, DType::kF32, {d.B, d.NH, d.T}, kOp, "lse");
+  AttnDims d = attention_dims(
+      check_attention_backward(kPlan, dqkv, dout, out, lse, qkv, num_heads, num_kv_heads),
+      num_heads, num_kv_heads);
   const float* x = qkv.as<float>();
   const float* o = out.as<float>();
   const float* dy = dout.as<float>();

@@ -28,40 +28,6 @@ int64_t row_grain(int64_t cols) {
   return std::max<int64_t>(1, kRowGrain / std::max<int64_t>(cols, 1));
 }
 
-// bf16 <-> f32: bf16 is the top half of an f32; rounding to nearest even, NaN stays NaN.
-uint16_t f32_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float bf16_to_f32(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// torch.optim.AdamW (torch 1.13, single-tensor path) in the same float operations and order:
-//   p *= 1 - lr·wd;  m = m·b1 + (1-b1)·g;  v = v·b2 + ((1-b2)·g)·g;
-//   p += (-lr/bc1 · m) / (sqrt(v)/sqrt(bc2) + eps).
-AX_CPU_KERNEL
-void adamw_kernel(float* __restrict p, const float* __restrict g, float* __restrict m,
-                  float* __restrict v, int64_t n, AdamWScalars s) {
-  for (int64_t i = 0; i < n; ++i) {
-    float grad = s.grad_scale * g[i];
-    float param = p[i] * s.decay;
-    float mi = m[i] * s.beta1 + s.one_minus_beta1 * grad;
-    float vi = v[i] * s.beta2 + (s.one_minus_beta2 * grad) * grad;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = std::sqrt(vi) / s.bias2_sqrt + s.eps;
-    p[i] = param + (s.neg_step_size * mi) / denom;
-  }
-}
-
 AX_CPU_KERNEL
 double sum_squares_kernel(const float* x, int64_t n) {
   constexpr int kL = 8;
@@ -153,13 +119,13 @@ void CpuBackend::copy(Tensor dst, Tensor src) {
     uint16_t* d = dst.as<uint16_t>();
     const float* s = src.as<float>();
     pool_.parallel_for(n, kRowGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) d[i] = f32_to_bf16(s[i]);
+      for (int64_t i = b; i < e; ++i) d[i] = bf16_from_f32(s[i]);
     });
   } else if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16) {
     float* d = dst.as<float>();
     const uint16_t* s = src.as<uint16_t>();
     pool_.parallel_for(n, kRowGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) d[i] = bf16_to_f32(s[i]);
+      for (int64_t i = b; i < e; ++i) d[i] = f32_from_bf16(s[i]);
     });
   } else {
     AX_CHECK(false) << "copy: no cast from " << src.shape_string() << " to " << dst.shape_string();
@@ -209,16 +175,10 @@ float* CpuBackend::scratch(int thread, size_t floats) {
 
 void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   // out (N, OC), inp (N, C), weight (OC, C), bias (OC) or empty.
-  constexpr const char* kOp = "matmul_forward";
-  expect_dtype(weight, DType::kF32, kOp, "weight");
-  AX_CHECK_EQ(weight.ndim, 2) << kOp << ": weight is " << weight.shape_string();
-  int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.rows();
-  expect_matrix(inp, N, C, kOp, "inp");
-  expect_matrix(out, N, OC, kOp, "out");
+  auto [N, C, OC] = check_matmul_forward(kPlan, out, inp, weight, bias);
   float* o = out.as<float>();
   float beta = 0;
   if (!bias.empty()) {
-    expect_shape(bias, DType::kF32, {OC}, kOp, "bias");
     const float* b = bias.as<float>();
     pool_.parallel_for(N, row_grain(OC), [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) std::memcpy(o + n * OC, b, OC * sizeof(float));
@@ -233,23 +193,15 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
                                  Tensor weight) {
   // dinp (N, C) or empty, dweight (OC, C), dbias (OC) or empty, dout (N, OC), inp (N, C),
   // weight (OC, C).
-  constexpr const char* kOp = "matmul_backward";
-  expect_dtype(weight, DType::kF32, kOp, "weight");
-  AX_CHECK_EQ(weight.ndim, 2) << kOp << ": weight is " << weight.shape_string();
-  int64_t OC = weight.dim(0), C = weight.dim(1), N = inp.rows();
-  expect_matrix(inp, N, C, kOp, "inp");
-  expect_matrix(dout, N, OC, kOp, "dout");
-  expect_shape(dweight, DType::kF32, {OC, C}, kOp, "dweight");
+  auto [N, C, OC] = check_matmul_backward(kPlan, dinp, dweight, dbias, dout, inp, weight);
   const float* dy = dout.as<float>();
   if (!dinp.empty()) {
-    expect_matrix(dinp, N, C, kOp, "dinp");
     gemm_parallel({Trans::kNo, Trans::kNo, N, C, OC, 1, dy, OC, weight.as<float>(), C, 1,
                    dinp.as<float>(), C});
   }
   gemm_parallel({Trans::kYes, Trans::kNo, OC, C, N, 1, dy, OC, inp.as<float>(), C, 1,
                  dweight.as<float>(), C});
   if (!dbias.empty()) {
-    expect_shape(dbias, DType::kF32, {OC}, kOp, "dbias");
     float* db = dbias.as<float>();
     // Column blocks: each thread sums its columns over all rows in order (deterministic).
     pool_.parallel_for(OC, 64, [&](int64_t o0, int64_t o1) {
@@ -262,11 +214,7 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
 }
 
 void CpuBackend::add_forward(Tensor out, Tensor a, Tensor b) {
-  constexpr const char* kOp = "add_forward";
-  int64_t rows = out.rows(), cols = out.cols();
-  expect_matrix(out, rows, cols, kOp, "out");
-  expect_matrix(a, rows, cols, kOp, "a");
-  expect_matrix(b, rows, cols, kOp, "b");
+  check_add(kPlan, out, a, b);
   float* o = out.as<float>();
   const float* pa = a.as<float>();
   const float* pb = b.as<float>();
@@ -277,9 +225,9 @@ void CpuBackend::add_forward(Tensor out, Tensor a, Tensor b) {
 
 double CpuBackend::sum_squares(Tensor x) {
   constexpr int64_t kChunk = 1 << 16;  // fixed chunks: the same sum for any thread count
-  expect_dtype(x, DType::kF32, "sum_squares", "x");
+  const int64_t n = check_sum_squares(x);
   const float* p = x.as<float>();
-  int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   if (static_cast<int64_t>(partials_.size()) < chunks) partials_.resize(chunks);
   pool_.run(chunks, [&](int64_t c, int) {
     int64_t b = c * kChunk;
@@ -288,26 +236,6 @@ double CpuBackend::sum_squares(Tensor x) {
   double s = 0;
   for (int64_t c = 0; c < chunks; ++c) s += partials_[c];
   return s;
-}
-
-void CpuBackend::adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
-                              const AdamWArgs& args) {
-  constexpr const char* kOp = "adamw_update";
-  expect_dtype(params, DType::kF32, kOp, "params");
-  int64_t n = params.numel();
-  for (auto [t, name] : {std::pair{&grads, "grads"}, {&m, "m"}, {&v, "v"}}) {
-    expect_dtype(*t, DType::kF32, kOp, name);
-    AX_CHECK_EQ(t->numel(), n) << kOp << ": " << name << " is " << t->shape_string() << ", params "
-                               << params.shape_string();
-  }
-  const AdamWScalars s = adamw_scalars(args);
-  float* p = params.as<float>();
-  const float* g = grads.as<float>();
-  float* pm = m.as<float>();
-  float* pv = v.as<float>();
-  pool_.parallel_for(n, kRowGrain, [&](int64_t b, int64_t e) {
-    adamw_kernel(p + b, g + b, pm + b, pv + b, e - b, s);
-  });
 }
 
 }  // namespace cpu

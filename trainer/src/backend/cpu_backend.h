@@ -17,13 +17,8 @@
 
 namespace ax::train::cpu {
 
-// Shape checks shared by the ops (ax/trainer/op_checks.h); every matrix here is f32.
-using ax::train::expect_dtype;
-using ax::train::expect_shape;
-inline void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op,
-                          const char* arg) {
-  ax::train::expect_matrix(t, DType::kF32, rows, cols, op, arg);
-}
+// Every view here is f32 (ax/trainer/op_checks.h's plan with f32 activations).
+inline constexpr DTypePlan kPlan{DType::kF32};
 
 class CpuBackend final : public Backend {
  public:

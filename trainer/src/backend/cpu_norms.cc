@@ -124,34 +124,12 @@ void rmsnorm_backward_rows(float* dinp, const float* dout, const float* inp, con
   }
 }
 
-// Checks an embedding op's views and returns its sizes; `table`/`pos` are wte/wpe or their
-// gradients, `acts` is out or dout.
-struct EmbeddingDims {
-  int64_t B, T, Vp, C;
-};
-EmbeddingDims embedding_dims(Tensor tokens, Tensor table, Tensor pos, Tensor acts, const char* op,
-                             const char* table_name, const char* pos_name, const char* acts_name) {
-  expect_dtype(tokens, DType::kI32, op, "tokens");
-  AX_CHECK_EQ(tokens.ndim, 2) << op << ": tokens is " << tokens.shape_string();
-  expect_dtype(table, DType::kF32, op, table_name);
-  AX_CHECK_EQ(table.ndim, 2) << op << ": " << table_name << " is " << table.shape_string();
-  EmbeddingDims d{tokens.dim(0), tokens.dim(1), table.dim(0), table.dim(1)};
-  expect_shape(acts, DType::kF32, {d.B, d.T, d.C}, op, acts_name);
-  if (!pos.empty()) {
-    expect_dtype(pos, DType::kF32, op, pos_name);
-    AX_CHECK(pos.ndim == 2 && pos.dim(0) >= d.T && pos.dim(1) == d.C)
-        << op << ": " << pos_name << " is " << pos.shape_string() << " for T=" << d.T
-        << ", C=" << d.C;
-  }
-  return d;
-}
-
 }  // namespace
 
 void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
   // out (B, T, C), tokens (B, T) i32, wte (Vp, C), wpe (maxT, C) or empty.
   constexpr const char* kOp = "embedding_forward";
-  auto [B, T, Vp, C] = embedding_dims(tokens, wte, wpe, out, kOp, "wte", "wpe", "out");
+  auto [B, T, Vp, C] = check_embedding_forward(kPlan, out, tokens, wte, wpe);
   const float* pos = wpe.empty() ? nullptr : wpe.as<float>();
   const int32_t* tok = tokens.as<int32_t>();
   const float* table = wte.as<float>();
@@ -183,7 +161,7 @@ void CpuBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor
 void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
   // dwte (Vp, C), dwpe (maxT, C) or empty, dout (B, T, C), tokens (B, T) i32.
   constexpr const char* kOp = "embedding_backward";
-  auto [B, T, Vp, C] = embedding_dims(tokens, dwte, dwpe, dout, kOp, "dwte", "dwpe", "dout");
+  auto [B, T, Vp, C] = check_embedding_backward(kPlan, dwte, dwpe, dout, tokens);
   const int32_t* tok = tokens.as<int32_t>();
   const float* dy = dout.as<float>();
   float* dtable = dwte.as<float>();
@@ -213,18 +191,8 @@ void CpuBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tenso
 void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                                    Tensor bias, float eps) {
   // out (N, C), mean (N), rstd (N), inp (N, C), weight (C), bias (C) or empty.
-  constexpr const char* kOp = "layernorm_forward";
-  int64_t N = inp.rows(), C = inp.cols();
-  expect_matrix(inp, N, C, kOp, "inp");
-  expect_matrix(out, N, C, kOp, "out");
-  expect_shape(mean, DType::kF32, {N}, kOp, "mean");
-  expect_shape(rstd, DType::kF32, {N}, kOp, "rstd");
-  expect_shape(weight, DType::kF32, {C}, kOp, "weight");
-  const float* b = nullptr;
-  if (!bias.empty()) {
-    expect_shape(bias, DType::kF32, {C}, kOp, "bias");
-    b = bias.as<float>();
-  }
+  auto [N, C] = check_layernorm_forward(kPlan, out, mean, rstd, inp, weight, bias);
+  const float* b = bias.empty() ? nullptr : bias.as<float>();
   pool_.parallel_for(N, rows_per_chunk(C), [&](int64_t n0, int64_t n1) {
     layernorm_forward_rows(out.as<float>(), mean.as<float>(), rstd.as<float>(), inp.as<float>(),
                            weight.as<float>(), b, n0, n1, C, eps);
@@ -235,20 +203,9 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
                                     Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
   // dinp (N, C), dweight (C), dbias (C) or empty, dout (N, C), inp (N, C), weight (C),
   // mean (N), rstd (N).
-  constexpr const char* kOp = "layernorm_backward";
-  int64_t N = inp.rows(), C = inp.cols();
-  expect_matrix(inp, N, C, kOp, "inp");
-  expect_matrix(dout, N, C, kOp, "dout");
-  expect_matrix(dinp, N, C, kOp, "dinp");
-  expect_shape(weight, DType::kF32, {C}, kOp, "weight");
-  expect_shape(dweight, DType::kF32, {C}, kOp, "dweight");
-  expect_shape(mean, DType::kF32, {N}, kOp, "mean");
-  expect_shape(rstd, DType::kF32, {N}, kOp, "rstd");
-  float* db = nullptr;
-  if (!dbias.empty()) {
-    expect_shape(dbias, DType::kF32, {C}, kOp, "dbias");
-    db = dbias.as<float>();
-  }
+  auto [N, C] =
+      check_layernorm_backward(kPlan, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  float* db = dbias.empty() ? nullptr : dbias.as<float>();
   pool_.parallel_for(N, rows_per_chunk(C), [&](int64_t n0, int64_t n1) {
     layernorm_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), weight.as<float>(),
                             mean.as<float>(), rstd.as<float>(), n0, n1, C);
@@ -261,12 +218,7 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
 
 void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
   // out (N, C), rstd (N), inp (N, C), weight (C).
-  constexpr const char* kOp = "rmsnorm_forward";
-  int64_t N = inp.rows(), C = inp.cols();
-  expect_matrix(inp, N, C, kOp, "inp");
-  expect_matrix(out, N, C, kOp, "out");
-  expect_shape(rstd, DType::kF32, {N}, kOp, "rstd");
-  expect_shape(weight, DType::kF32, {C}, kOp, "weight");
+  auto [N, C] = check_rmsnorm_forward(kPlan, out, rstd, inp, weight);
   pool_.parallel_for(N, rows_per_chunk(C), [&](int64_t n0, int64_t n1) {
     rmsnorm_forward_rows(out.as<float>(), rstd.as<float>(), inp.as<float>(), weight.as<float>(), n0,
                          n1, C, eps);
@@ -276,14 +228,7 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor wei
 void CpuBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp,
                                   Tensor weight, Tensor rstd) {
   // dinp (N, C), dweight (C), dout (N, C), inp (N, C), weight (C), rstd (N).
-  constexpr const char* kOp = "rmsnorm_backward";
-  int64_t N = inp.rows(), C = inp.cols();
-  expect_matrix(inp, N, C, kOp, "inp");
-  expect_matrix(dout, N, C, kOp, "dout");
-  expect_matrix(dinp, N, C, kOp, "dinp");
-  expect_shape(weight, DType::kF32, {C}, kOp, "weight");
-  expect_shape(dweight, DType::kF32, {C}, kOp, "dweight");
-  expect_shape(rstd, DType::kF32, {N}, kOp, "rstd");
+  auto [N, C] = check_rmsnorm_backward(kPlan, dinp, dweight, dout, inp, weight, rstd);
   pool_.parallel_for(N, rows_per_chunk(C), [&](int64_t n0, int64_t n1) {
     rmsnorm_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), weight.as<float>(),
                           rstd.as<float>(), n0, n1, C);

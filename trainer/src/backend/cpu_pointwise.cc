@@ -132,19 +132,14 @@ void rope_rotate(float* y, const float* x, const float* cos_t, const float* sin_
 }  // namespace
 
 void CpuBackend::gelu_forward(Tensor out, Tensor inp) {
-  int64_t rows = inp.rows(), cols = inp.cols();
-  expect_matrix(inp, rows, cols, "gelu_forward", "inp");
-  expect_matrix(out, rows, cols, "gelu_forward", "out");
+  check_gelu_forward(kPlan, out, inp);
   pool_.parallel_for(inp.numel(), kGrain, [&](int64_t i0, int64_t i1) {
     gelu_forward_kernel(out.as<float>() + i0, inp.as<float>() + i0, i1 - i0);
   });
 }
 
 void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
-  int64_t rows = inp.rows(), cols = inp.cols();
-  expect_matrix(inp, rows, cols, "gelu_backward", "inp");
-  expect_matrix(dout, rows, cols, "gelu_backward", "dout");
-  expect_matrix(dinp, rows, cols, "gelu_backward", "dinp");
+  check_gelu_backward(kPlan, dinp, dout, inp);
   pool_.parallel_for(inp.numel(), kGrain, [&](int64_t i0, int64_t i1) {
     gelu_backward_kernel(dinp.as<float>() + i0, dout.as<float>() + i0, inp.as<float>() + i0,
                          i1 - i0);
@@ -153,9 +148,7 @@ void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
 
 void CpuBackend::swiglu_forward(Tensor out, Tensor inp) {
   // out (N, F), inp (N, 2F).
-  int64_t N = out.rows(), F = out.cols();
-  expect_matrix(out, N, F, "swiglu_forward", "out");
-  expect_matrix(inp, N, 2 * F, "swiglu_forward", "inp");
+  auto [N, F] = check_swiglu_forward(kPlan, out, inp);
   pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
     swiglu_forward_rows(out.as<float>(), inp.as<float>(), n0, n1, F);
   });
@@ -163,10 +156,7 @@ void CpuBackend::swiglu_forward(Tensor out, Tensor inp) {
 
 void CpuBackend::swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   // dinp (N, 2F), dout (N, F), inp (N, 2F).
-  int64_t N = dout.rows(), F = dout.cols();
-  expect_matrix(dout, N, F, "swiglu_backward", "dout");
-  expect_matrix(inp, N, 2 * F, "swiglu_backward", "inp");
-  expect_matrix(dinp, N, 2 * F, "swiglu_backward", "dinp");
+  auto [N, F] = check_swiglu_backward(kPlan, dinp, dout, inp);
   pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
     swiglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
   });
@@ -190,29 +180,10 @@ void CpuBackend::update_rope_table(int64_t T, int64_t head_dim, float theta) {
   rope_theta_ = theta;
 }
 
-namespace {
-struct RopeDims {
-  int64_t B, T, R, HD;
-};
-
-RopeDims rope_dims(const Tensor& t, int num_heads, int num_kv_heads, const char* op,
-                   const char* arg) {
-  expect_dtype(t, DType::kF32, op, arg);
-  AX_CHECK(t.ndim == 3 && num_heads > 0 && num_kv_heads > 0)
-      << op << ": " << arg << " is " << t.shape_string() << ", expected (B, T, (NH+2*KVH)*HD)";
-  int64_t heads = num_heads + 2 * num_kv_heads, R = t.dim(2);
-  AX_CHECK(R % heads == 0 && (R / heads) % 2 == 0)
-      << op << ": " << arg << " is " << t.shape_string() << ", not " << heads
-      << " heads of an even head_dim";
-  return {t.dim(0), t.dim(1), R, R / heads};
-}
-}  // namespace
-
 void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
                               float theta) {
   // out, inp (B, T, (NH + 2·KVH)·HD): query and key heads rotated, value heads copied.
-  auto d = rope_dims(inp, num_heads, num_kv_heads, "rope_forward", "inp");
-  expect_shape(out, DType::kF32, {d.B, d.T, d.R}, "rope_forward", "out");
+  auto d = check_rope(kPlan, out, inp, num_heads, num_kv_heads, "rope_forward", "out", "inp");
   update_rope_table(d.T, d.HD, theta);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* x = inp.as<float>();
@@ -233,8 +204,8 @@ void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_
 void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
                                float theta) {
   // dinp, dout (B, T, (NH + 2·KVH)·HD).
-  auto d = rope_dims(dout, num_heads, num_kv_heads, "rope_backward", "dout");
-  expect_shape(dinp, DType::kF32, {d.B, d.T, d.R}, "rope_backward", "dinp");
+  auto d =
+      check_rope(kPlan, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
   update_rope_table(d.T, d.HD, theta);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* dy = dout.as<float>();
@@ -252,12 +223,7 @@ void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_
 void CpuBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) {
   // losses (N), logits (N, Vp), targets (N) i32.
   constexpr const char* kOp = "cross_entropy_forward";
-  int64_t N = logits.rows(), Vp = logits.cols();
-  expect_matrix(logits, N, Vp, kOp, "logits");
-  expect_shape(losses, DType::kF32, {N}, kOp, "losses");
-  expect_dtype(targets, DType::kI32, kOp, "targets");
-  AX_CHECK_EQ(targets.numel(), N) << kOp << ": targets is " << targets.shape_string();
-  AX_CHECK(V > 0 && V <= Vp) << kOp << ": V=" << V << " for logits " << logits.shape_string();
+  auto [N, Vp] = check_cross_entropy_forward(kPlan, losses, logits, targets, V);
   const int32_t* tgt = targets.as<int32_t>();
   for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
   pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
@@ -269,12 +235,7 @@ void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor ta
                                         float dloss) {
   // dlogits (N, Vp) (may be logits itself), logits (N, Vp), targets (N) i32.
   constexpr const char* kOp = "cross_entropy_backward";
-  int64_t N = logits.rows(), Vp = logits.cols();
-  expect_matrix(logits, N, Vp, kOp, "logits");
-  expect_matrix(dlogits, N, Vp, kOp, "dlogits");
-  expect_dtype(targets, DType::kI32, kOp, "targets");
-  AX_CHECK_EQ(targets.numel(), N) << kOp << ": targets is " << targets.shape_string();
-  AX_CHECK(V > 0 && V <= Vp) << kOp << ": V=" << V << " for logits " << logits.shape_string();
+  auto [N, Vp] = check_cross_entropy_backward(kPlan, dlogits, logits, targets, V);
   const int32_t* tgt = targets.as<int32_t>();
   for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
   pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
@@ -285,9 +246,7 @@ void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor ta
 // ---- Vocabulary-parallel cross-entropy (one shard of the columns) ----
 
 void CpuBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
-  constexpr const char* kOp = "ce_shard_max";
-  auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, Tensor(), v_count, kOp);
-  expect_shape(rowmax, DType::kF32, {N}, kOp, "rowmax");
+  auto [N, Vl] = check_ce_shard_max(kPlan, rowmax, logits, v_count);
   const float* x = logits.as<float>();
   float* m = rowmax.as<float>();
   pool_.parallel_for(N, rows_per_chunk(std::max<int64_t>(v_count, 1)), [&](int64_t n0, int64_t n1) {
@@ -299,10 +258,7 @@ void CpuBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
 
 void CpuBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
                                int64_t v_begin, int64_t v_count) {
-  constexpr const char* kOp = "ce_shard_sums";
-  auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, targets, v_count, kOp);
-  expect_shape(sums, DType::kF32, {N, 2}, kOp, "sums");
-  expect_shape(rowmax, DType::kF32, {N}, kOp, "rowmax");
+  auto [N, Vl] = check_ce_shard_sums(kPlan, sums, logits, rowmax, targets, v_count);
   const float* x = logits.as<float>();
   const float* m = rowmax.as<float>();
   const int32_t* tgt = targets.as<int32_t>();
@@ -319,10 +275,7 @@ void CpuBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor
 
 void CpuBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                    int64_t v_begin, int64_t v_count, float dloss) {
-  constexpr const char* kOp = "ce_shard_backward";
-  auto [N, Vl] = expect_vocab_shard(logits, DType::kF32, targets, v_count, kOp);
-  expect_matrix(dlogits, N, Vl, kOp, "dlogits");
-  expect_shape(lse, DType::kF32, {N}, kOp, "lse");
+  auto [N, Vl] = check_ce_shard_backward(kPlan, dlogits, logits, lse, targets, v_count);
   const float* x = logits.as<float>();
   const float* l = lse.as<float>();
   const int32_t* tgt = targets.as<int32_t>();

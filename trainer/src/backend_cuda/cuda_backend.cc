@@ -182,20 +182,13 @@ const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, float theta) {
 }
 
 double CudaBackend::sum_squares(Tensor x) {
-  AX_CHECK(!x.empty() && x.dtype == DType::kF32)
-      << "sum_squares: x is " << x.shape_string() << ", expected f32";
-  return cuda::sum_squares(x.as<float>(), x.numel(), sum_scratch_, stream_);
+  const int64_t n = check_sum_squares(x);
+  return cuda::sum_squares(x.as<float>(), n, sum_scratch_, stream_);
 }
 
 void CudaBackend::adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
                                const AdamWArgs& args) {
-  constexpr const char* kOp = "adamw_update";
-  int64_t n = params.numel();
-  for (auto [t, name] : {std::pair{&params, "params"}, {&grads, "grads"}, {&m, "m"}, {&v, "v"}}) {
-    AX_CHECK(!t->empty() && t->dtype == DType::kF32 && t->numel() == n)
-        << kOp << ": " << name << " is " << t->shape_string() << ", params "
-        << params.shape_string();
-  }
+  const int64_t n = check_adamw_update(params, grads, m, v);
   const AdamWScalars s = adamw_scalars(args);
   cuda::adamw_update(params.as<float>(), grads.as<float>(), m.as<float>(), v.as<float>(), n, s,
                      stream_);
@@ -212,7 +205,7 @@ int cuda_device_count() {
   return n;
 }
 
-StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
+StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, DType act) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
@@ -223,6 +216,10 @@ StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   if (device < 0 || device >= n) {
     return InvalidArgument("CUDA device ", device, " does not exist: ", n,
                            n == 1 ? " device answers" : " devices answer");
+  }
+  if (act != DType::kBF16) {
+    return Unimplemented("CUDA backend with ", dtype_name(act),
+                         " activations: its kernels take bf16 only so far");
   }
   AX_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> be, cuda::CudaBackend::create(device));
   return std::unique_ptr<Backend>(std::move(be));

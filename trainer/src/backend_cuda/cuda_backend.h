@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ax/trainer/backend.h"
+#include "ax/trainer/op_checks.h"
 #include "cuda_matmul.h"
 
 namespace ax::train::cuda {
@@ -21,7 +22,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return name_; }
-  DType compute_dtype() const override { return DType::kBF16; }
+  DType compute_dtype() const override { return plan_.act; }
   double peak_flops() const override { return peak_flops_; }
   void* native_stream() const override { return stream_; }
   int device_ordinal() const override { return device_; }
@@ -80,6 +81,7 @@ class CudaBackend final : public Backend {
   const float* rope_table(int64_t T, int64_t head_dim, float theta);
 
   int device_ = 0;
+  DTypePlan plan_{DType::kBF16};  // ax/trainer/op_checks.h
   cudaStream_t stream_ = nullptr;
   std::string name_;
   double peak_flops_ = 0;

@@ -55,6 +55,8 @@ void swiglu_forward(bf16* out, const bf16* inp, int64_t N, int64_t F, cudaStream
 void swiglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N, int64_t F,
                      cudaStream_t stream);
 void add_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
+// f32 (FSDP's reduce-scattered gradient shards).
+void add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream);
 
 // Rows of R = (NH + 2·KVH)·HD values; the first `rotated` heads turn by the table's angle of
 // their position (cos_sin: (T, HD/2) cos then (T, HD/2) sin, f32), the rest are copied

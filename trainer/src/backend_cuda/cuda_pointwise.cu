@@ -68,6 +68,10 @@ __global__ void add_kernel(bf16* out, const bf16* a, const bf16* b, int64_t n) {
   AX_GRID_STRIDE(i, n) out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
 }
 
+__global__ void add_f32_kernel(float* out, const float* a, const float* b, int64_t n) {
+  AX_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
 // One thread per rotated pair (j, j + HD/2) or per passed-through value element, so that the
 // rotation may run in place.
 template <bool kBackward>
@@ -289,6 +293,12 @@ void swiglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N, i
 void add_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+void add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
   AX_CUDA_CHECK_LAUNCH();
 }
 

@@ -134,6 +134,28 @@ void ignore_sigpipe() {
   }
 }
 
+// The f32 values of an f32 or bf16 buffer: the buffer itself, or a widened copy that store()
+// rounds back into it.
+class Widened {
+ public:
+  explicit Widened(const Tensor& t) : t_(t) {
+    if (t.dtype != DType::kBF16) return;
+    const uint16_t* p = static_cast<const uint16_t*>(t.data);
+    copy_.resize(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < copy_.size(); ++i) copy_[i] = f32_from_bf16(p[i]);
+  }
+  float* data() { return t_.dtype == DType::kBF16 ? copy_.data() : t_.as<float>(); }
+  void store() {
+    if (t_.dtype != DType::kBF16) return;
+    uint16_t* p = static_cast<uint16_t*>(t_.data);
+    for (size_t i = 0; i < copy_.size(); ++i) p[i] = bf16_from_f32(copy_[i]);
+  }
+
+ private:
+  Tensor t_;
+  std::vector<float> copy_;
+};
+
 // Gloo slot prefix of our ring reduce-scatter (Gloo's own collectives use 0x01..0x08).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 
@@ -157,51 +179,65 @@ class GlooCommunicator : public Communicator {
   std::string name() const override { return name_; }
   int64_t bytes_moved() const override { return bytes_; }
 
+  // bf16 buffers (the cpu-bf16 plan: tensor-parallel activations, FSDP weights) are summed in
+  // f32 and rounded once; gathers and broadcasts move their bits unchanged.
   Status all_reduce(Tensor buf, ReduceOp op) override {
-    AX_RETURN_IF_ERROR(internal::check_all_reduce(name_, buf, false));
+    AX_RETURN_IF_ERROR(internal::check_all_reduce(name_, buf, true));
     bytes_ += static_cast<int64_t>(buf.bytes());
     if (buf.numel() == 0) return Status::Ok();
+    Widened wide(buf);
     return run("all_reduce", [&] {
       gloo::AllreduceOptions opts(context_);
-      opts.setOutput(buf.as<float>(), static_cast<size_t>(buf.numel()));
+      opts.setOutput(wide.data(), static_cast<size_t>(buf.numel()));
       using Fn = void (*)(void*, const void*, const void*, size_t);
       opts.setReduceFunction(op == ReduceOp::kSum ? static_cast<Fn>(&gloo::sum<float>)
                                                   : static_cast<Fn>(&gloo::max<float>));
       gloo::allreduce(opts);
+      wide.store();
     });
   }
 
   Status reduce_scatter(Tensor out, Tensor in) override {
-    AX_RETURN_IF_ERROR(internal::check_reduce_scatter(name_, size(), out, in, false));
+    AX_RETURN_IF_ERROR(internal::check_reduce_scatter(name_, size(), out, in, true));
     bytes_ += static_cast<int64_t>(in.bytes());
     if (out.numel() == 0) return Status::Ok();
+    Widened wide_in(in), wide_out(out);
     return run("reduce_scatter", [&] {
-      ring_reduce_scatter(out.as<float>(), in.as<float>(), static_cast<size_t>(out.numel()));
+      ring_reduce_scatter(wide_out.data(), wide_in.data(), static_cast<size_t>(out.numel()));
+      wide_out.store();
     });
   }
 
   Status all_gather(Tensor out, Tensor in) override {
-    AX_RETURN_IF_ERROR(internal::check_all_gather(name_, size(), out, in, false));
+    AX_RETURN_IF_ERROR(internal::check_all_gather(name_, size(), out, in, true));
     bytes_ += static_cast<int64_t>(out.bytes());
     if (in.numel() == 0) return Status::Ok();
     return run("all_gather", [&] {
-      const size_t n = static_cast<size_t>(in.numel());
-      float* mine = out.as<float>() + static_cast<size_t>(rank_) * n;
+      const size_t n = static_cast<size_t>(in.numel()), size = dtype_size(in.dtype);
+      char* mine = static_cast<char*>(out.data) + static_cast<size_t>(rank_) * n * size;
       // Gloo's allgather copies `in` into this rank's block first; in-place needs no copy.
-      if (in.data != mine) std::memmove(mine, in.data, n * sizeof(float));
+      if (in.data != mine) std::memmove(mine, in.data, n * size);
       gloo::AllgatherOptions opts(context_);
-      opts.setOutput(out.as<float>(), n * ranks_.size());
+      if (in.dtype == DType::kBF16) {
+        opts.setOutput(static_cast<uint16_t*>(out.data), n * ranks_.size());
+      } else {
+        opts.setOutput(out.as<float>(), n * ranks_.size());
+      }
       gloo::allgather(opts);
     });
   }
 
   Status broadcast(Tensor buf, int root) override {
-    AX_RETURN_IF_ERROR(internal::check_broadcast(name_, size(), buf, root, false));
+    AX_RETURN_IF_ERROR(internal::check_broadcast(name_, size(), buf, root, true));
     bytes_ += static_cast<int64_t>(buf.bytes());
     if (buf.numel() == 0) return Status::Ok();
     return run("broadcast", [&] {
       gloo::BroadcastOptions opts(context_);
-      opts.setOutput(buf.as<float>(), static_cast<size_t>(buf.numel()));
+      if (buf.dtype == DType::kBF16) {
+        opts.setOutput(static_cast<uint16_t*>(buf.data), static_cast<size_t>(buf.numel()));
+      } else {
+        opts.setOutput(buf.as<float>(), static_cast<size_t>(buf.numel()));
+      }
       opts.setRoot(root);
       gloo::broadcast(opts);
     });
@@ -286,7 +322,7 @@ StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<S
                                                                int global_rank,
                                                                const CommOptions& options) {
   AX_ASSIGN_OR_RETURN(int rank, internal::check_group(tag, ranks, global_rank));
-  if (ranks.size() == 1) return internal::make_local_communicator("gloo", tag, global_rank, false);
+  if (ranks.size() == 1) return internal::make_local_communicator("gloo", tag, global_rank, true);
   const std::string name = internal::group_name("gloo", tag, ranks);
   AX_ASSIGN_OR_RETURN(int64_t instance,
                       internal::group_instance(*store, tag, static_cast<int>(ranks.size())));

@@ -52,6 +52,7 @@ constexpr Alias kAliases[] = {
     {"ICI_MESH_SHAPE", "mesh.ici"},
     {"DCN_MESH_SHAPE", "mesh.dcn"},
     {"MAX_STEPS", "train.max_steps"},
+    {"FPROP_DTYPE", "train.precision"},
 };
 
 #define AX_FIELD(path) [](Config& c) -> FieldPtr { return &c.path; }
@@ -122,6 +123,10 @@ std::vector<KeyDef> build_key_table() {
        "gradient accumulation: micro-batches per step"},
       {"train.global_batch", K::kInt, AX_FIELD(train.global_batch), B::kNonNegative, {},
        "sequences per step over all replicas; 0 = percore_batch_size x devices"},
+      {"train.precision", K::kEnum, AX_FIELD(train.precision), B::kAny,
+       {"auto", "bfloat16", "float32"},
+       "activations and compute weights: auto = the device's own (bfloat16 on CUDA, float32 on "
+       "the CPU); master weights and optimizer state are always float32"},
       {"train.recompute", K::kEnum, AX_FIELD(train.recompute), B::kAny, {"none", "layer"},
        "activation recomputation: layer = keep only each layer's output, recompute the rest"},
       {"train.fsdp_prefetch", K::kBool, AX_FIELD(train.fsdp_prefetch), B::kAny, {},

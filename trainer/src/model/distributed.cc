@@ -126,7 +126,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   co.coordinator = ctx.coordinator;
   co.cuda_stream = backend->native_stream();
   co.cuda_device = backend->device_ordinal();
-  const bool cuda = backend->compute_dtype() != DType::kF32;
+  const bool cuda = backend->device_ordinal() >= 0;  // NCCL needs a device; cpu-bf16 is Gloo
   StatusOr<comm::MeshGroups> groups = comm::make_mesh_groups(
       d->store, d->coords, cuda ? comm::CommBackend::kNccl : comm::CommBackend::kGloo, co);
   if (!groups.ok()) return groups.status().with_context("building the mesh groups");

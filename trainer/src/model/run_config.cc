@@ -96,22 +96,37 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
   return config;
 }
 
-// --device cpu | cuda | cuda:N | auto. auto takes CUDA device 0 when one answers (a GPU that
-// answers but then fails is an error, never a silent fall-back to the CPU), else the CPU; the
-// choice is printed either way.
-StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
-                                                std::ostream& log) {
-  const bool is_cuda = device == "cuda" || device.starts_with("cuda:");
-  if (device != "auto" && device != "cpu" && !is_cuda) {
-    return InvalidArgument("--device expects auto|cpu|cuda|cuda:N, got '", device, "'");
-  }
-  if (device == "auto" ? cuda_device_count() > 0 : is_cuda) {
-    std::optional<int64_t> ordinal = int64_t{0};
-    if (device.starts_with("cuda:")) ordinal = parse_int64(device.substr(5));
+StatusOr<DeviceSpec> parse_device(const std::string& device) {
+  if (device == "auto") return DeviceSpec{DeviceSpec::Kind::kAuto};
+  if (device == "cpu") return DeviceSpec{DeviceSpec::Kind::kCpu};
+  if (device == "cpu-bf16") return DeviceSpec{DeviceSpec::Kind::kCpuBf16};
+  if (device == "cuda") return DeviceSpec{DeviceSpec::Kind::kCuda, 0};
+  if (device.starts_with("cuda:")) {
+    std::optional<int64_t> ordinal = parse_int64(device.substr(5));
     if (!ordinal || *ordinal < 0 || *ordinal > INT32_MAX) {
       return InvalidArgument("--device ", device, ": expected cuda:N with a device ordinal N");
     }
-    auto cuda = make_cuda_backend(static_cast<int>(*ordinal));
+    return DeviceSpec{DeviceSpec::Kind::kCuda, static_cast<int>(*ordinal)};
+  }
+  return InvalidArgument("--device expects auto|cpu|cpu-bf16|cuda|cuda:N, got '", device, "'");
+}
+
+// auto takes CUDA device 0 when one answers (a GPU that answers but then fails is an error,
+// never a silent fall-back to the CPU), else the CPU; the choice is printed either way.
+// `precision` is train.precision: auto keeps the device's own activation dtype.
+StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
+                                                std::ostream& log, const std::string& precision) {
+  AX_ASSIGN_OR_RETURN(DeviceSpec spec, parse_device(device));
+  if (precision != "auto" && precision != "bfloat16" && precision != "float32") {
+    return InvalidArgument("train.precision='", precision, "': expected auto|bfloat16|float32");
+  }
+  if (spec.kind == DeviceSpec::Kind::kCpuBf16 && precision == "float32") {
+    return InvalidArgument("--device cpu-bf16 computes in bfloat16, but train.precision=float32");
+  }
+  if (spec.kind == DeviceSpec::Kind::kCuda ||
+      (spec.kind == DeviceSpec::Kind::kAuto && cuda_device_count() > 0)) {
+    auto cuda =
+        make_cuda_backend(spec.ordinal, precision == "float32" ? DType::kF32 : DType::kBF16);
     if (!cuda.ok()) return cuda.status().with_context("--device " + device);
     log << "device: " << (*cuda)->name() << "\n";
     return cuda;
@@ -120,12 +135,14 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
     AX_ASSIGN_OR_RETURN(int64_t from_env, kCpuThreads.get());
     threads = static_cast<int>(from_env);
   }
-  if (device == "auto") {
-    log << "device: cpu (no GPU answered: " << make_cuda_backend(0).status().message() << ")\n";
-  } else {
-    log << "device: cpu\n";
+  const bool bf16 = spec.kind == DeviceSpec::Kind::kCpuBf16 || precision == "bfloat16";
+  std::unique_ptr<Backend> cpu = bf16 ? make_cpu_bf16_backend(threads) : make_cpu_backend(threads);
+  log << "device: " << (bf16 ? "cpu-bf16" : "cpu");
+  if (spec.kind == DeviceSpec::Kind::kAuto) {
+    log << " (no GPU answered: " << make_cuda_backend(0).status().message() << ")";
   }
-  return make_cpu_backend(threads);
+  log << "\n";
+  return cpu;
 }
 
 double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows,
@@ -134,16 +151,16 @@ double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t
   // Each micro-batch's mean loss is weighted by its share of the targets of the global batch, so
   // that the sum of the micro-batch gradients (over this rank's micro-batches, then over the
   // replicas) is the gradient of the mean over the whole batch.
-  const double total = static_cast<double>((global_rows > 0 ? global_rows : rows) *
-                                           model->seq_len());
-  const double loss = for_each_micro_batch(
-                          model, windows, rows,
-                          [&](float loss, int64_t targets) {
-                            model->backward(
-                                static_cast<float>(static_cast<double>(targets) / total));
-                            return static_cast<double>(loss) * static_cast<double>(targets);
-                          }) /
-                      total;
+  const double total =
+      static_cast<double>((global_rows > 0 ? global_rows : rows) * model->seq_len());
+  const double loss =
+      for_each_micro_batch(
+          model, windows, rows,
+          [&](float loss, int64_t targets) {
+            model->backward(static_cast<float>(static_cast<double>(targets) / total));
+            return static_cast<double>(loss) * static_cast<double>(targets);
+          }) /
+      total;
   model->reduce_gradients();
   return loss;
 }

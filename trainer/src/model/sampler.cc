@@ -72,7 +72,8 @@ StatusOr<std::string> sample_text(const SampleOptions& options, std::ostream& lo
   const int64_t window =
       std::min<int64_t>(config.train.seq_len,
                         static_cast<int64_t>(ids.size()) + std::max<int64_t>(options.tokens, 1));
-  AX_ASSIGN_OR_RETURN(auto backend, make_backend(options.device, options.threads, log));
+  AX_ASSIGN_OR_RETURN(auto backend, make_backend(options.device, options.threads, log,
+                                                 config.train.precision));
   AX_ASSIGN_OR_RETURN(auto model,
                       Model::create(config.model, tok.vocab_size(), 1, window, backend.get()));
   AX_RETURN_IF_ERROR(restore_parameters(state, model.get()));

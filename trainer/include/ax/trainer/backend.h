@@ -1,6 +1,7 @@
 // The backend interface: memory, a queue, and every op as a forward/backward pair. Model code
-// calls these and never tests #ifdefs. The CPU backend is the fp32 reference; the CUDA backend
-// computes in bf16 with fp32 master weights and optimizer state, on its stream.
+// calls these and never tests #ifdefs. The CPU backend is the fp32 reference (and, as cpu-bf16,
+// runs the CUDA backend's bf16 dtype plan); the CUDA backend computes in bf16 with fp32 master
+// weights and optimizer state, on its stream.
 //
 // Conventions (as in llm.c):
 //   - shapes: B batch, T sequence, C channels, N = B*T rows, OC output channels, Vp padded
@@ -160,11 +161,16 @@ class Backend {
 
 // The fp32 reference backend. threads = 0: all cores.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+// The CPU backend in the CUDA backend's dtype plan (bf16 activations and compute weights, f32
+// statistics, parameter gradients and optimizer state): the reference ops on values widened
+// from bf16, each bf16 output rounded once to nearest even (`--device cpu-bf16`).
+std::unique_ptr<Backend> make_cpu_bf16_backend(int threads = 0);
 
 // CUDA devices that answer; 0 when this build has no CUDA backend or no GPU (or driver) answers.
 int cuda_device_count();
-// The bf16 CUDA backend on one device. FailedPrecondition "no CUDA device (...)" when none
-// answers or the build has no CUDA backend; InvalidArgument for an ordinal that does not exist.
-StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device);
+// The CUDA backend on one device, with bf16 (the default) or f32 activations and compute weights.
+// FailedPrecondition "no CUDA device (...)" when none answers or the build has no CUDA backend;
+// InvalidArgument for an ordinal that does not exist.
+StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, DType act = DType::kBF16);
 
 }  // namespace ax::train

@@ -1,6 +1,7 @@
 // Experiment configuration: a named experiment plus `--set key=value` overrides. Keys are grouped
 // (model.*, optim.*, train.*, data.*, mesh.*); the Pax knobs PERCORE_BATCH_SIZE,
-// NUM_MICROBATCHES, ICI_MESH_SHAPE, DCN_MESH_SHAPE and MAX_STEPS are accepted by those names.
+// NUM_MICROBATCHES, ICI_MESH_SHAPE, DCN_MESH_SHAPE, MAX_STEPS and FPROP_DTYPE are accepted by
+// those names.
 // An unknown key or a bad value is an error naming the key and the allowed values.
 #pragma once
 
@@ -53,6 +54,9 @@ struct TrainConfig {
   int64_t global_batch = 0;       // sequences per step; 0 = PERCORE_BATCH_SIZE × devices
   double comm_timeout_s = 300;    // a collective or a bootstrap step that takes longer fails
   bool fsdp_prefetch = true;      // gather the next FSDP layer while the current one computes
+  // Activations and compute weights: auto (the device's own: bfloat16 on CUDA, float32 on the
+  // CPU) | bfloat16 | float32 (Pax's FPROP_DTYPE). Masters and optimizer state stay float32.
+  std::string precision = "auto";
   std::string recompute = "none";  // none | layer: activation recomputation per layer
   int64_t seq_len = 256;
   uint64_t seed = 1234;

@@ -1,6 +1,12 @@
 // For Backend implementations: the argument checks every op starts with (a mismatch is a bug in
 // model code: abort naming the op, the argument and both shapes, as backend.h says) and the
 // host-side scalars of an AdamW step, derived once so that every backend computes the same bits.
+//
+// Each op has one check_<op> that every backend calls with its dtype plan, so a view the CUDA
+// backend would refuse is refused by the CPU backend in the same plan (cpu-bf16) with the same
+// message. The plan (backend.h "Dtypes"): activations, their gradients and compute weights in
+// `act`; statistics (mean, rstd, lse, losses, rowmax, sums), parameter gradients, master weights
+// and optimizer state in f32; token and target ids in i32.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +18,10 @@
 #include "ax/trainer/tensor.h"
 
 namespace ax::train {
+
+struct DTypePlan {
+  DType act = DType::kF32;
+};
 
 // t is non-empty and of `dtype`.
 void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* arg);
@@ -26,6 +36,86 @@ void expect_shape(const Tensor& t, DType dtype, std::initializer_list<int64_t> d
 std::pair<int64_t, int64_t> expect_vocab_shard(const Tensor& logits, DType dtype,
                                                const Tensor& targets, int64_t v_count,
                                                const char* op);
+
+// ---- One check per op (argument order as in backend.h); each returns the op's sizes. ----
+
+struct EmbeddingDims {
+  int64_t B, T, Vp, C;
+};
+EmbeddingDims check_embedding_forward(DTypePlan p, const Tensor& out, const Tensor& tokens,
+                                      const Tensor& wte, const Tensor& wpe);
+EmbeddingDims check_embedding_backward(DTypePlan p, const Tensor& dwte, const Tensor& dwpe,
+                                       const Tensor& dout, const Tensor& tokens);
+
+struct RowDims {
+  int64_t N, C;
+};
+RowDims check_layernorm_forward(DTypePlan p, const Tensor& out, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                const Tensor& bias);
+RowDims check_layernorm_backward(DTypePlan p, const Tensor& dinp, const Tensor& dweight,
+                                 const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                                 const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+RowDims check_rmsnorm_forward(DTypePlan p, const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                              const Tensor& weight);
+RowDims check_rmsnorm_backward(DTypePlan p, const Tensor& dinp, const Tensor& dweight,
+                               const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                               const Tensor& rstd);
+
+struct MatmulDims {
+  int64_t N, C, OC;
+};
+MatmulDims check_matmul_forward(DTypePlan p, const Tensor& out, const Tensor& inp,
+                                const Tensor& weight, const Tensor& bias);
+MatmulDims check_matmul_backward(DTypePlan p, const Tensor& dinp, const Tensor& dweight,
+                                 const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                                 const Tensor& weight);
+
+// A packed qkv row: R = (NH + 2·KVH)·HD.
+struct HeadDims {
+  int64_t B, T, R, HD;
+};
+// RoPE: `y` (out or dinp) and `x` (inp or dout) are (B, T, R) with an even HD.
+HeadDims check_rope(DTypePlan p, const Tensor& y, const Tensor& x, int num_heads, int num_kv_heads,
+                    const char* op, const char* y_name, const char* x_name);
+HeadDims check_attention_forward(DTypePlan p, const Tensor& out, const Tensor& lse,
+                                 const Tensor& qkv, int num_heads, int num_kv_heads);
+HeadDims check_attention_backward(DTypePlan p, const Tensor& dqkv, const Tensor& dout,
+                                  const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                                  int num_heads, int num_kv_heads);
+
+// GELU: every view (rows, cols) alike; returns {rows, cols}.
+RowDims check_gelu_forward(DTypePlan p, const Tensor& out, const Tensor& inp);
+RowDims check_gelu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+// SwiGLU: returns {N, F} for out/dout (N, F) and inp/dinp (N, 2F).
+RowDims check_swiglu_forward(DTypePlan p, const Tensor& out, const Tensor& inp);
+RowDims check_swiglu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
+                              const Tensor& inp);
+// add_forward takes the activation dtype (the residual stream) or f32 (gradient shards), the
+// same for all three views; returns {rows, cols}.
+RowDims check_add(DTypePlan p, const Tensor& out, const Tensor& a, const Tensor& b);
+
+// Cross-entropy over (N, Vp) logits with V real columns; returns {N, Vp}.
+std::pair<int64_t, int64_t> check_cross_entropy_forward(DTypePlan p, const Tensor& losses,
+                                                        const Tensor& logits, const Tensor& targets,
+                                                        int64_t V);
+std::pair<int64_t, int64_t> check_cross_entropy_backward(DTypePlan p, const Tensor& dlogits,
+                                                         const Tensor& logits,
+                                                         const Tensor& targets, int64_t V);
+// The vocabulary-shard trio; each returns {N, Vl}.
+std::pair<int64_t, int64_t> check_ce_shard_max(DTypePlan p, const Tensor& rowmax,
+                                               const Tensor& logits, int64_t v_count);
+std::pair<int64_t, int64_t> check_ce_shard_sums(DTypePlan p, const Tensor& sums,
+                                                const Tensor& logits, const Tensor& rowmax,
+                                                const Tensor& targets, int64_t v_count);
+std::pair<int64_t, int64_t> check_ce_shard_backward(DTypePlan p, const Tensor& dlogits,
+                                                    const Tensor& logits, const Tensor& lse,
+                                                    const Tensor& targets, int64_t v_count);
+
+// f32 views of one element count; returns it.
+int64_t check_sum_squares(const Tensor& x);
+int64_t check_adamw_update(const Tensor& params, const Tensor& grads, const Tensor& m,
+                           const Tensor& v);
 
 // torch.optim.AdamW's scalars (torch 1.13, single-tensor path), in double from the float
 // hyperparameters as torch derives them. Checks that args.step is 1-based.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 
@@ -16,6 +17,22 @@ namespace ax::train {
 enum class DType : uint8_t { kF32, kBF16, kI32 };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
+
+// bf16 is the top half of an f32: widening is exact; narrowing rounds to nearest even (NaN stays
+// NaN), as the CUDA backend's __float2bfloat16_rn does.
+inline uint16_t bf16_from_f32(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+inline float f32_from_bf16(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 inline constexpr int kMaxDims = 4;
 

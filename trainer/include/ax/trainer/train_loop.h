@@ -39,10 +39,21 @@ struct RunRequest {
 // --max-steps; model.vocab_size from the tokenizer when 0; validated.
 StatusOr<Config> resolve_config(const RunRequest& request);
 
-// --device auto|cpu|cuda. threads = 0: AX_CPU_THREADS, else all cores. Writes one line saying
-// what was chosen to `log`.
+// What --device names: auto (CUDA device 0 when one answers, else the CPU), cpu, cpu-bf16 (the
+// CPU in the CUDA backend's bf16 dtype plan), cuda or cuda:N. The one parser of the option.
+struct DeviceSpec {
+  enum class Kind : uint8_t { kAuto, kCpu, kCpuBf16, kCuda };
+  Kind kind = Kind::kAuto;
+  int ordinal = 0;  // kCuda
+};
+StatusOr<DeviceSpec> parse_device(const std::string& device);
+
+// The backend for --device and train.precision (auto|bfloat16|float32: the activations' dtype;
+// auto = bfloat16 on CUDA, float32 on the CPU, and bfloat16 on the CPU is cpu-bf16).
+// threads = 0: AX_CPU_THREADS, else all cores. Writes one line saying what was chosen to `log`.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
-                                                std::ostream& log);
+                                                std::ostream& log,
+                                                const std::string& precision = "auto");
 
 struct StepResult {
   int64_t step = 0;  // 1-based: the update just applied
