@@ -1,72 +1,391 @@
-// The NCCL path on one GPU (world 1) through make_mesh_groups, the same code multi-GPU runs use.
-// Skipped without a GPU; several NCCL ranks cannot share one GPU, so that is all one GPU shows.
+// The NCCL communicator on GPUs (label gpu). Every case runs in forked ranks (rank_processes.h)
+// and the parent never touches CUDA: a process that forks after initialising CUDA cannot use it
+// in the child. NCCL refuses two ranks on one GPU, so the multi-rank cases need two GPUs that
+// answer and skip otherwise; the one-GPU cases cover what one rank shows: every collective, the
+// own-stream ordering (events against the compute stream) and the watchdog's clock, which starts
+// only when the stream reaches a collective.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/comm/store.h"
-#include "test_files.h"
+#include "rank_processes.h"
 
 namespace ax::train::comm {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+// GPUs that answer, asked in a child process so that this one never initialises CUDA.
+int gpus_answering() {
+  static const int count = [] {
+    int fds[2];
+    if (pipe(fds) != 0) return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+      int n = 0;
+      if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+      write_all(fds[1], std::to_string(n));
+      _exit(0);
+    }
+    close(fds[1]);
+    char buf[16] = {};
+    ssize_t got = read(fds[0], buf, sizeof(buf) - 1);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return got > 0 ? std::atoi(buf) : 0;
+  }();
+  return count;
 }
 
-// Device copy of `host`, read back with `read`.
-struct DeviceBuffer {
-  explicit DeviceBuffer(const std::vector<float>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(&ptr, n * sizeof(float)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+#define NEED_GPUS(n)                                                                     \
+  do {                                                                                   \
+    if (gpus_answering() < (n)) {                                                        \
+      GTEST_SKIP() << "needs " << (n) << " GPUs that answer, found " << gpus_answering() \
+                   << ((n) > 1 ? " (NCCL refuses two ranks on one GPU)" : "");           \
+    }                                                                                    \
+  } while (0)
+
+// What a rank found wrong, as its report ("OK" when nothing).
+struct Findings {
+  std::string text;
+  void expect(bool ok, const std::string& what) {
+    if (!ok) text += what + "; ";
   }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  std::vector<float> read() const {
+  bool cuda(cudaError_t e, const char* what) {
+    expect(e == cudaSuccess, std::string(what) + ": " + cudaGetErrorString(e));
+    return e == cudaSuccess;
+  }
+  std::string report() const { return text.empty() ? "OK" : text; }
+};
+
+// A device buffer of floats (freed at scope end) and its host copy.
+struct DeviceFloats {
+  explicit DeviceFloats(size_t count) : n(count) {
+    cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(float));
+  }
+  ~DeviceFloats() { cudaFree(ptr); }
+  void set(const std::vector<float>& host, cudaStream_t s) {
+    cudaMemcpyAsync(ptr, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, s);
+    cudaStreamSynchronize(s);
+  }
+  std::vector<float> get(cudaStream_t s) const {
     std::vector<float> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaMemcpyAsync(h.data(), ptr, n * sizeof(float), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
     return h;
   }
   Tensor tensor() const { return Tensor(ptr, DType::kF32, {static_cast<int64_t>(n)}); }
-  void* ptr = nullptr;
+  float* ptr = nullptr;
   size_t n;
 };
 
-TEST(NcclCommunicator, WorldOfOneGpuRunsEveryCollective) {
-  if (!have_gpu()) GTEST_SKIP() << "no GPU";
-  auto store = make_file_store(testing::temp_dir("nccl_store"), 0, 1);
-  ASSERT_TRUE(store.ok()) << store.status().to_string();
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  CommOptions options;
-  options.timeout = Millis(60000);
-  options.cuda_stream = stream;
-  options.cuda_device = 0;
-  auto groups = make_mesh_groups(*store, MeshCoords::of(0, 1, 1, 1), CommBackend::kNccl, options);
-  ASSERT_TRUE(groups.ok()) << groups.status().to_string();
-  EXPECT_EQ(groups->world->name(), "nccl world (ranks 0)");
+// The options a rank of these tests uses: its own GPU, a compute stream like the backend's.
+CommOptions gpu_options(int rank, cudaStream_t stream, Millis timeout) {
+  CommOptions o;
+  o.timeout = timeout;
+  o.cuda_stream = stream;
+  o.cuda_device = rank;
+  return o;
+}
 
-  Communicator& c = *groups->data;
-  const std::vector<float> values = {1, -2, 3.5f, 4};
-  DeviceBuffer buf(values), out(std::vector<float>(4, 0.f));
-  ASSERT_TRUE(c.all_reduce(buf.tensor(), ReduceOp::kSum).ok());
-  ASSERT_TRUE(c.all_reduce(buf.tensor(), ReduceOp::kMax).ok());
-  ASSERT_TRUE(c.broadcast(buf.tensor(), 0).ok());
-  ASSERT_TRUE(c.reduce_scatter(out.tensor(), buf.tensor()).ok());
-  ASSERT_TRUE(c.barrier().ok());
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(buf.read(), values);
-  EXPECT_EQ(out.read(), values);
-  DeviceBuffer gathered(std::vector<float>(4, 0.f));
-  ASSERT_TRUE(c.all_gather(gathered.tensor(), buf.tensor()).ok());
-  ASSERT_TRUE(c.barrier().ok());
-  EXPECT_EQ(gathered.read(), values);
-  EXPECT_EQ(c.bytes_moved(), 4 * 4 * 5);
-  groups->world.reset();
-  groups->data.reset();
-  cudaStreamDestroy(stream);
+// A failure the watchdog hands over (ax-train exits there; the tests keep it).
+struct AsyncFailures {
+  std::mutex mu;
+  std::vector<std::string> messages;
+  std::function<void(const Status&)> hook() {
+    return [this](const Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      messages.push_back(s.message());
+    };
+  }
+  std::vector<std::string> seen() {
+    std::lock_guard<std::mutex> lock(mu);
+    return messages;
+  }
+};
+
+// Sleeps on the stream's timeline: what follows waits as if behind a long compute kernel.
+void CUDART_CB sleep_on_stream(void* ms) {
+  std::this_thread::sleep_for(Millis(reinterpret_cast<intptr_t>(ms)));
+}
+
+float value(int rank, size_t i) { return static_cast<float>((rank * 37 + i * 11) % 1009 - 500); }
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Runs `body` on `world` forked ranks, rank r on GPU r with a compute stream like the backend's
+// (non-blocking), and expects every rank but the victims to find nothing wrong.
+using GpuRankBody =
+    std::function<void(int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f)>;
+void run_gpu_ranks(int world, double deadline_s, const GpuRankBody& body,
+                   const std::set<int>& victims = {}) {
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank, std::shared_ptr<Store> store) {
+        Findings f;
+        cudaStream_t stream = nullptr;
+        if (f.cuda(cudaSetDevice(rank), "cudaSetDevice") &&
+            f.cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream")) {
+          body(rank, std::move(store), stream, f);
+        }
+        return f.report();
+      },
+      deadline_s, victims);
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (victims.count(static_cast<int>(r))) continue;
+    EXPECT_EQ(outcomes[r].report, "OK") << "rank " << r;
+  }
+}
+
+// A communicator or an error in the findings.
+template <typename T>
+bool made(const StatusOr<T>& comm, Findings& f) {
+  f.expect(comm.ok(), comm.status().to_string());
+  return comm.ok();
+}
+
+// ---- one GPU ----
+
+TEST(NcclCommunicator, WorldOfOneGpuRunsEveryCollective) {
+  NEED_GPUS(1);
+  run_gpu_ranks(1, 120, [](int, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+    auto groups = make_mesh_groups(store, MeshCoords::of(0, 1, 1, 1), CommBackend::kNccl,
+                                   gpu_options(0, stream, Millis(60000)));
+    if (!made(groups, f)) return;
+    f.expect(groups->world->name() == "nccl world (ranks 0)", groups->world->name());
+    f.expect(groups->world->enqueues(), "an NCCL communicator enqueues");
+    Communicator& c = *groups->data;
+    const std::vector<float> values = {1, -2, 3.5f, 4};
+    DeviceFloats buf(4), out(4), gathered(4);
+    buf.set(values, stream);
+    f.expect(c.all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "all_reduce sum");
+    f.expect(c.all_reduce(buf.tensor(), ReduceOp::kMax).ok(), "all_reduce max");
+    f.expect(c.broadcast(buf.tensor(), 0).ok(), "broadcast");
+    f.expect(c.reduce_scatter(out.tensor(), buf.tensor()).ok(), "reduce_scatter");
+    f.expect(c.barrier().ok(), "barrier");
+    f.expect(buf.get(stream) == values, "all_reduce/broadcast changed a world of one");
+    f.expect(out.get(stream) == values, "reduce_scatter of one rank is a copy");
+    f.expect(c.all_gather(gathered.tensor(), buf.tensor()).ok(), "all_gather");
+    f.expect(c.barrier().ok(), "barrier");
+    f.expect(gathered.get(stream) == values, "all_gather of one rank is a copy");
+    f.expect(c.bytes_moved() == 4 * 4 * 5, "bytes_moved");
+  });
+}
+
+// A communicator with a stream of its own: its gather must wait for what the compute stream
+// wrote before the call (here behind 100 ms of queued host work), and join() must hold the
+// compute stream's next read until the gather has written.
+TEST(NcclCommunicator, OwnStreamWaitsForTheComputeStreamAndJoinOrdersItBack) {
+  NEED_GPUS(1);
+  run_gpu_ranks(1, 180, [](int, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+    CommOptions o = gpu_options(0, stream, Millis(60000));
+    o.own_stream = true;
+    auto comm = make_nccl_communicator(store, "prefetch", {0}, 0, o);
+    if (!made(comm, f)) return;
+    const size_t n = size_t{64} << 20;  // 256 MiB: the gather takes a while
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) values[i] = value(0, i);
+    DeviceFloats src(n), in(n), out(n);
+    src.set(values, stream);
+    for (int round = 0; round < 3; ++round) {
+      in.set(std::vector<float>(n, 0.f), stream);
+      out.set(std::vector<float>(n, -1.f), stream);
+      cudaLaunchHostFunc(stream, sleep_on_stream, reinterpret_cast<void*>(intptr_t{100}));
+      cudaMemcpyAsync(in.ptr, src.ptr, n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+      f.expect((*comm)->all_gather(out.tensor(), in.tensor()).ok(), "all_gather");
+      (*comm)->join();
+      f.expect(out.get(stream) == values,  // read on the compute stream
+               "round " + std::to_string(round) +
+                   ": the gather missed the compute stream's write, or the compute stream read "
+                   "before the gather had written");
+    }
+  });
+}
+
+// The timeout counts from the moment the stream reaches the collective: three seconds queued
+// behind other work on a one-second timeout is no failure.
+TEST(NcclCommunicator, TimeQueuedOnTheStreamDoesNotCountTowardsTheTimeout) {
+  NEED_GPUS(1);
+  run_gpu_ranks(1, 120, [](int, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+    AsyncFailures failures;
+    CommOptions o = gpu_options(0, stream, Millis(1000));
+    o.on_async_failure = failures.hook();
+    auto comm = make_nccl_communicator(store, "world", {0}, 0, o);
+    if (!made(comm, f)) return;
+    DeviceFloats buf(1024);
+    cudaLaunchHostFunc(stream, sleep_on_stream, reinterpret_cast<void*>(intptr_t{3000}));
+    f.expect((*comm)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "all_reduce");
+    f.cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    std::this_thread::sleep_for(Millis(200));  // a watchdog round after the end
+    std::vector<std::string> seen = failures.seen();
+    f.expect(seen.empty(), "the watchdog fired: " + (seen.empty() ? std::string() : seen[0]));
+    f.expect((*comm)->barrier().ok(), "the communicator still works");
+  });
+}
+
+// ---- two GPUs ----
+
+TEST(NcclCommunicator, TwoGpusRunEveryCollectiveExactly) {
+  NEED_GPUS(2);
+  run_gpu_ranks(2, 180,
+                [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+                  auto comm = make_nccl_communicator(store, "world", {0, 1}, rank,
+                                                     gpu_options(rank, stream, Millis(60000)));
+                  if (!made(comm, f)) return;
+                  Communicator& c = **comm;
+                  const size_t n = 1000;
+                  std::vector<float> mine(2 * n), sum(2 * n), block(n), gathered(2 * n);
+                  for (size_t i = 0; i < 2 * n; ++i) {
+                    mine[i] = value(rank, i);
+                    sum[i] = value(0, i) + value(1, i);
+                  }
+                  for (size_t i = 0; i < n; ++i) block[i] = sum[rank * n + i];
+                  for (int r = 0; r < 2; ++r) {
+                    for (size_t i = 0; i < n; ++i) gathered[r * n + i] = value(r, i);
+                  }
+                  DeviceFloats buf(2 * n), out(n), in(n), all(2 * n);
+                  buf.set(mine, stream);
+                  f.expect(c.all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "all_reduce");
+                  f.expect(buf.get(stream) == sum, "all_reduce sum");
+                  buf.set(mine, stream);
+                  f.expect(c.reduce_scatter(out.tensor(), buf.tensor()).ok(), "reduce_scatter");
+                  f.expect(out.get(stream) == block, "reduce_scatter block");
+                  in.set(std::vector<float>(mine.begin(), mine.begin() + n), stream);
+                  f.expect(c.all_gather(all.tensor(), in.tensor()).ok(), "all_gather");
+                  f.expect(all.get(stream) == gathered, "all_gather");
+                  f.expect(c.barrier().ok(), "barrier");
+                });
+}
+
+// FSDP's pattern over NCCL with prefetch: the training thread issues a gather on the prefetch
+// communicator (own stream) after casting its input, then compute and a reduce-scatter on the
+// fsdp communicator (compute stream), then joins. Host delays differ per rank and per round, so
+// the streams' timing differs; nothing may deadlock and every gather must be exact.
+TEST(NcclCommunicator, PrefetchOnItsOwnStreamBesideReduceScattersNeverDeadlocks) {
+  NEED_GPUS(2);
+  run_gpu_ranks(
+      2, 300, [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+        CommOptions o = gpu_options(rank, stream, Millis(60000));
+        auto fsdp = make_nccl_communicator(store, "fsdp", {0, 1}, rank, o);
+        o.own_stream = true;
+        auto prefetch = make_nccl_communicator(store, "fsdp-prefetch", {0, 1}, rank, o);
+        if (!made(fsdp, f) || !made(prefetch, f)) return;
+        const size_t n = size_t{1} << 20;
+        DeviceFloats shard(n), cast(n), slot(2 * n), grads(2 * n), grad_shard(n);
+        DeviceFloats busy(size_t{32} << 20);
+        std::mt19937 rng(static_cast<unsigned>(rank * 7919 + 1));
+        std::uniform_int_distribution<int> delay_us(0, 3000);
+        int wrong_rounds = 0;  // every round runs on both ranks, whatever it finds
+        for (int round = 0; round < 200; ++round) {
+          std::vector<float> mine(n);
+          for (size_t i = 0; i < n; ++i) mine[i] = value(rank, i + static_cast<size_t>(round));
+          shard.set(mine, stream);
+          // The cast of the gather's input, on the compute stream, then the gather.
+          cudaMemcpyAsync(cast.ptr, shard.ptr, n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+          std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+          f.expect((*prefetch)->all_gather(slot.tensor(), cast.tensor()).ok(), "all_gather");
+          // Compute on the compute stream meanwhile, then this layer's reduce-scatter.
+          cudaMemsetAsync(busy.ptr, round & 0xff, busy.n * sizeof(float), stream);
+          std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+          f.expect((*fsdp)->reduce_scatter(grad_shard.tensor(), grads.tensor()).ok(),
+                   "reduce_scatter");
+          (*prefetch)->join();
+          std::vector<float> got = slot.get(stream);
+          bool exact = true;
+          for (int r = 0; r < 2 && exact; ++r) {
+            for (size_t i = 0; i < n && exact; i += 4099) {
+              exact = got[r * n + i] == value(r, i + static_cast<size_t>(round));
+            }
+          }
+          wrong_rounds += exact ? 0 : 1;
+        }
+        f.expect(wrong_rounds == 0,
+                 std::to_string(wrong_rounds) + " rounds gathered wrong weights");
+      });
+}
+
+// A peer that dies (or stops) in the middle of training: the survivor's collective is enqueued,
+// the survivor waits for its stream as the backend does, and the watchdog must end that wait
+// within the timeout plus the alive window, naming the rank that did not arrive.
+constexpr int kTimeoutMs = 3000;
+
+void expect_dead_peer_named(bool stop_instead_of_exit) {
+  run_gpu_ranks(
+      2, 120,
+      [stop_instead_of_exit](int rank, std::shared_ptr<Store> store, cudaStream_t stream,
+                             Findings& f) {
+        AsyncFailures failures;
+        CommOptions o = gpu_options(rank, stream, Millis(kTimeoutMs));
+        o.on_async_failure = failures.hook();
+        auto comm = make_nccl_communicator(store, "world", {0, 1}, rank, o);
+        if (!made(comm, f)) return;
+        DeviceFloats buf(1 << 16);
+        f.expect((*comm)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "first all_reduce");
+        f.cuda(cudaStreamSynchronize(stream), "first sync");
+        if (rank == 1) {
+          if (stop_instead_of_exit) raise(SIGSTOP);
+          _exit(0);
+        }
+        const auto t0 = Clock::now();
+        f.expect((*comm)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "enqueue");
+        cudaStreamSynchronize(stream);  // where the backend's copy_to_host would wait forever
+        const double waited = since(t0);
+        std::vector<std::string> seen = failures.seen();
+        f.expect(seen.size() == 1, "watchdog reports: " + std::to_string(seen.size()));
+        if (seen.empty()) return;
+        f.expect(
+            contains(seen[0], "all_reduce on nccl world (ranks 0,1) failed: rank 1 did not answer"),
+            seen[0]);
+        f.expect(waited < (2 * kTimeoutMs) / 1000.0 + 5.0,
+                 "the wait lasted " + std::to_string(waited) + " s");
+        Status next = (*comm)->all_reduce(buf.tensor(), ReduceOp::kSum);
+        f.expect(next.message() == seen[0],
+                 "the next call returns the failure: " + next.to_string());
+      },
+      {1});
+}
+
+TEST(NcclFailure, DeadPeerIsNamedWithinTheTimeout) {
+  NEED_GPUS(2);
+  expect_dead_peer_named(false);
+}
+
+TEST(NcclFailure, StoppedPeerIsNamedWithinTheTimeout) {
+  NEED_GPUS(2);
+  expect_dead_peer_named(true);
+}
+
+// Destroying a communicator whose collective waits for a dead peer returns: the communicator is
+// finalized or aborted before its buffers are freed (cudaFree would wait for the hung kernel).
+TEST(NcclFailure, DestroyingACommunicatorWithAHungCollectiveReturns) {
+  NEED_GPUS(2);
+  run_gpu_ranks(2, 60,
+                [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+                  auto comm = make_nccl_communicator(store, "world", {0, 1}, rank,
+                                                     gpu_options(rank, stream, Millis(kTimeoutMs)));
+                  if (!made(comm, f)) return;
+                  f.expect((*comm)->barrier().ok(), "barrier");
+                  if (rank == 1) _exit(0);
+                  DeviceFloats buf(1024);
+                  f.expect((*comm)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "enqueue");
+                  const auto t0 = Clock::now();
+                  comm->reset();
+                  f.expect(since(t0) < 15.0,
+                           "destruction took " + std::to_string(since(t0)) + " s");
+                },
+                {1});
 }
 
 }  // namespace

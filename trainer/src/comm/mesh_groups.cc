@@ -104,10 +104,13 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
                            ") outside the mesh data=", c.data, " fsdp=", c.fsdp,
                            " tensor=", c.tensor);
   }
+  auto make_with = [&](const CommOptions& o, const std::string& tag,
+                       const std::vector<int>& ranks) {
+    return backend == CommBackend::kGloo ? make_gloo_communicator(store, tag, ranks, c.rank(), o)
+                                         : make_nccl_communicator(store, tag, ranks, c.rank(), o);
+  };
   auto make = [&](const std::string& tag, const std::vector<int>& ranks) {
-    return backend == CommBackend::kGloo
-               ? make_gloo_communicator(store, tag, ranks, c.rank(), options)
-               : make_nccl_communicator(store, tag, ranks, c.rank(), options);
+    return make_with(options, tag, ranks);
   };
   std::vector<int> world(static_cast<size_t>(c.world()));
   for (int r = 0; r < c.world(); ++r) world[static_cast<size_t>(r)] = r;
@@ -121,8 +124,11 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
   AX_ASSIGN_OR_RETURN(g.tensor, make(str_cat("tensor[d=", c.d, ",f=", c.f, "]"), c.tensor_group()));
   AX_ASSIGN_OR_RETURN(g.replica, make(str_cat("replica[t=", c.t, "]"), c.replica_group()));
   if (c.fsdp > 1) {
-    AX_ASSIGN_OR_RETURN(g.fsdp_prefetch,
-                        make(str_cat("fsdp-prefetch[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
+    CommOptions own = options;
+    own.own_stream = true;  // NCCL: the prefetch gathers overlap the compute (Gloo ignores it)
+    AX_ASSIGN_OR_RETURN(
+        g.fsdp_prefetch,
+        make_with(own, str_cat("fsdp-prefetch[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
   }
   return g;
 }

@@ -1,4 +1,5 @@
-// The NCCL communicator: device buffers, collectives enqueued on the backend's stream.
+// The NCCL communicator: device buffers, collectives enqueued on the backend's stream (or on one
+// of its own, ordered by events against it: CommOptions::own_stream).
 //
 // Every group is initialised on its own (ncclCommInitRankConfig with an id that the group's
 // first rank publishes through the Store) rather than split from the world communicator:
@@ -9,23 +10,29 @@
 // Communicators are non-blocking (config.blocking = 0): initialisation and every enqueue are
 // polled with ncclCommGetAsyncError until they finish, fail, or CommOptions::timeout passes; then
 // the communicator is aborted (ncclCommAbort) so no rank waits forever, and the store's "who is
-// alive" round names the ranks that went missing. barrier() also waits for the stream, so it is
-// where a peer that stopped mid-collective is detected.
+// alive" round names the ranks that went missing. What runs on the device afterwards is followed
+// by a watchdog thread (collective_watchdog.h): a collective that runs longer than the timeout,
+// or an asynchronous NCCL error, fails the group the same way while the host waits elsewhere.
 #include "ax/common/build_config.h"
 #include "ax/trainer/comm/communicator.h"
 
 #if AX_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <stdlib.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "ax/common/device_check.h"
 #include "ax/common/logging.h"
+#include "collective_watchdog.h"
 #include "comm_internal.h"
 
 namespace ax::train::comm {
 namespace {
+
+using internal::DeviceProgress;
 
 constexpr Millis kPollInterval{1};
 
@@ -43,48 +50,114 @@ StatusOr<bool> nccl_state(ncclComm_t comm) {
   return true;
 }
 
+// NCCL (2.26 and later) orders the kernels of different communicators on one device by the
+// order in which the host launched them when NCCL_LAUNCH_ORDER_IMPLICIT=1: two communicators on
+// two streams then cannot deadlock as long as every rank launches in the same order, which ax
+// guarantees by issuing every collective from the training thread (docs/comm.md). With CUDA 12.3+
+// the kernels still overlap. NCCL reads the variable at its first launch; a value the user set
+// is kept. Earlier NCCL versions ignore it.
+void order_launches_implicitly() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", /*overwrite=*/0); });
+}
+
+StatusOr<bool> event_passed(cudaEvent_t e) {
+  cudaError_t r = cudaEventQuery(e);
+  if (r == cudaSuccess) return true;
+  if (r == cudaErrorNotReady) return false;
+  return Internal("cudaEventQuery: ", cudaGetErrorString(r));
+}
+
+// One collective as the watchdog sees it: events recorded on its stream just before and just
+// after the NCCL call. Destroyed by the watchdog's thread once the collective is done.
+class StreamMarkers final : public internal::TrackedCollective {
+ public:
+  StreamMarkers() {
+    AX_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
+    AX_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
+  }
+  ~StreamMarkers() override {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(end_);
+  }
+  void record_start(cudaStream_t s) { AX_CUDA_CHECK(cudaEventRecord(start_, s)); }
+  void record_end(cudaStream_t s) { AX_CUDA_CHECK(cudaEventRecord(end_, s)); }
+  StatusOr<DeviceProgress> progress() override {
+    AX_ASSIGN_OR_RETURN(bool ended, event_passed(end_));
+    if (ended) return DeviceProgress::kDone;
+    AX_ASSIGN_OR_RETURN(bool started, event_passed(start_));
+    return started ? DeviceProgress::kRunning : DeviceProgress::kQueued;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, end_ = nullptr;
+};
+
+// What make_nccl_communicator hands over besides the options.
+struct NcclResources {
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  cudaStream_t stream = nullptr;  // == the backend's stream unless own_stream
+  cudaEvent_t ready = nullptr, joined = nullptr;
+  float* scratch = nullptr;  // the barrier's one float
+};
+
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(std::shared_ptr<Store> store, std::string prefix, std::string name,
-                   std::vector<int> ranks, int rank, const CommOptions& options, ncclComm_t comm)
+                   std::vector<int> ranks, int rank, const CommOptions& options, NcclResources res)
       : store_(std::move(store)),
-        prefix_(std::move(prefix)),
         name_(std::move(name)),
-        ranks_(std::move(ranks)),
+        ranks_(ranks),
         rank_(rank),
         timeout_(options.timeout),
-        stream_(static_cast<cudaStream_t>(options.cuda_stream)),
-        comm_(comm) {}
+        main_stream_(static_cast<cudaStream_t>(options.cuda_stream)),
+        res_(res),
+        on_async_failure_(options.on_async_failure),
+        latch_(name_, std::move(prefix), std::move(ranks), rank, options.timeout),
+        watchdog_(options.timeout, {[this] { return async_error(); },
+                                    [this](const std::string& op, const Status& cause) {
+                                      internal::handle_async_failure(latch_, op, cause, *store_,
+                                                                     on_async_failure_,
+                                                                     [this] { abort(); });
+                                    }}) {
+    const int device = res_.device;
+    watchdog_.start(internal::CollectiveWatchdog::interval_for(timeout_),
+                    [device] { cudaSetDevice(device); });
+  }
 
+  // The watchdog stops first (this thread finishes the job), then the communicator is finalized
+  // (or aborted when that fails or times out), and only then are the buffers and the stream
+  // that its kernels may still use released: freeing first would wait for a hung kernel forever
+  // (cudaFree synchronises the device) or pull memory from under a running one.
   ~NcclCommunicator() override {
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (aborted_) return;  // ncclCommAbort freed it
-    ncclResult_t r = ncclCommFinalize(comm_);
-    Status s =
-        r == ncclSuccess || r == ncclInProgress
-            ? internal::poll_until([&] { return nccl_state(comm_); }, timeout_, kPollInterval,
-                                   [&] { abort(); }, str_cat("finalizing ", name_))
-            : Unavailable("finalizing ", name_, ": ", ncclGetErrorString(r));
-    if (!s.ok()) {
-      AX_LOG(kWarn, "comm") << s.message();
-      abort();
-      return;
-    }
-    ncclCommDestroy(comm_);
+    watchdog_.stop();
+    finalize();
+    cudaFree(res_.scratch);
+    cudaEventDestroy(res_.ready);
+    cudaEventDestroy(res_.joined);
+    if (res_.stream != main_stream_) cudaStreamDestroy(res_.stream);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
   std::string name() const override { return name_; }
   int64_t bytes_moved() const override { return bytes_; }
+  bool enqueues() const override { return true; }
+
+  void join() override {
+    if (res_.stream == main_stream_) return;
+    AX_CUDA_CHECK(cudaEventRecord(res_.joined, res_.stream));
+    AX_CUDA_CHECK(cudaStreamWaitEvent(main_stream_, res_.joined, 0));
+  }
 
   Status all_reduce(Tensor buf, ReduceOp op) override {
     AX_RETURN_IF_ERROR(internal::check_all_reduce(name_, buf, true));
     bytes_ += static_cast<int64_t>(buf.bytes());
     return enqueue("all_reduce", [&] {
       return ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()),
-                           nccl_type(buf.dtype), op == ReduceOp::kSum ? ncclSum : ncclMax, comm_,
-                           stream_);
+                           nccl_type(buf.dtype), op == ReduceOp::kSum ? ncclSum : ncclMax,
+                           res_.comm, res_.stream);
     });
   }
 
@@ -93,7 +166,7 @@ class NcclCommunicator : public Communicator {
     bytes_ += static_cast<int64_t>(in.bytes());
     return enqueue("reduce_scatter", [&] {
       return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()),
-                               nccl_type(in.dtype), ncclSum, comm_, stream_);
+                               nccl_type(in.dtype), ncclSum, res_.comm, res_.stream);
     });
   }
 
@@ -102,7 +175,7 @@ class NcclCommunicator : public Communicator {
     bytes_ += static_cast<int64_t>(out.bytes());
     return enqueue("all_gather", [&] {
       return ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), nccl_type(in.dtype),
-                           comm_, stream_);
+                           res_.comm, res_.stream);
     });
   }
 
@@ -111,71 +184,147 @@ class NcclCommunicator : public Communicator {
     bytes_ += static_cast<int64_t>(buf.bytes());
     return enqueue("broadcast", [&] {
       return ncclBroadcast(buf.data, buf.data, static_cast<size_t>(buf.numel()),
-                           nccl_type(buf.dtype), root, comm_, stream_);
+                           nccl_type(buf.dtype), root, res_.comm, res_.stream);
     });
   }
 
-  // A one-element all-reduce, then a wait for the stream: the point where a stuck peer shows.
+  // A one-element all-reduce, then a wait for the stream on this thread.
   Status barrier() override {
-    if (scratch_ == nullptr) AX_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
     AX_RETURN_IF_ERROR(enqueue("barrier", [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      return ncclAllReduce(res_.scratch, res_.scratch, 1, ncclFloat32, ncclSum, res_.comm,
+                           res_.stream);
     }));
     Status s = internal::poll_until(
         [&]() -> StatusOr<bool> {
-          cudaError_t e = cudaStreamQuery(stream_);
+          cudaError_t e = cudaStreamQuery(res_.stream);
           if (e == cudaSuccess) return true;
           if (e != cudaErrorNotReady) return Internal("stream: ", cudaGetErrorString(e));
-          return nccl_state(comm_);
+          if (Status failed = latch_.status(); !failed.ok()) return failed;  // by the watchdog
+          return state();
         },
         timeout_, kPollInterval, [&] { abort(); }, "barrier");
-    return s.ok() ? s : fail("barrier", s);
+    if (!s.ok()) return fail("barrier", s);
+    return latch_.status();  // a stream that drained because the watchdog aborted
   }
 
  private:
   template <typename Fn>
   Status enqueue(std::string_view op, Fn&& call) {
-    if (!failed_.ok()) return failed_;
-    ncclResult_t r = call();
-    if (r == ncclSuccess) return Status::Ok();
-    if (r != ncclInProgress) {
-      abort();
-      return fail(op, Unavailable(ncclGetErrorString(r), " (", ncclGetLastError(comm_), ")"));
+    if (Status failed = latch_.status(); !failed.ok()) return failed;
+    if (res_.stream != main_stream_) {
+      // The collective reads what the compute stream wrote before this call (the cast of its
+      // input) and overwrites what the compute stream read before it (the previous use of its
+      // output): it waits for everything enqueued there so far.
+      AX_CUDA_CHECK(cudaEventRecord(res_.ready, main_stream_));
+      AX_CUDA_CHECK(cudaStreamWaitEvent(res_.stream, res_.ready, 0));
     }
-    Status s = internal::poll_until([&] { return nccl_state(comm_); }, timeout_, kPollInterval,
-                                    [&] { abort(); }, str_cat(op, " enqueue"));
-    return s.ok() ? s : fail(op, s);
+    auto markers = std::make_unique<StreamMarkers>();
+    markers->record_start(res_.stream);
+    ncclResult_t r = ncclInvalidUsage;
+    std::string error = "the communicator was aborted";
+    {
+      std::lock_guard<std::mutex> lock(nccl_mu_);
+      if (!aborted_) {
+        r = call();
+        if (r != ncclSuccess && r != ncclInProgress) {
+          error = str_cat(ncclGetErrorString(r), " (", ncclGetLastError(res_.comm), ")");
+        }
+      }
+    }
+    if (r != ncclSuccess && r != ncclInProgress) return fail(op, Unavailable(error));
+    if (r == ncclInProgress) {
+      Status s = internal::poll_until([&] { return state(); }, timeout_, kPollInterval,
+                                      [&] { abort(); }, str_cat(op, " enqueue"));
+      if (!s.ok()) return fail(op, s);
+    }
+    markers->record_end(res_.stream);
+    watchdog_.track(std::string(op), std::move(markers));
+    return Status::Ok();
+  }
+
+  // The communicator's progress, as the poll loops on this thread read it.
+  StatusOr<bool> state() {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    if (aborted_) return Unavailable("the communicator was aborted");
+    return nccl_state(res_.comm);
+  }
+
+  // The watchdog's question: Ok while healthy, also while this thread holds the communicator
+  // (asked again next round) or after an abort (whoever aborted reports the failure).
+  Status async_error() {
+    std::unique_lock<std::mutex> lock(nccl_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || aborted_) return Status::Ok();
+    StatusOr<bool> s = nccl_state(res_.comm);
+    return s.ok() ? Status::Ok() : s.status();
   }
 
   void abort() {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
     if (aborted_) return;
     aborted_ = true;
-    ncclCommAbort(comm_);
+    ncclCommAbort(res_.comm);
   }
 
+  // A failure met on this thread: abort first, which wakes peers waiting on this rank over
+  // network transports, then name the missing ranks.
   Status fail(std::string_view op, const Status& cause) {
     abort();
-    internal::AliveReport report = internal::find_missing_ranks(*store_, prefix_, ranks_, rank_,
-                                                                internal::alive_window(timeout_));
-    failed_ = internal::collective_failure(op, name_, cause.code(), cause.message(), report,
-                                           store_->describe());
-    AX_LOG(kError, "comm") << failed_.message();
-    return failed_;
+    return latch_.record(op, cause, *store_);
+  }
+
+  // Flushes and destroys the communicator, or aborts it when that fails or does not finish.
+  void finalize() {
+    ncclResult_t r = ncclSuccess;
+    {
+      std::lock_guard<std::mutex> lock(nccl_mu_);
+      if (aborted_) return;  // ncclCommAbort freed it
+      r = ncclCommFinalize(res_.comm);
+    }
+    Status s = r == ncclSuccess || r == ncclInProgress
+                   ? internal::poll_until([&] { return state(); }, timeout_, kPollInterval,
+                                          [&] { abort(); }, str_cat("finalizing ", name_))
+                   : Unavailable("finalizing ", name_, ": ", ncclGetErrorString(r));
+    if (!s.ok()) {
+      AX_LOG(kWarn, "comm") << s.message();
+      abort();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    ncclCommDestroy(res_.comm);
+    aborted_ = true;  // gone: nothing may touch it any more
   }
 
   std::shared_ptr<Store> store_;
-  const std::string prefix_;
   const std::string name_;
   const std::vector<int> ranks_;
   const int rank_;
   const Millis timeout_;
-  cudaStream_t stream_;
-  ncclComm_t comm_;
-  void* scratch_ = nullptr;
-  bool aborted_ = false;
+  const cudaStream_t main_stream_;
+  const NcclResources res_;
+  const std::function<void(const Status&)> on_async_failure_;
   int64_t bytes_ = 0;
-  Status failed_;
+  std::mutex nccl_mu_;    // every NCCL call on res_.comm, and aborted_
+  bool aborted_ = false;  // aborted or destroyed: res_.comm is gone
+  internal::FailureLatch latch_;
+  internal::CollectiveWatchdog watchdog_;  // last: its thread uses the members above
 };
+
+// The stream, events and scratch float a communicator needs besides the NCCL communicator.
+NcclResources make_resources(const CommOptions& options, ncclComm_t comm) {
+  NcclResources res;
+  res.comm = comm;
+  AX_CUDA_CHECK(cudaGetDevice(&res.device));
+  res.stream = static_cast<cudaStream_t>(options.cuda_stream);
+  if (options.own_stream) {
+    AX_CUDA_CHECK(cudaStreamCreateWithFlags(&res.stream, cudaStreamNonBlocking));
+  }
+  AX_CUDA_CHECK(cudaEventCreateWithFlags(&res.ready, cudaEventDisableTiming));
+  AX_CUDA_CHECK(cudaEventCreateWithFlags(&res.joined, cudaEventDisableTiming));
+  // Allocated now rather than at the first barrier: cudaMalloc may synchronise the device,
+  // which must not happen while collectives are in flight.
+  AX_CUDA_CHECK(cudaMalloc(&res.scratch, sizeof(float)));
+  return res;
+}
 
 }  // namespace
 
@@ -187,6 +336,7 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(std::shared_ptr<S
   AX_ASSIGN_OR_RETURN(int rank, internal::check_group(tag, ranks, global_rank));
   const std::string name = internal::group_name("nccl", tag, ranks);
   const int size = static_cast<int>(ranks.size());
+  order_launches_implicitly();
   if (options.cuda_device >= 0) {
     AX_CUDA_CHECK(cudaSetDevice(options.cuda_device));
     ::ax::internal::set_error_device(options.cuda_device);
@@ -244,8 +394,8 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(std::shared_ptr<S
     return internal::collective_failure("init", name, init.code(), init.message(), report,
                                         store->describe());
   }
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(std::move(store), prefix, name, ranks, rank, options, comm));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      std::move(store), prefix, name, ranks, rank, options, make_resources(options, comm)));
 }
 
 }  // namespace ax::train::comm

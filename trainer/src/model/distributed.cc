@@ -126,6 +126,11 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   co.coordinator = ctx.coordinator;
   co.cuda_stream = backend->native_stream();
   co.cuda_device = backend->device_ordinal();
+  // A GPU collective that hangs or fails is found by the communicator's watchdog while this
+  // thread waits for the stream elsewhere: the process ends there, like a failed call.
+  co.on_async_failure = [](const Status& s) {
+    layers::collective_or_die(s, "a collective on the GPU");
+  };
   const bool cuda = backend->device_ordinal() >= 0;  // NCCL needs a device; cpu-bf16 is Gloo
   StatusOr<comm::MeshGroups> groups = comm::make_mesh_groups(
       d->store, d->coords, cuda ? comm::CommBackend::kNccl : comm::CommBackend::kGloo, co);

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +13,7 @@
 
 #include "ax/common/logging.h"
 #include "ax/trainer/comm/communicator.h"
+#include "fsdp_prefetch.h"
 #include "layers.h"
 #include "rng.h"
 
@@ -173,63 +172,6 @@ StatusOr<int64_t> padded_vocab_size(const ModelConfig& config, int64_t vocab) {
 
 // ---- Model ----
 
-namespace {
-
-// FSDP prefetch: one background thread that runs all-gathers on its own communicator, one at a
-// time, while the main thread computes (and reduce-scatters on the fsdp communicator).
-class Prefetcher {
- public:
-  explicit Prefetcher(comm::Communicator* comm) : comm_(comm), thread_([this] { loop(); }) {}
-  ~Prefetcher() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  // Starts all_gather(out, in); the previous one must have been waited for.
-  void submit(Tensor out, Tensor in) {
-    std::lock_guard<std::mutex> lock(mu_);
-    AX_CHECK(!busy_) << "one FSDP prefetch at a time";
-    out_ = out;
-    in_ = in;
-    busy_ = true;
-    cv_.notify_all();
-  }
-  Status wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return !busy_; });
-    return status_;
-  }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [this] { return quit_ || busy_; });
-      if (quit_) return;
-      Tensor out = out_, in = in_;
-      lock.unlock();
-      Status s = comm_->all_gather(out, in);
-      lock.lock();
-      status_ = s;
-      busy_ = false;
-      cv_.notify_all();
-    }
-  }
-
-  comm::Communicator* comm_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Tensor out_, in_;
-  bool busy_ = false, quit_ = false;
-  Status status_;
-  std::thread thread_;  // last: starts once the members above exist
-};
-
-}  // namespace
-
 class Model::Impl {
  public:
   ModelConfig config;
@@ -258,9 +200,9 @@ class Model::Impl {
   void* slot_g[2] = {nullptr, nullptr};
   void* scatter_tmp = nullptr;  // one unit's shard, f32
   void* shard_compute = nullptr;  // one unit's shard in the compute dtype (bf16 backends)
-  void* prefetch_compute = nullptr;  // the same for the prefetch thread's input
+  void* prefetch_compute = nullptr;  // the same for the prefetch gather's input
   int slot_unit[2] = {-1, -1};
-  // The unit the prefetch thread is gathering (into slot (unit - 1) % 2), or -1.
+  // The unit being prefetched (into slot (unit - 1) % 2), or -1.
   std::unique_ptr<Prefetcher> prefetcher;
   int pending_unit = -1;
   bool root_gathered = false;
@@ -295,7 +237,7 @@ class Model::Impl {
   bool logits_valid = false;
 
   ~Impl() {
-    prefetcher.reset();  // joins the thread before the buffers go
+    prefetcher.reset();  // joins a gather thread before the buffers go
     for (void* p : {params, grads, acts_base, root_w, root_g, slot_w[0], slot_w[1], slot_g[0],
                     slot_g[1], scatter_tmp, shard_compute, prefetch_compute}) {
       if (p != nullptr) be->free(p);
@@ -478,10 +420,10 @@ class Model::Impl {
     pending_unit = -1;
   }
 
-  // Starts gathering layer i into its slot on the prefetch thread (nothing when there is no
-  // such layer, no prefetcher, or the slot already holds it). The slot must not be in use: the
-  // callers prefetch the layer after the current one in the direction of the pass, whose slot
-  // held the layer before it.
+  // Starts gathering layer i into its slot (nothing when there is no such layer, no prefetcher,
+  // or the slot already holds it). The slot must not be in use: the callers prefetch the layer
+  // after the current one in the direction of the pass, whose slot held the layer before it
+  // (on a GPU the gather's stream waits for that use: fsdp_prefetch.h).
   void prefetch_layer(int64_t i) {
     if (prefetcher == nullptr || i < 0 || i >= static_cast<int64_t>(blocks.size())) return;
     const int unit = static_cast<int>(i) + 1, slot = static_cast<int>(i % 2);

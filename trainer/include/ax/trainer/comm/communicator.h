@@ -9,10 +9,13 @@
 // blocking from the caller's point of view on Gloo; on NCCL they are enqueued on the stream.
 // A failed collective leaves the communicator broken: every later call returns the same Status,
 // whose message names the ranks that did not answer (docs/comm.md "Timeouts and failures").
+// NCCL's collectives must be issued by one thread in the same order on every rank, across all
+// the communicators of a process (docs/comm.md "NCCL: one issuing thread").
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +42,14 @@ class Communicator {
   virtual Status broadcast(Tensor buf, int root) = 0;
   virtual Status barrier() = 0;
 
+  // True when collectives return once enqueued on a device stream, before they finish (NCCL);
+  // false when they return with the result in place (Gloo, Gloo's groups of one).
+  virtual bool enqueues() const { return false; }
+  // Makes later work on the backend's stream (CommOptions::cuda_stream) wait for every collective
+  // enqueued here so far, without waiting on the host. Only a communicator with a stream of its
+  // own (CommOptions::own_stream) has anything to do.
+  virtual void join() {}
+
   // Payload bytes this rank has handed to collectives so far (the benchmark's volume figures):
   // all_reduce n·4, reduce_scatter/all_gather the full (size × n)·4, broadcast n·4.
   virtual int64_t bytes_moved() const = 0;
@@ -52,6 +63,15 @@ struct CommOptions {
   std::string coordinator;
   void* cuda_stream = nullptr;  // NCCL only: the backend's cudaStream_t
   int cuda_device = -1;         // NCCL only
+  // NCCL only: run the collectives on a CUDA stream of the communicator's own. Each collective
+  // first waits (an event) for the work enqueued on cuda_stream so far; join() makes later work
+  // on cuda_stream wait for the collectives. FSDP prefetch gathers this way, beside the compute.
+  bool own_stream = false;
+  // NCCL only: called from the communicator's watchdog thread when an enqueued collective fails
+  // or runs longer than `timeout`, with the Status a failed call returns (group, missing ranks).
+  // ax-train ends the process here. Afterwards (or when empty) the communicator is aborted, so
+  // that what waits for the stream moves on, and every later call returns the failure.
+  std::function<void(const Status&)> on_async_failure;
 };
 
 // A group of `ranks` (global ranks, sorted) of which `global_rank` is one; `tag` names the group
@@ -93,8 +113,9 @@ struct MeshGroups {
   std::unique_ptr<Communicator> fsdp;
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> replica;  // data × fsdp
-  // A second communicator over the fsdp group (fsdp > 1 only): the FSDP prefetch thread gathers
-  // the next layer on it while the main thread computes and reduce-scatters on `fsdp`.
+  // A second communicator over the fsdp group (fsdp > 1 only): FSDP prefetch gathers the next
+  // layer on it while the current one computes and reduce-scatters on `fsdp` (Gloo: on a thread
+  // of its own; NCCL: issued by the training thread onto a stream of its own, own_stream).
   std::unique_ptr<Communicator> fsdp_prefetch;
 };
 
