@@ -87,9 +87,10 @@ def padded_vocab(c):
 
 
 def flops_per_token(c, matmul_params):
-    """PaLM: 6·N + 12·L·H·Q·T (ax's flops_per_token, trainer/src/config/metrics.cc)."""
+    """6·N + 6·L·H·Q·T: PaLM's count with causal attention halved, as MaxText counts it (ax's
+    flops_per_token with causal = true, trainer/src/config/metrics.cc)."""
     head_dim = c["dim"] // c["heads"]
-    return 6.0 * matmul_params + 12.0 * c["layers"] * c["heads"] * head_dim * c["seq"]
+    return 6.0 * matmul_params + 6.0 * c["layers"] * c["heads"] * head_dim * c["seq"]
 
 
 # Dense bf16 peak of the device: the table of ax's CUDA backend (peak_bf16_flops in
@@ -436,7 +437,7 @@ def report(a):
         print(f"peak dense bf16: {peak[1] / 1e12:.1f} TFLOP/s ({peak[2]}; from {peak[0]})")
     else:
         print("peak dense bf16: unknown (MFU not computed)")
-    print("MFU = tokens/s x FLOPs per token (PaLM: 6N + 12·L·H·Q·T) / peak. Step: median of the "
+    print("MFU = tokens/s x FLOPs per token (6N + 6·L·H·Q·T: PaLM's, causal attention halved) / peak. Step: median of the "
           "timed steps. Memory: ax = the backend's peak count (device memory in use during its "
           "run by nvidia-smi, CUDA context included); PyTorch = max_memory_allocated (device "
           "memory in use at the end, context and cache included).")

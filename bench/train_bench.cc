@@ -98,7 +98,7 @@ void count_parameters(const Config& config, int64_t vocab) {
               {"matmul_params", layout.num_matmul_parameters()},
               {"flops_per_token",
                ax::train::flops_per_token(layout.num_matmul_parameters(), m.num_layers, m.num_heads,
-                                          m.head_dim(), config.train.seq_len)}};
+                                          m.head_dim(), config.train.seq_len, /*causal=*/true)}};
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -164,8 +164,9 @@ void run_worker(const Options& o) {
               {"batch", rows},
               {"seq", seq},
               {"peak_flops", backend->peak_flops()},
-              {"flops_per_token", ax::train::flops_per_token(matmul_params, m.num_layers,
-                                                             m.num_heads, m.head_dim(), seq)},
+              {"flops_per_token",
+               ax::train::flops_per_token(matmul_params, m.num_layers, m.num_heads, m.head_dim(),
+                                          seq, /*causal=*/true)},
               {"activation_bytes", (*model)->activation_bytes()},
               {"backend_peak_bytes", backend->peak_bytes_in_use()},
               {"init_seconds", init_seconds}};

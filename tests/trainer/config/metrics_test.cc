@@ -32,8 +32,8 @@ TEST(FlopsPerToken, Gpt3At2048TokensIsNvidiasFigure) {
   c->model.vocab_size = 50257;
   const ModelConfig& m = c->model;
   double per_token = flops_per_token(static_cast<int64_t>(matmul_params(m)), m.num_layers,
-                                     m.num_heads, m.head_dim(), 2048);
-  // dgxc-benchmarking: 2.20e15 FLOPs per 2048-token sequence.
+                                     m.num_heads, m.head_dim(), 2048, /*causal=*/false);
+  // dgxc-benchmarking (PaLM's whole attention count): 2.20e15 FLOPs per 2048-token sequence.
   EXPECT_NEAR(per_token * 2048 / 2.20e15, 1.0, 0.02);
 }
 
@@ -47,13 +47,14 @@ TEST(FlopsPerToken, Llama31_8BAt8192Tokens) {
   m.vocab_size = 128256;
   m.activation = "swiglu";
   double per_token = flops_per_token(static_cast<int64_t>(matmul_params(m)), m.num_layers,
-                                     m.num_heads, m.head_dim(), 8192);
-  // dgxc-benchmarking: 4.74e14 FLOPs per 8192-token sequence.
+                                     m.num_heads, m.head_dim(), 8192, /*causal=*/false);
+  // dgxc-benchmarking (PaLM's whole attention count): 4.74e14 FLOPs per 8192-token sequence.
   EXPECT_NEAR(per_token * 8192 / 4.74e14, 1.0, 0.02);
 }
 
 TEST(FlopsPerToken, Formula) {
-  EXPECT_DOUBLE_EQ(flops_per_token(1000, 2, 3, 4, 5), 6.0 * 1000 + 12.0 * 2 * 3 * 4 * 5);
+  EXPECT_DOUBLE_EQ(flops_per_token(1000, 2, 3, 4, 5, false), 6.0 * 1000 + 12.0 * 2 * 3 * 4 * 5);
+  EXPECT_DOUBLE_EQ(flops_per_token(1000, 2, 3, 4, 5, true), 6.0 * 1000 + 6.0 * 2 * 3 * 4 * 5);
 }
 
 StepMetrics example() {

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "ax/trainer/metrics.h"
 #include "ax/trainer/train_loop.h"
 #include "model_test_util.h"
 
@@ -44,6 +45,58 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, Backend* be, int64_
   auto model = Model::create(config, vocab, batch, seq, be);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   return model.ok() ? std::move(*model) : nullptr;
+}
+
+// Ids are checked by the model for every backend before any op sees them (the GPU's kernels read
+// them unchecked; a vocabulary split over tensor ranks would silently drop such a target).
+TEST(ModelDeathTest, IdsOutsideTheVocabularyAbortBeforeAnyOp) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto be = make_cpu_bf16_backend(1);
+  auto model = make_model(small_config(true), be.get(), 1, 4);
+  ASSERT_TRUE(model);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  EXPECT_DEATH(model->forward(tokens, std::vector<int32_t>{2, 3, kVocab, 5}),
+               "target 37 outside the vocabulary \\[0, 37\\)");
+  EXPECT_DEATH(model->forward(std::vector<int32_t>{1, 2, -3, 4}, {}),
+               "token -3 outside the vocabulary \\[0, 37\\)");
+  EXPECT_GT(model->forward(tokens, std::vector<int32_t>{2, -1, 36, -100}), 0.f);
+}
+
+// MFU divides model FLOPs by a GEMM rate, so the model FLOPs of a step must not exceed what the
+// backend's matrix products execute, or MFU can read above 100 %. PaLM's whole attention count
+// did (a causal kernel skips the masked half): with attention-heavy shapes it counted more than
+// the CPU backend ran. Causal attention is counted half, as MaxText counts it.
+TEST(ModelFlops, NeverExceedTheMatrixProductsTheBackendExecutes) {
+  for (bool llama : {false, true}) {
+    ModelConfig config = small_config(llama);
+    config.model_dim = 32;
+    config.num_heads = 2;
+    config.num_kv_heads = llama ? 1 : 2;
+    config.max_seq_len = 256;
+    auto be = make_cpu_backend(2);
+    const int64_t B = 2, T = 256;
+    auto model = make_model(config, be.get(), B, T);
+    ASSERT_TRUE(model);
+    std::mt19937 rng(5);
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>(rng() % kVocab);
+      targets[i] = static_cast<int32_t>(rng() % kVocab);
+    }
+    const double before = be->executed_matmul_flops();
+    model->forward(tokens, targets);
+    model->backward(1.f);
+    const double executed = be->executed_matmul_flops() - before;
+    const int64_t N = model->layout().num_matmul_parameters();
+    auto counted = [&](bool causal) {
+      return flops_per_token(N, config.num_layers, config.num_heads, config.head_dim(), T,
+                             causal) *
+             static_cast<double>(B * T);
+    };
+    EXPECT_LE(counted(true), executed) << (llama ? "llama" : "gpt");
+    // The shapes are attention-heavy enough that the whole count would exceed it.
+    EXPECT_GT(counted(false), executed) << (llama ? "llama" : "gpt");
+  }
 }
 
 TEST(ParamLayout, GptNamesShapesAndWeightDecay) {

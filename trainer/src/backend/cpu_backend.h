@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   DType compute_dtype() const override { return DType::kF32; }
   double peak_flops() const override;
+  double executed_matmul_flops() const override;
 
   StatusOr<void*> alloc(size_t bytes) override;
   void free(void* ptr) override;
@@ -89,6 +90,7 @@ class CpuBackend final : public Backend {
   float rope_theta_ = 0;
   mutable std::once_flag peak_once_;
   mutable double peak_flops_ = 0;
+  mutable double measurement_flops_ = 0;  // the peak measurement's own GEMMs
 };
 
 }  // namespace ax::train::cpu

@@ -58,6 +58,7 @@ class CpuBf16Backend final : public Backend {
   std::string name() const override { return str_cat(f32_->name(), ", bf16 activations"); }
   DType compute_dtype() const override { return DType::kBF16; }
   double peak_flops() const override { return f32_->peak_flops(); }
+  double executed_matmul_flops() const override { return f32_->executed_matmul_flops(); }
 
   StatusOr<void*> alloc(size_t bytes) override {
     AX_ASSIGN_OR_RETURN(void* p, f32_->alloc(bytes));

@@ -203,6 +203,7 @@ Gemm::Gemm(bool use_openblas) : description_("builtin GEMM") {
 
 void Gemm::operator()(const GemmArgs& g) const {
   if (g.M <= 0 || g.N <= 0) return;
+  flops_.fetch_add(2 * g.M * g.N * g.K, std::memory_order_relaxed);
 #if AX_HAVE_OPENBLAS
   if (sgemm_ != nullptr && g.M * g.N * g.K >= kMinBlasWork) {
     for (int64_t v : {g.M, g.N, g.K, g.lda, g.ldb, g.ldc}) AX_CHECK_LE(v, INT_MAX);

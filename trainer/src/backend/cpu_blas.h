@@ -9,6 +9,7 @@
 // before main(); the backend then uses that copy as it is and says so.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -38,10 +39,13 @@ class Gemm {
   // "OpenBLAS 0.3.21 core Cooperlake" or "builtin GEMM".
   const std::string& description() const { return description_; }
   void operator()(const GemmArgs& g) const;
+  // 2·M·N·K of every call so far: the FLOPs this backend's GEMMs executed.
+  double flops() const { return static_cast<double>(flops_.load(std::memory_order_relaxed)); }
 
  private:
   void* sgemm_ = nullptr;  // cblas_sgemm of the loaded OpenBLAS
   std::string description_;
+  mutable std::atomic<int64_t> flops_{0};
 };
 
 }  // namespace ax::train::cpu

@@ -720,8 +720,15 @@ float Model::forward(std::span<const int32_t> tokens, std::span<const int32_t> t
   const int64_t N = m.B * m.T;
   AX_CHECK_EQ(static_cast<int64_t>(tokens.size()), N);
   AX_CHECK(targets.empty() || static_cast<int64_t>(targets.size()) == N);
-  for (int32_t t : tokens)
-    AX_CHECK(t >= 0 && t < m.V) << "token " << t << " outside the vocabulary";
+  // Ids are checked here, on the host, for every backend: the CUDA kernels read them on the
+  // device unchecked, and a vocabulary split over tensor ranks would drop a target no shard holds.
+  for (int32_t t : tokens) {
+    AX_CHECK(t >= 0 && t < m.V) << "token " << t << " outside the vocabulary [0, " << m.V << ")";
+  }
+  for (int32_t t : targets) {
+    AX_CHECK(t < m.V) << "target " << t << " outside the vocabulary [0, " << m.V
+                      << ") (negative targets are ignored)";
+  }
 
   m.ensure_root();
   if (m.tp.size == 1) {

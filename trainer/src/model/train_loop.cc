@@ -404,7 +404,7 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   if (m.peak_flops > 0) {
     const double per_token =
         flops_per_token(model_->layout().num_matmul_parameters(), mc.num_layers, mc.num_heads,
-                        mc.head_dim(), config_.train.seq_len);
+                        mc.head_dim(), config_.train.seq_len, /*causal=*/true);
     m.mfu = m.tokens_per_s * per_token / m.peak_flops;
   }
   m.eta_s = mean_time * static_cast<double>(config_.train.max_steps - r.step);

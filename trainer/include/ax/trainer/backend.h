@@ -55,6 +55,10 @@ class Backend {
   virtual DType compute_dtype() const = 0;
   // Peak dense FLOP/s of the device for MFU (0 when unknown).
   virtual double peak_flops() const = 0;
+  // FLOPs of the matrix products (GEMMs, attention products) this backend has executed so far,
+  // where it counts them (the CPU backends do; 0 otherwise): what MFU's model FLOPs must not
+  // exceed, since the peak is a GEMM rate.
+  virtual double executed_matmul_flops() const { return 0; }
   // The device's queue and ordinal for communicators that enqueue on it (NCCL): the CUDA
   // backend's cudaStream_t and device; nullptr / -1 on the CPU.
   virtual void* native_stream() const { return nullptr; }

@@ -23,10 +23,13 @@ struct StepMetrics {
   double eta_s = 0;
 };
 
-// PaLM model FLOPs per token, forward + backward: 6 N + 12 L H Q T, where N counts the
-// parameters that take part in matmuls (the LM head once; not an untied input embedding).
+// Model FLOPs per token, forward + backward: 6 N + 12 L H Q T (PaLM), where N counts the
+// parameters that take part in matmuls (the LM head once; not an untied input embedding) and
+// the second term the attention products. `causal` halves the attention term, as MaxText counts
+// it: a causal kernel skips the masked half, so PaLM's whole count (what NVIDIA's published
+// figures use, causal = false) can exceed what the hardware executes and read above 100 %.
 double flops_per_token(int64_t matmul_params, int64_t layers, int64_t heads, int64_t head_dim,
-                       int64_t seq_len);
+                       int64_t seq_len, bool causal);
 
 // "step   120/2000 | loss 4.1234 | lr 5.99e-04 | gnorm 0.812 | 412 ms | 9.9k tok/s |
 //  MFU 41.2% of 989 TFLOP/s | ETA 12m50s"
