@@ -8,49 +8,14 @@
 #include <utility>
 
 #include "ax/common/check.h"
+#include "ax/common/rng.h"
 
 namespace ax::data {
 namespace {
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 // Keep the block and window permutations independent for equal (seed, epoch, index).
 constexpr uint64_t kBlockStream = 0x626C6F636B730000ull;   // "blocks"
 constexpr uint64_t kWindowStream = 0x77696E646F770000ull;  // "window"
-
-// The SplitMix64 output function.
-uint64_t mix64(uint64_t x) {
-  x += kGolden;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t next() {
-    const uint64_t z = state_;
-    state_ += kGolden;
-    return mix64(z);
-  }
-  // Uniform in [0, n) for n >= 1, unbiased (Lemire 2019, "Fast random integer generation in an
-  // interval").
-  uint64_t below(uint64_t n) {
-    unsigned __int128 m = static_cast<unsigned __int128>(next()) * n;
-    auto low = static_cast<uint64_t>(m);
-    if (low < n) {
-      const uint64_t threshold = (0 - n) % n;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(next()) * n;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
 
 uint64_t stream_seed(uint64_t seed, uint64_t stream, uint64_t epoch, uint64_t index) {
   return mix64(mix64(mix64(mix64(seed) ^ stream) ^ epoch) ^ index);

@@ -15,7 +15,7 @@
 #include "ax/trainer/comm/communicator.h"
 #include "fsdp_prefetch.h"
 #include "layers.h"
-#include "rng.h"
+#include "ax/common/rng.h"
 
 namespace ax::train {
 namespace {

@@ -9,7 +9,7 @@
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/train_loop.h"
-#include "rng.h"
+#include "ax/common/rng.h"
 #include "train_state.h"
 
 namespace ax::train {
