@@ -47,6 +47,16 @@ Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
 uint64_t Tokenizer::hash() const { return impl_->hash; }
+
+uint32_t Tokenizer::num_sentinels() const {
+  const int size = impl_->sp.GetPieceSize();
+  uint32_t n = 0;
+  while (static_cast<int>(n) < size &&
+         impl_->sp.IdToPiece(size - 1 - static_cast<int>(n)) == str_cat("<extra_id_", n, ">")) {
+    ++n;
+  }
+  return n;
+}
 uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->sp.GetPieceSize()); }
 int32_t Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
 int32_t Tokenizer::pad_id() const { return impl_->sp.pad_id(); }
@@ -141,6 +151,42 @@ class DocumentLines : public sentencepiece::SentenceIterator {
   uint64_t skipped_long_ = 0;
 };
 
+// Appends T5's sentinels to a trained model as user-defined pieces <extra_id_{n-1}> ...
+// <extra_id_0>, so that <extra_id_0> is the highest id. SentencePiece's trainer places
+// user-defined symbols right after the special ids, and Debian's package ships no header for the
+// model's protobuf, so this writes the one field it needs by hand: ModelProto's `repeated
+// SentencePiece pieces = 1` (a parser appends repeated entries in file order), each piece
+// {string piece = 1; float score = 2; Type type = 3 (USER_DEFINED = 4)}. The .vocab beside it
+// gets the same lines.
+Status append_sentinels(const std::string& prefix, int count) {
+  auto varint = [](uint64_t v, std::string* out) {
+    for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    out->push_back(static_cast<char>(v));
+  };
+  std::string model_tail, vocab_tail;
+  for (int k = count - 1; k >= 0; --k) {
+    const std::string piece = str_cat("<extra_id_", k, ">");
+    std::string message;
+    message.push_back('\x0a');  // field 1, length-delimited: the piece
+    varint(piece.size(), &message);
+    message += piece;
+    message.append("\x15\0\0\0\0", 5);  // field 2, fixed32: score 0.0f
+    message.append("\x18\x04", 2);         // field 3, varint: type USER_DEFINED
+    model_tail.push_back('\x0a');           // ModelProto field 1: one more piece
+    varint(message.size(), &model_tail);
+    model_tail += message;
+    vocab_tail += str_cat(piece, "\t0\n");
+  }
+  for (const auto& [path, tail] : {std::pair{prefix + ".model", &model_tail},
+                                   std::pair{prefix + ".vocab", &vocab_tail}}) {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f << *tail;
+    f.flush();
+    if (!f) return IoError(str_cat("append sentinels to ", path), errno);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status train_tokenizer(const TrainTokenizerOptions& options) {
@@ -159,8 +205,11 @@ Status train_tokenizer(const TrainTokenizerOptions& options) {
     return InvalidArgument("the output must be a path ending in .model, not '", options.output,
                            "'");
   }
-  std::vector<std::string> symbols = options.user_symbols;
-  for (int i = 0; i < options.extra_ids; ++i) symbols.push_back(str_cat("<extra_id_", i, ">"));
+  if (options.vocab_size < 8 + static_cast<uint32_t>(options.extra_ids)) {
+    return InvalidArgument("vocabulary size ", options.vocab_size, " leaves too few pieces beside ",
+                           options.extra_ids, " extra ids");
+  }
+  const std::vector<std::string>& symbols = options.user_symbols;
   std::string symbol_list;
   for (const std::string& s : symbols) {
     if (s.empty() || s.find(',') != std::string::npos) {
@@ -187,7 +236,7 @@ Status train_tokenizer(const TrainTokenizerOptions& options) {
                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::unordered_map<std::string, std::string> args = {
       {"model_prefix", prefix},
-      {"vocab_size", std::to_string(options.vocab_size)},
+      {"vocab_size", std::to_string(options.vocab_size - options.extra_ids)},
       {"model_type", options.model_type},
       {"byte_fallback", options.byte_fallback ? "true" : "false"},
       {"character_coverage", str_cat(options.character_coverage)},
@@ -213,6 +262,7 @@ Status train_tokenizer(const TrainTokenizerOptions& options) {
   if (!lines.error().ok()) return lines.error();
   if (lines.lines() == 0) return InvalidArgument("the inputs hold no text to train on");
   if (!st.ok()) return InvalidArgument("SentencePiece training failed: ", st.message());
+  if (options.extra_ids > 0) AX_RETURN_IF_ERROR(append_sentinels(prefix, options.extra_ids));
 
   AX_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::load(options.output));
   AX_LOG(kInfo, "data") << "wrote " << options.output << " (" << tok->vocab_size()

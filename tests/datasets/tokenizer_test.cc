@@ -69,17 +69,29 @@ TEST(Tokenizer, TrainsLoadsAndRoundTrips) {
   EXPECT_EQ((*tok)->id_to_piece(1), "</s>");
 }
 
-TEST(Tokenizer, ExtraIdsAreSinglePieces) {
+// As T5 lays them out: <extra_id_0> is the highest id, <extra_id_k> = vocab - 1 - k, within the
+// requested vocabulary size; in text each is one piece.
+TEST(Tokenizer, ExtraIdsAreTheTopIdsAndSinglePieces) {
   auto tok = Tokenizer::load(model_a());
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  for (int i = 0; i < 4; ++i) {
+  EXPECT_EQ((*tok)->vocab_size(), 400u);
+  EXPECT_EQ((*tok)->num_sentinels(), 4u);
+  for (uint32_t i = 0; i < 4; ++i) {
     std::string sentinel = "<extra_id_" + std::to_string(i) + ">";
+    EXPECT_EQ((*tok)->id_to_piece(399 - i), sentinel);
     std::vector<uint32_t> ids;
     ASSERT_TRUE((*tok)->encode("before " + sentinel + " after", &ids).ok());
     int found = 0;
-    for (uint32_t id : ids) found += (*tok)->id_to_piece(id) == sentinel;
+    for (uint32_t id : ids) found += id == 399 - i ? 1 : 0;
     EXPECT_EQ(found, 1) << sentinel;
+    auto back = (*tok)->decode(ids);
+    ASSERT_TRUE(back.ok());
+    EXPECT_NE(back->find(sentinel), std::string::npos) << *back;
   }
+  EXPECT_NE((*tok)->id_to_piece(395), "<extra_id_4>");
+  auto plain = Tokenizer::load(trained_model(450));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->num_sentinels(), 0u);
 }
 
 TEST(Tokenizer, HashIsStableAndTellsModelsApart) {

@@ -26,6 +26,9 @@ class Tokenizer {
   int32_t unk_id() const;
   int32_t bos_id() const;
   const std::string& path() const;
+  // T5's sentinels: how many ids at the top of the vocabulary are <extra_id_k>, k = 0 at the
+  // highest id and counting down (what `ax-data train-tokenizer --extra-ids N` adds); 0 if none.
+  uint32_t num_sentinels() const;
 
   // Appends the ids of text to out (no EOS).
   Status encode(std::string_view text, std::vector<uint32_t>* out) const;
@@ -46,7 +49,9 @@ struct TrainTokenizerOptions {
   std::string model_type = "bpe";  // bpe | unigram
   bool byte_fallback = true;
   std::vector<std::string> user_symbols;
-  int extra_ids = 0;  // adds <extra_id_0> ... <extra_id_{n-1}> (T5 sentinels)
+  // T5's sentinels <extra_id_0> ... <extra_id_{n-1}> as the top n ids of vocab_size, highest
+  // first, as T5 lays them out; text containing "<extra_id_k>" encodes to that one id.
+  int extra_ids = 0;
   double character_coverage = 0.9995;
   bool split_digits = true;
   uint64_t max_sentences = 2000000;  // sentences sampled for training (0 = all)
