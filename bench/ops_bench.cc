@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
@@ -88,9 +89,14 @@ std::vector<Op> ops() {
          Tensor qkv = b.randn({B, T, 3 * NH * HD}), dqkv = b.make(DType::kF32, {B, T, 3 * NH * HD});
          Tensor out = b.make(DType::kF32, {B, T, NH * HD}), lse = b.make(DType::kF32, {B, NH, T});
          Tensor dout = b.randn({B, T, NH * HD});
-         run = [&be = b.be, qkv, dqkv, out, lse, dout] {
-           be.attention_forward(out, lse, qkv, NH, NH, true);
-           be.attention_backward(dqkv, dout, out, lse, qkv, NH, NH, true);
+         ax::train::AttentionSpec spec;
+         spec.num_heads = spec.num_kv_heads = NH;
+         spec.causal = true;
+         spec.scale = 1.0f / std::sqrt(static_cast<float>(HD));
+         spec.k_offset = NH * HD;
+         run = [&be = b.be, qkv, dqkv, out, lse, dout, spec] {
+           be.attention_forward(out, lse, qkv, qkv, spec);
+           be.attention_backward(dqkv, dqkv, Tensor(), dout, out, lse, qkv, qkv, spec);
          };
        }});
   list.push_back({"layernorm fwd+bwd N2048 C256", 0, [=](Bench& b, std::function<void()>& run) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <random>
@@ -71,6 +72,17 @@ inline std::vector<int32_t> ints(std::mt19937& rng, int64_t n, int32_t lo, int32
   std::vector<int32_t> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+// Self-attention over a packed (B, T, (NH + 2·KVH)·HD) qkv with the 1/sqrt(HD) scale.
+inline AttentionSpec packed_attention(int NH, int KVH, int HD, bool causal) {
+  AttentionSpec s;
+  s.num_heads = NH;
+  s.num_kv_heads = KVH;
+  s.causal = causal;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  s.k_offset = static_cast<int64_t>(NH) * HD;
+  return s;
 }
 
 inline int64_t numel(const std::vector<int64_t>& dims) {

@@ -128,41 +128,60 @@ TEST_P(CpuOps, MatmulMatchesNaive) {
   }
 }
 
-// Attention by the book: explicit scores, mask, softmax and weighted sum, in double.
-void naive_attention(const std::vector<float>& qkv, int B, int T, int NH, int KVH, int HD,
-                     bool causal, std::vector<double>& out, std::vector<double>& lse) {
-  int R = (NH + 2 * KVH) * HD;
-  out.assign(B * T * NH * HD, 0);
-  lse.assign(B * NH * T, 0);
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      int g = h / (NH / KVH);
-      for (int t = 0; t < T; ++t) {
-        std::vector<double> s(T, -std::numeric_limits<double>::infinity());
-        double m = -std::numeric_limits<double>::infinity();
-        for (int u = 0; u < (causal ? t + 1 : T); ++u) {
-          double dot = 0;
-          for (int d = 0; d < HD; ++d) {
-            dot += static_cast<double>(qkv[(b * T + t) * R + h * HD + d]) *
-                   qkv[(b * T + u) * R + (NH + g) * HD + d];
+// Attention by the book, in double: explicit scores (scaled, plus the bias), the causal and
+// segment masks, softmax and the weighted sum. q (B, Tq, Rq) has the queries in its first NH·HD
+// columns, kv (B, Tk, Rkv) keys from k_offset and values after them; bias (Bb, NH, Tq, Tk) or
+// empty; segments (B, Tq), (B, Tk) or empty. A query that sees no key: zero output, lse -inf.
+struct NaiveAttention {
+  int B, Tq, Tk, NH, KVH, HD, Rq, Rkv, k_offset, bias_batch = 0;
+  bool causal;
+  double scale;
+  std::vector<float> q, kv, bias;
+  std::vector<int32_t> q_seg, k_seg;
+
+  void run(std::vector<double>& out, std::vector<double>& lse) const {
+    const double inf = std::numeric_limits<double>::infinity();
+    out.assign(static_cast<size_t>(B) * Tq * NH * HD, 0);
+    lse.assign(static_cast<size_t>(B) * NH * Tq, 0);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        const int g = h / (NH / KVH);
+        for (int t = 0; t < Tq; ++t) {
+          std::vector<double> s(Tk, -inf);
+          double m = -inf;
+          for (int u = 0; u < Tk; ++u) {
+            if (causal && u > t) continue;
+            if (!q_seg.empty() && q_seg[b * Tq + t] != k_seg[b * Tk + u]) continue;
+            double dot = 0;
+            for (int d = 0; d < HD; ++d) {
+              dot += static_cast<double>(q[(b * Tq + t) * Rq + h * HD + d]) *
+                     kv[(b * Tk + u) * Rkv + k_offset + g * HD + d];
+            }
+            s[u] = dot * scale;
+            if (bias_batch > 0) {
+              s[u] += bias[(((bias_batch == 1 ? 0 : b) * NH + h) * Tq + t) * Tk + u];
+            }
+            m = std::max(m, s[u]);
           }
-          s[u] = dot / std::sqrt(static_cast<double>(HD));
-          m = std::max(m, s[u]);
-        }
-        double sum = 0;
-        for (int u = 0; u < T; ++u) sum += std::exp(s[u] - m);
-        lse[(b * NH + h) * T + t] = m + std::log(sum);
-        for (int u = 0; u < T; ++u) {
-          double p = std::exp(s[u] - m) / sum;
-          for (int d = 0; d < HD; ++d) {
-            out[(b * T + t) * NH * HD + h * HD + d] +=
-                p * qkv[(b * T + u) * R + (NH + KVH + g) * HD + d];
+          if (m == -inf) {
+            lse[(b * NH + h) * Tq + t] = -inf;
+            continue;
+          }
+          double sum = 0;
+          for (int u = 0; u < Tk; ++u) sum += std::exp(s[u] - m);
+          lse[(b * NH + h) * Tq + t] = m + std::log(sum);
+          for (int u = 0; u < Tk; ++u) {
+            const double p = std::exp(s[u] - m) / sum;
+            for (int d = 0; d < HD; ++d) {
+              out[(b * Tq + t) * NH * HD + h * HD + d] +=
+                  p * kv[(b * Tk + u) * Rkv + k_offset + (KVH + g) * HD + d];
+            }
           }
         }
       }
     }
   }
-}
+};
 
 TEST_P(CpuOps, AttentionMatchesExplicitSoftmax) {
   std::mt19937 rng(2);
@@ -172,15 +191,83 @@ TEST_P(CpuOps, AttentionMatchesExplicitSoftmax) {
                                            {1, 70, 4, 1, 16, false},
                                            {2, 130, 2, 2, 8, true},
                                            {1, 9, 4, 4, 6, false}}) {
-    auto x = testing::normal(rng, B * T * (NH + 2 * KVH) * HD);
-    Tensor qkv = buf.f32({B, T, (NH + 2 * KVH) * HD}, x);
+    const int R = (NH + 2 * KVH) * HD;
+    auto x = testing::normal(rng, B * T * R);
+    Tensor qkv = buf.f32({B, T, R}, x);
     Tensor out = buf.f32({B, T, NH * HD}), lse = buf.f32({B, NH, T});
-    be->attention_forward(out, lse, qkv, NH, KVH, causal);
+    be->attention_forward(out, lse, qkv, qkv, testing::packed_attention(NH, KVH, HD, causal));
+    NaiveAttention n{B, T, T, NH, KVH, HD, R, R, NH * HD, 0, causal, 1 / std::sqrt(double(HD))};
+    n.q = n.kv = x;
     std::vector<double> want_out, want_lse;
-    naive_attention(x, B, T, NH, KVH, HD, causal, want_out, want_lse);
+    n.run(want_out, want_lse);
     std::string shape = "T" + std::to_string(T) + " KVH" + std::to_string(KVH);
     expect_close(buf.read(out), want_out, 2e-5, "out " + shape);
     expect_close(buf.read(lse), want_lse, 2e-5, "lse " + shape);
+  }
+}
+
+// The general op: cross-attention (queries and keys of their own lengths and tensors), its own
+// scale, a bias shared by the batch or per row, and segment ids (packing and padding), where a
+// query of a segment no key has gets zeros and lse = -inf, not NaN.
+TEST_P(CpuOps, GeneralAttentionMatchesExplicitSoftmax) {
+  std::mt19937 rng(21);
+  auto be = backend();
+  Buffers buf(*be);
+  struct Case {
+    int B, Tq, Tk, NH, KVH, HD, bias_batch;
+    bool causal, segments;
+    float scale;
+  };
+  for (const Case& c : {Case{2, 5, 7, 4, 2, 8, 0, false, false, 1.0f},
+                        Case{2, 70, 9, 2, 1, 16, 1, false, true, 0.5f},
+                        Case{1, 6, 6, 4, 4, 4, 2 - 1, true, true, 0.25f},
+                        Case{3, 8, 8, 2, 2, 8, 3, true, true, 1.0f},
+                        Case{2, 66, 66, 2, 1, 8, 2, true, true, 0.3f}}) {
+    const int Rq = c.NH * c.HD + 5, Rkv = 2 * c.KVH * c.HD + 3, k_offset = 2;
+    NaiveAttention n{c.B, c.Tq, c.Tk, c.NH, c.KVH, c.HD, Rq, Rkv, k_offset, c.bias_batch,
+                     c.causal, c.scale};
+    n.q = testing::normal(rng, c.B * c.Tq * Rq);
+    n.kv = testing::normal(rng, c.B * c.Tk * Rkv);
+    AttentionSpec spec;
+    spec.num_heads = c.NH;
+    spec.num_kv_heads = c.KVH;
+    spec.causal = c.causal;
+    spec.scale = c.scale;
+    spec.k_offset = k_offset;
+    if (c.bias_batch > 0) {
+      n.bias = testing::normal(rng, c.bias_batch * c.NH * c.Tq * c.Tk);
+      spec.bias = buf.f32({c.bias_batch, c.NH, c.Tq, c.Tk}, n.bias);
+    }
+    if (c.segments) {
+      // Segments 1, 2, ... in runs of 3 queries and 4 keys; segment 9 (the last queries of
+      // row 0) has no key at all.
+      for (int b = 0; b < c.B; ++b) {
+        for (int t = 0; t < c.Tq; ++t) n.q_seg.push_back(b == 0 && t >= c.Tq - 2 ? 9 : 1 + t / 3);
+        for (int u = 0; u < c.Tk; ++u) n.k_seg.push_back(1 + u / 4);
+      }
+      spec.q_segments = buf.i32({c.B, c.Tq}, n.q_seg);
+      spec.k_segments = buf.i32({c.B, c.Tk}, n.k_seg);
+    }
+    Tensor q = buf.f32({c.B, c.Tq, Rq}, n.q), kv = buf.f32({c.B, c.Tk, Rkv}, n.kv);
+    Tensor out = buf.f32({c.B, c.Tq, c.NH * c.HD}), lse = buf.f32({c.B, c.NH, c.Tq});
+    be->attention_forward(out, lse, q, kv, spec);
+    std::vector<double> want_out, want_lse;
+    n.run(want_out, want_lse);
+    const std::string name = "Tq" + std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk);
+    expect_close(buf.read(out), want_out, 2e-5, "out " + name);
+    std::vector<float> got_lse = buf.read(lse);
+    int masked = 0;
+    for (size_t i = 0; i < got_lse.size(); ++i) {
+      if (std::isinf(want_lse[i])) {
+        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << name << " lse " << i;
+        got_lse[i] = 0;
+        want_lse[i] = 0;
+        ++masked;
+      }
+    }
+    EXPECT_EQ(masked > 0, c.segments) << name;
+    expect_close(got_lse, want_lse, 2e-5, "lse " + name);
+    for (float v : buf.read(out)) ASSERT_FALSE(std::isnan(v)) << name;
   }
 }
 
@@ -196,8 +283,9 @@ TEST_P(CpuOps, AttentionBackwardAgreesAcrossGemmKernels) {
     Tensor qkv = buf.f32({B, T, R}, x), dqkv = buf.f32({B, T, R});
     Tensor out = buf.f32({B, T, NH * HD}), lse = buf.f32({B, NH, T});
     Tensor dout = buf.f32({B, T, NH * HD}, dy);
-    be->attention_forward(out, lse, qkv, NH, KVH, true);
-    be->attention_backward(dqkv, dout, out, lse, qkv, NH, KVH, true);
+    const AttentionSpec spec = testing::packed_attention(NH, KVH, HD, true);
+    be->attention_forward(out, lse, qkv, qkv, spec);
+    be->attention_backward(dqkv, dqkv, Tensor(), dout, out, lse, qkv, qkv, spec);
     results[k] = buf.read(dqkv);
   }
   std::vector<double> want(results[0].begin(), results[0].end());
@@ -586,8 +674,9 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
     Tensor qkv = buf.f32({B, T, R}, qkv_v), dqkv = buf.f32({B, T, R});
     Tensor out = buf.f32({B, T, NH * HD}), lse = buf.f32({B, NH, T});
     Tensor dout = buf.f32({B, T, NH * HD}, dy);
-    be->attention_forward(out, lse, qkv, NH, KVH, true);
-    be->attention_backward(dqkv, dout, out, lse, qkv, NH, KVH, true);
+    const AttentionSpec spec = testing::packed_attention(NH, KVH, HD, true);
+    be->attention_forward(out, lse, qkv, qkv, spec);
+    be->attention_backward(dqkv, dqkv, Tensor(), dout, out, lse, qkv, qkv, spec);
     Tensor inp = buf.f32({B * T, C}, x), weight = buf.f32({C}, w), ln = buf.f32({B * T, C});
     Tensor mean = buf.f32({B * T}), rstd = buf.f32({B * T}), dinp = buf.f32({B * T, C});
     Tensor dweight = buf.f32({C}), dbias = buf.f32({C});
@@ -621,8 +710,10 @@ TEST(CpuBackendDeathTest, ShapeOrDtypeMismatchAborts) {
   EXPECT_DEATH(be->layernorm_forward(x, mean, rstd, x, ids, Tensor(), 1e-5f),
                "layernorm_forward: weight is \\(5\\) i32, expected f32");
   Tensor qkv = buf.f32({1, 2, 40});
-  EXPECT_DEATH(be->attention_forward(buf.f32({1, 2, 24}), buf.f32({1, 3, 2}), qkv, 3, 2, true),
-               "attention_forward: qkv \\(1, 2, 40\\) f32 with 3 heads and 2 kv heads");
+  EXPECT_DEATH(be->attention_forward(buf.f32({1, 2, 24}), buf.f32({1, 3, 2}), qkv, qkv,
+                                    testing::packed_attention(3, 2, 8, true)),
+               "attention_forward: q \\(1, 2, 40\\) f32, kv \\(1, 2, 40\\) f32, out "
+               "\\(1, 2, 24\\) f32 with 3 heads and 2 kv heads");
 }
 
 }  // namespace

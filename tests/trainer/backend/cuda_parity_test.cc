@@ -330,8 +330,14 @@ TEST_F(CudaParityTest, Attention) {
     const int64_t R = (c.NH + 2 * c.KVH) * c.HD, OC = c.NH * c.HD;
     Pair qkv = random({c.B, c.T, R}, kBF, 2.0f);
     Pair out = zeros({c.B, c.T, OC}, kBF), lse = zeros({c.B, c.NH, c.T}, kF);
-    cpu_->attention_forward(out.cpu, lse.cpu, qkv.cpu, c.NH, c.KVH, c.causal);
-    gpu_->attention_forward(out.gpu, lse.gpu, qkv.gpu, c.NH, c.KVH, c.causal);
+    AttentionSpec spec;
+    spec.num_heads = c.NH;
+    spec.num_kv_heads = c.KVH;
+    spec.causal = c.causal;
+    spec.scale = 1.0f / std::sqrt(static_cast<float>(c.HD));
+    spec.k_offset = OC;
+    cpu_->attention_forward(out.cpu, lse.cpu, qkv.cpu, qkv.cpu, spec);
+    gpu_->attention_forward(out.gpu, lse.gpu, qkv.gpu, qkv.gpu, spec);
     expect_close(out, kTolBf16, "attention_forward out");
     expect_close(lse, kTolF32, "attention_forward lse");
     // The backward pass from the same out (rounded to bf16) and lse on both.
@@ -340,10 +346,10 @@ TEST_F(CudaParityTest, Attention) {
     Pair same_out = upload({c.B, c.T, OC}, kBF, o);
     gpu_->copy_from_host(lse.gpu, cpu_values(lse).data());
     Pair dout = random({c.B, c.T, OC}, kBF), dqkv = random({c.B, c.T, R}, kBF);
-    cpu_->attention_backward(dqkv.cpu, dout.cpu, same_out.cpu, lse.cpu, qkv.cpu, c.NH, c.KVH,
-                             c.causal);
-    gpu_->attention_backward(dqkv.gpu, dout.gpu, same_out.gpu, lse.gpu, qkv.gpu, c.NH, c.KVH,
-                             c.causal);
+    cpu_->attention_backward(dqkv.cpu, dqkv.cpu, Tensor(), dout.cpu, same_out.cpu, lse.cpu,
+                             qkv.cpu, qkv.cpu, spec);
+    gpu_->attention_backward(dqkv.gpu, dqkv.gpu, Tensor(), dout.gpu, same_out.gpu, lse.gpu,
+                             qkv.gpu, qkv.gpu, spec);
     expect_close(dqkv, kTolBf16, "attention_backward dqkv");
   }
 }

@@ -197,11 +197,64 @@ std::vector<GradCase> attention_cases() {
     c.eps = 1e-2, c.atol = 5e-4, c.rtol = 2e-3;
     c.inputs = {{"qkv", {B, T, (NH + 2 * KVH) * HD}}};
     c.outputs = {{"out", {B, T, NH * HD}}, {"lse", {B, NH, T}, false}};
-    c.forward = [NH, KVH, causal](Backend& be, Env& e) {
-      be.attention_forward(e["out"], e["lse"], e["qkv"], NH, KVH, causal);
+    const AttentionSpec spec = testing::packed_attention(NH, KVH, HD, causal);
+    c.forward = [spec](Backend& be, Env& e) {
+      be.attention_forward(e["out"], e["lse"], e["qkv"], e["qkv"], spec);
     };
-    c.backward = [NH, KVH, causal](Backend& be, Env& e) {
-      be.attention_backward(e["dqkv"], e["dout"], e["out"], e["lse"], e["qkv"], NH, KVH, causal);
+    c.backward = [spec](Backend& be, Env& e) {
+      be.attention_backward(e["dqkv"], e["dqkv"], Tensor(), e["dout"], e["out"], e["lse"],
+                            e["qkv"], e["qkv"], spec);
+    };
+    cases.push_back(c);
+  }
+  // The general op: queries and keys/values in their own tensors and lengths, another scale, a
+  // bias (shared by the batch or per row) with its gradient, and segment ids with a query that
+  // sees no key (its gradient is zero).
+  struct General {
+    int B, Tq, Tk, NH, KVH, HD, bias_batch;
+    bool causal, segments;
+  };
+  for (const General& g : {General{2, 4, 6, 4, 2, 8, 1, false, false},
+                           General{2, 5, 5, 2, 1, 8, 2, true, true},
+                           General{1, 70, 9, 2, 2, 8, 1, false, true}}) {
+    GradCase c;
+    c.name = std::string("attention_general") + (g.causal ? "_causal" : "") +
+             (g.segments ? "_segments" : "") +
+             dims_name({{"B", g.B}, {"Tq", g.Tq}, {"Tk", g.Tk}, {"NH", g.NH}, {"KVH", g.KVH},
+                        {"Bb", g.bias_batch}});
+    c.eps = 1e-2, c.atol = 5e-4, c.rtol = 2e-3;
+    const int64_t Rq = g.NH * g.HD + 3, Rkv = 2 * g.KVH * g.HD + 2;
+    c.inputs = {{"q", {g.B, g.Tq, Rq}}, {"kv", {g.B, g.Tk, Rkv}},
+                {"bias", {g.bias_batch, g.NH, g.Tq, g.Tk}}};
+    if (g.segments) {
+      std::vector<int32_t> qs, ks;
+      for (int b = 0; b < g.B; ++b) {
+        for (int t = 0; t < g.Tq; ++t) qs.push_back(t == g.Tq - 1 ? 7 : 1 + t / 2);
+        for (int u = 0; u < g.Tk; ++u) ks.push_back(1 + u / 3);
+      }
+      c.inputs.push_back({"q_segments", {g.B, g.Tq}, false, 1, qs});
+      c.inputs.push_back({"k_segments", {g.B, g.Tk}, false, 1, ks});
+    }
+    c.outputs = {{"out", {g.B, g.Tq, g.NH * g.HD}}, {"lse", {g.B, g.NH, g.Tq}, false}};
+    AttentionSpec base;
+    base.num_heads = g.NH;
+    base.num_kv_heads = g.KVH;
+    base.causal = g.causal;
+    base.scale = 0.4f;
+    base.k_offset = 1;
+    auto spec = [base](Env& e) {
+      AttentionSpec s = base;
+      s.bias = e["bias"];
+      s.q_segments = e["q_segments"];
+      s.k_segments = e["k_segments"];
+      return s;
+    };
+    c.forward = [spec](Backend& be, Env& e) {
+      be.attention_forward(e["out"], e["lse"], e["q"], e["kv"], spec(e));
+    };
+    c.backward = [spec](Backend& be, Env& e) {
+      be.attention_backward(e["dq"], e["dkv"], e["dbias"], e["dout"], e["out"], e["lse"], e["q"],
+                            e["kv"], spec(e));
     };
     cases.push_back(c);
   }

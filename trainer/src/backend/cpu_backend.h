@@ -52,10 +52,10 @@ class CpuBackend final : public Backend {
   void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta) override;
   void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
                      float theta) override;
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int num_heads, int num_kv_heads,
-                         bool causal) override;
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                          int num_heads, int num_kv_heads, bool causal) override;
+  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
+                         const AttentionSpec& spec) override;
+  void attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out, Tensor lse,
+                          Tensor q, Tensor kv, const AttentionSpec& spec) override;
   void gelu_forward(Tensor out, Tensor inp) override;
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void swiglu_forward(Tensor out, Tensor inp) override;

@@ -153,22 +153,29 @@ class CpuBf16Backend final : public Backend {
     w.store(dinp, di);
   }
 
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int num_heads, int num_kv_heads,
-                         bool causal) override {
-    check_attention_forward(kBf16, out, lse, qkv, num_heads, num_kv_heads);
+  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
+                         const AttentionSpec& spec) override {
+    check_attention_forward(kBf16, out, lse, q, kv, spec);
     Widened w(*f32_);
     Tensor o = w.like(out);
-    f32_->attention_forward(o, lse, w.of(qkv), num_heads, num_kv_heads, causal);
+    Tensor wq = w.of(q);
+    AttentionSpec wide = spec;
+    wide.bias = w.of(spec.bias);
+    f32_->attention_forward(o, lse, wq, kv.data == q.data ? wq : w.of(kv), wide);
     w.store(out, o);
   }
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                          int num_heads, int num_kv_heads, bool causal) override {
-    check_attention_backward(kBf16, dqkv, dout, out, lse, qkv, num_heads, num_kv_heads);
+  void attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out, Tensor lse,
+                          Tensor q, Tensor kv, const AttentionSpec& spec) override {
+    check_attention_backward(kBf16, dq, dkv, dbias, dout, out, lse, q, kv, spec);
     Widened w(*f32_);
-    Tensor dq = w.of(dqkv);
-    f32_->attention_backward(dq, w.of(dout), w.of(out), lse, w.of(qkv), num_heads, num_kv_heads,
-                             causal);
-    w.store(dqkv, dq);
+    Tensor wq = w.of(q), wdq = w.of(dq);
+    Tensor wkv = kv.data == q.data ? wq : w.of(kv);
+    Tensor wdkv = dkv.data == dq.data ? wdq : w.of(dkv);  // one packed gradient stays one
+    AttentionSpec wide = spec;
+    wide.bias = w.of(spec.bias);
+    f32_->attention_backward(wdq, wdkv, dbias, w.of(dout), w.of(out), lse, wq, wkv, wide);
+    w.store(dq, wdq);
+    if (dkv.data != dq.data) w.store(dkv, wdkv);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {

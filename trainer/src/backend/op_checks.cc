@@ -198,24 +198,71 @@ HeadDims check_rope(DTypePlan p, const Tensor& y, const Tensor& x, int num_heads
   return d;
 }
 
-HeadDims check_attention_forward(DTypePlan p, const Tensor& out, const Tensor& lse,
-                                 const Tensor& qkv, int num_heads, int num_kv_heads) {
-  constexpr const char* kOp = "attention_forward";
-  HeadDims d = head_dims(p, qkv, num_heads, num_kv_heads, kOp, "qkv");
-  expect_shape(out, p.act, {d.B, d.T, num_heads * d.HD}, kOp, "out");
-  expect_shape(lse, kF32, {d.B, num_heads, d.T}, kOp, "lse");
+namespace {
+
+AttentionDims attention_dims(DTypePlan p, const Tensor& out, const Tensor& q, const Tensor& kv,
+                             const AttentionSpec& s, const char* op) {
+  expect_dtype(q, p.act, op, "q");
+  expect_dtype(kv, p.act, op, "kv");
+  expect_dtype(out, p.act, op, "out");
+  AX_CHECK(q.ndim == 3 && kv.ndim == 3 && out.ndim == 3 && s.num_heads > 0 &&
+           s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 &&
+           out.dim(2) % s.num_heads == 0)
+      << op << ": q " << q.shape_string() << ", kv " << kv.shape_string() << ", out "
+      << out.shape_string() << " with " << s.num_heads << " heads and " << s.num_kv_heads
+      << " kv heads";
+  AttentionDims d{q.dim(0), q.dim(1), kv.dim(1), s.num_heads, s.num_kv_heads,
+                  out.dim(2) / s.num_heads, q.dim(2), kv.dim(2), 0, false};
+  AX_CHECK(kv.dim(0) == d.B && out.dim(0) == d.B && out.dim(1) == d.Tq && d.Rq >= d.NH * d.HD &&
+           s.k_offset >= 0 && s.k_offset + 2 * d.KVH * d.HD <= d.Rkv)
+      << op << ": q " << q.shape_string() << ", kv " << kv.shape_string() << ", out "
+      << out.shape_string() << " do not hold " << d.NH << " query and " << d.KVH
+      << " key/value heads of " << d.HD << " from column " << s.k_offset;
+  AX_CHECK(!s.causal || d.Tq == d.Tk)
+      << op << ": causal attention needs as many queries as keys, got " << d.Tq << " and " << d.Tk;
+  AX_CHECK(s.scale > 0) << op << ": scale " << s.scale;
+  if (!s.bias.empty()) {
+    expect_dtype(s.bias, p.act, op, "bias");
+    d.bias_batch = s.bias.ndim == 4 ? s.bias.dim(0) : 0;
+    AX_CHECK(s.bias.ndim == 4 && (d.bias_batch == 1 || d.bias_batch == d.B) &&
+             s.bias.dim(1) == d.NH && s.bias.dim(2) == d.Tq && s.bias.dim(3) == d.Tk)
+        << op << ": bias is " << s.bias.shape_string() << ", expected (1 or " << d.B << ", "
+        << d.NH << ", " << d.Tq << ", " << d.Tk << ")";
+  }
+  AX_CHECK(s.q_segments.empty() == s.k_segments.empty())
+      << op << ": segment ids for the queries and the keys go together";
+  if (!s.q_segments.empty()) {
+    expect_shape(s.q_segments, DType::kI32, {d.B, d.Tq}, op, "q_segments");
+    expect_shape(s.k_segments, DType::kI32, {d.B, d.Tk}, op, "k_segments");
+    d.segments = true;
+  }
   return d;
 }
 
-HeadDims check_attention_backward(DTypePlan p, const Tensor& dqkv, const Tensor& dout,
-                                  const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                  int num_heads, int num_kv_heads) {
+}  // namespace
+
+AttentionDims check_attention_forward(DTypePlan p, const Tensor& out, const Tensor& lse,
+                                      const Tensor& q, const Tensor& kv, const AttentionSpec& s) {
+  constexpr const char* kOp = "attention_forward";
+  AttentionDims d = attention_dims(p, out, q, kv, s, kOp);
+  expect_shape(lse, kF32, {d.B, d.NH, d.Tq}, kOp, "lse");
+  return d;
+}
+
+AttentionDims check_attention_backward(DTypePlan p, const Tensor& dq, const Tensor& dkv,
+                                       const Tensor& dbias, const Tensor& dout, const Tensor& out,
+                                       const Tensor& lse, const Tensor& q, const Tensor& kv,
+                                       const AttentionSpec& s) {
   constexpr const char* kOp = "attention_backward";
-  HeadDims d = head_dims(p, qkv, num_heads, num_kv_heads, kOp, "qkv");
-  expect_shape(dqkv, p.act, {d.B, d.T, d.R}, kOp, "dqkv");
-  expect_shape(dout, p.act, {d.B, d.T, num_heads * d.HD}, kOp, "dout");
-  expect_shape(out, p.act, {d.B, d.T, num_heads * d.HD}, kOp, "out");
-  expect_shape(lse, kF32, {d.B, num_heads, d.T}, kOp, "lse");
+  AttentionDims d = attention_dims(p, out, q, kv, s, kOp);
+  expect_shape(lse, kF32, {d.B, d.NH, d.Tq}, kOp, "lse");
+  expect_shape(dout, p.act, {d.B, d.Tq, d.NH * d.HD}, kOp, "dout");
+  expect_shape(dq, p.act, {d.B, d.Tq, d.Rq}, kOp, "dq");
+  expect_shape(dkv, p.act, {d.B, d.Tk, d.Rkv}, kOp, "dkv");
+  if (!dbias.empty()) {
+    AX_CHECK(d.bias_batch > 0) << kOp << ": dbias without a bias";
+    expect_shape(dbias, kF32, {d.bias_batch, d.NH, d.Tq, d.Tk}, kOp, "dbias");
+  }
   return d;
 }
 

@@ -151,6 +151,16 @@ void SelfAttention::declare(ParamLayout* layout, const std::string& prefix,
                {LinearSplit::kRow, {}});
 }
 
+AttentionSpec SelfAttention::spec() const {
+  AttentionSpec s;
+  s.num_heads = num_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.causal = causal;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  s.k_offset = num_heads * head_dim;
+  return s;
+}
+
 void SelfAttention::bind(const ParamBinder& binder) {
   qkv.bind(binder);
   proj.bind(binder);
@@ -178,7 +188,7 @@ void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& act
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
-  be.attention_forward(acts.out, acts.lse, acts.qkv, num_heads, num_kv_heads, causal);
+  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec());
   proj.forward(be, out, acts.out);
 }
 
@@ -187,8 +197,8 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
   be.zero(scratch.dout);
   proj.backward(be, scratch.dout, dout, acts.out);
   be.zero(scratch.dqkv);
-  be.attention_backward(scratch.dqkv, scratch.dout, acts.out, acts.lse, acts.qkv, num_heads,
-                        num_kv_heads, causal);
+  be.attention_backward(scratch.dqkv, scratch.dqkv, Tensor(), scratch.dout, acts.out, acts.lse,
+                        acts.qkv, acts.qkv, spec());
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);

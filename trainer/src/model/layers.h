@@ -127,6 +127,8 @@ struct SelfAttention {
   Linear qkv, proj;
 
   int64_t qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op.
+  AttentionSpec spec() const;
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
                double proj_std, const TensorGroup& tp);
   void bind(const ParamBinder& binder);

@@ -47,6 +47,26 @@ class AllocationCounter {
   size_t in_use_ = 0, peak_ = 0;
 };
 
+// What an attention op reads besides its tensors (attention_forward / attention_backward).
+// Queries are the first NH·HD columns of each row of `q`; keys are KVH·HD columns of each row of
+// `kv` from `k_offset`, values the KVH·HD columns after them. Self-attention over a packed
+// (B, T, (NH + 2·KVH)·HD) row passes the same tensor as q and kv with k_offset = NH·HD;
+// cross-attention passes the decoder's queries and the encoder's packed keys and values.
+struct AttentionSpec {
+  int num_heads = 0;     // NH
+  int num_kv_heads = 0;  // KVH; query head h reads key/value head h / (NH / KVH)
+  bool causal = false;   // query i sees keys j <= i (needs Tq == Tk)
+  float scale = 0;       // multiplies Q·Kᵀ (1/sqrt(HD) in GPT-style models)
+  int64_t k_offset = 0;  // column of the first key head in a kv row
+  // Optional, added to the scaled scores: (Bb, NH, Tq, Tk) in the activation dtype, Bb = 1 (the
+  // same for every row of the batch) or B. T5's relative position bias.
+  Tensor bias;
+  // Optional, both or neither: (B, Tq) and (B, Tk) i32. A query and a key of different segments
+  // never attend (padding, packed examples); a query that sees no key gets a zero output and
+  // lse = -inf, and no gradient.
+  Tensor q_segments, k_segments;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -110,13 +130,15 @@ class Backend {
   virtual void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
                              float theta) = 0;
 
-  // Scaled dot-product attention over a packed qkv (B,T,(NH+2*KVH)*HD): query head h uses
-  // key/value head h / (NH/KVH). out (B,T,NH*HD); lse (B,NH,T) f32 saves the softmax
-  // log-sum-exp for the backward pass. Scale 1/sqrt(HD).
-  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int num_heads,
-                                 int num_kv_heads, bool causal) = 0;
-  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                                  int num_heads, int num_kv_heads, bool causal) = 0;
+  // Dot-product attention (AttentionSpec says which columns are Q, K and V, and the scale, mask
+  // and bias). out (B,Tq,NH*HD); lse (B,NH,Tq) f32 saves the softmax log-sum-exp for the backward
+  // pass; q (B,Tq,Rq), kv (B,Tk,Rkv).
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
+                                 const AttentionSpec& spec) = 0;
+  // dq (like q) += into its query columns, dkv (like kv) += into its key and value columns (dq
+  // and dkv may be the same tensor); dbias (like spec.bias, f32) += the bias gradient, or empty.
+  virtual void attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out,
+                                  Tensor lse, Tensor q, Tensor kv, const AttentionSpec& spec) = 0;
 
   // GELU, tanh approximation. out, inp (N,F).
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;

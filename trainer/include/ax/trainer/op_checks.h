@@ -78,11 +78,17 @@ struct HeadDims {
 // RoPE: `y` (out or dinp) and `x` (inp or dout) are (B, T, R) with an even HD.
 HeadDims check_rope(DTypePlan p, const Tensor& y, const Tensor& x, int num_heads, int num_kv_heads,
                     const char* op, const char* y_name, const char* x_name);
-HeadDims check_attention_forward(DTypePlan p, const Tensor& out, const Tensor& lse,
-                                 const Tensor& qkv, int num_heads, int num_kv_heads);
-HeadDims check_attention_backward(DTypePlan p, const Tensor& dqkv, const Tensor& dout,
-                                  const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                                  int num_heads, int num_kv_heads);
+// Attention: sizes of q (B, Tq, Rq), kv (B, Tk, Rkv) and the spec; bias_batch is Bb (0: none).
+struct AttentionDims {
+  int64_t B, Tq, Tk, NH, KVH, HD, Rq, Rkv, bias_batch;
+  bool segments;
+};
+AttentionDims check_attention_forward(DTypePlan p, const Tensor& out, const Tensor& lse,
+                                      const Tensor& q, const Tensor& kv, const AttentionSpec& s);
+AttentionDims check_attention_backward(DTypePlan p, const Tensor& dq, const Tensor& dkv,
+                                       const Tensor& dbias, const Tensor& dout, const Tensor& out,
+                                       const Tensor& lse, const Tensor& q, const Tensor& kv,
+                                       const AttentionSpec& s);
 
 // GELU: every view (rows, cols) alike; returns {rows, cols}.
 RowDims check_gelu_forward(DTypePlan p, const Tensor& out, const Tensor& inp);
