@@ -4,11 +4,17 @@
 //     task's whole plan (plan_node: what spank_ax.so computes per task);
 //   - ax-launch --nproc 8 -- /bin/true, start to exit, against its peer: the same 8 /bin/true
 //     started with posix_spawn and waited for by this program. Goal: < 1 s added.
+//   - a rank joining the job's TCP store (connect + the challenge-response handshake of issue 16)
+//     against a bare TCP connect to a socket of this program, one rank and 8 at once. Goal: well
+//     under 10 ms per rank.
 // The plugin's cost in a step launch needs a Slurm cluster: bench/launch_bench.sh.
 //
 //   ax-launch-bench [--runs N] [--ax-launch PATH] [--fixtures DIR]
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -29,6 +36,7 @@
 #include "ax/launcher/rank_plan.h"
 #include "ax/topology/mesh.h"
 #include "ax/topology/topology.h"
+#include "ax/trainer/comm/store.h"
 
 extern char** environ;
 
@@ -132,6 +140,87 @@ std::string vs_goal(double ms, double goal_ms) {
   return str_cat(ms < goal_ms ? "meets" : "MISSES", " the goal (< ", goal_ms, " ms)");
 }
 
+// A listening socket on the loopback whose thread accepts and closes every connection: the
+// least a rank's connection to rank 0 costs.
+class BareListener {
+ public:
+  BareListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd_, 1024) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      addr_ = addr;
+    }
+    thread_ = std::thread([this] {
+      for (int c; (c = accept(fd_, nullptr, nullptr)) >= 0;) close(c);
+    });
+  }
+  ~BareListener() {
+    shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+  }
+  Status connect_once() const {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr_), sizeof addr_);
+    const int err = errno;
+    close(fd);
+    return rc == 0 ? Status::Ok() : IoError("connect", err);
+  }
+
+ private:
+  int fd_ = -1;
+  sockaddr_in addr_{};
+  std::thread thread_;
+};
+
+// `ranks` threads each doing `join` once.
+Status all_at_once(int ranks, const std::function<Status(int)>& join) {
+  std::vector<Status> results(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { results[r] = join(r + 1); });
+  for (std::thread& t : threads) t.join();
+  for (const Status& st : results) AX_RETURN_IF_ERROR(st);
+  return Status::Ok();
+}
+
+// The TCP store's admission: a rank's make_tcp_store (connect, greeting, HMAC proofs both ways)
+// against a bare connect, alone and 8 ranks at once.
+Status store_rows(int runs) {
+  StatusOr<std::string> secret = new_job_secret();
+  if (!secret.ok()) return secret.status();
+  namespace comm = train::comm;
+  StatusOr<std::shared_ptr<comm::TcpStore>> rank0 =
+      comm::make_tcp_store({"127.0.0.1:0", true, 0, kChildren + 1, comm::Millis(10000), *secret});
+  if (!rank0.ok()) return rank0.status();
+  const std::string address = (*rank0)->bound_address();
+  auto join = [&](int rank) -> Status {
+    return comm::make_tcp_store({address, false, rank, kChildren + 1, comm::Millis(10000), *secret})
+        .status();
+  };
+  BareListener bare;
+  StatusOr<Timing> peer = time_runs(runs, [&] { return bare.connect_once(); });
+  StatusOr<Timing> one = time_runs(runs, [&] { return join(1); });
+  StatusOr<Timing> peer8 = time_runs(
+      runs, [&] { return all_at_once(kChildren, [&](int) { return bare.connect_once(); }); });
+  StatusOr<Timing> eight = time_runs(runs, [&] { return all_at_once(kChildren, join); });
+  for (const StatusOr<Timing>* t : {&peer, &one, &peer8, &eight}) AX_RETURN_IF_ERROR(t->status());
+  char note[160];
+  row("TCP connect to a listening socket (the peer)", *peer, "");
+  std::snprintf(note, sizeof note, "+%.3f ms over the peer; %s", one->median_ms - peer->median_ms,
+                vs_goal(one->median_ms, 10).c_str());
+  row("a rank joins the store: connect + HMAC handshake", *one, note);
+  row("8 threads connect at once (the peer)", *peer8, "");
+  const double per_rank = (eight->median_ms - peer8->median_ms) / kChildren;
+  std::snprintf(note, sizeof note, "+%.3f ms per rank over the peer; %s", per_rank,
+                vs_goal(per_rank, 10).c_str());
+  row("8 ranks join the store at once", *eight, note);
+  return Status::Ok();
+}
+
 Status run(const Args& args) {
   StatusOr<topo::Topology> dgx = topo::load_topology(args.fixtures + "/dgx-h100.json");
   if (!dgx.ok()) return dgx.status();
@@ -204,7 +293,7 @@ Status run(const Args& args) {
   }
   std::error_code ec;
   std::filesystem::remove_all(run_dir, ec);
-  return Status::Ok();
+  return store_rows(args.runs);
 }
 
 }  // namespace

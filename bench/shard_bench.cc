@@ -106,7 +106,8 @@ int free_port() {
 }
 
 Report run_rank(const Config& config, const Layout& layout, int rank, int threads,
-                const std::string& coordinator, const Options& o, bool prefetch) {
+                const std::string& coordinator, const std::string& secret, const Options& o,
+                bool prefetch) {
   Report rep;
   auto be = make_cpu_backend(threads);
   comm::MeshCoords coords = comm::MeshCoords::of(rank, layout.data, layout.fsdp, layout.tensor);
@@ -121,6 +122,7 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
     so.is_server = rank == 0;
     so.rank = rank;
     so.world = layout.world();
+    so.secret = secret;
     auto s = comm::make_tcp_store(so);
     if (!s.ok()) return rep;
     store = *s;
@@ -198,6 +200,8 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
 Report run_layout(const Config& config, const Layout& layout, int threads_single,
                   const Options& o, bool prefetch = true) {
   const std::string coordinator = "127.0.0.1:" + std::to_string(free_port());
+  StatusOr<std::string> secret = launcher::new_job_secret();
+  if (!secret.ok()) return {};
   int fds[2];
   if (::pipe(fds) != 0) return {};
   std::vector<pid_t> pids;
@@ -206,7 +210,7 @@ Report run_layout(const Config& config, const Layout& layout, int threads_single
     if (pid == 0) {
       ::close(fds[0]);
       const int threads = layout.world() == 1 ? threads_single : 1;
-      Report r = run_rank(config, layout, rank, threads, coordinator, o, prefetch);
+      Report r = run_rank(config, layout, rank, threads, coordinator, *secret, o, prefetch);
       if (rank == 0) (void)!::write(fds[1], &r, sizeof r);
       ::_exit(r.ok ? 0 : 1);
     }

@@ -37,6 +37,7 @@ endfunction()
 ax_pkg(zstd libzstd libzstd-dev)
 ax_pkg(sentencepiece sentencepiece libsentencepiece-dev)
 ax_pkg(xxhash libxxhash libxxhash-dev)
+ax_pkg(crypto libcrypto libssl-dev)  # HMAC-SHA256 of the TCP store's handshake
 find_package(nlohmann_json 3 QUIET)
 if(NOT nlohmann_json_FOUND)
   ax_missing("nlohmann_json" nlohmann-json3-dev)

@@ -241,6 +241,19 @@ ax_coordinator() {
   ax_check_uint AX_COORDINATOR_PORT 1
 }
 
+# ax_job_secret: exports AX_JOB_SECRET, the secret every rank proves to the job's TCP store
+# (docs/threat-model.md): 32 bytes of /dev/urandom as hex, made in the batch script and inherited
+# by srun and so by every ax-launch of the step, never on a command line. srun with spank_ax.so
+# replaces it with one of its own per step. `read` keeps the value out of `set -x` traces.
+ax_job_secret() {
+  read -r AX_JOB_SECRET < <(od -An -vtx1 -N32 /dev/urandom | tr -d ' \n' && echo)
+  if ((${#AX_JOB_SECRET} != 64)); then
+    ax_log "error: could not make the job secret (od on /dev/urandom failed)"
+    exit 1
+  fi
+  export AX_JOB_SECRET
+}
+
 # ax_quote WORD...: the words, single-quoted where a shell would otherwise split or expand them.
 ax_quote() {
   local w out=() q="'\\''"
@@ -290,6 +303,7 @@ ax_train_job() {
     exit 0
   fi
   mkdir -p "$outputs" "$BASE_WORKSPACE_DIR/$run_rel"
+  ax_job_secret
   local rc=0
   ax_run_step "${AX_SRUN[@]}" || rc=$?
   ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel"

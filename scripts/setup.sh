@@ -24,6 +24,7 @@ packages=(
   libzstd-dev zstd                    # shard compression
   libsentencepiece-dev sentencepiece  # tokenizer (and spm_encode, the benchmark's peer)
   libxxhash-dev                       # frame checksums
+  libssl-dev                          # libcrypto: HMAC-SHA256 of the TCP store's handshake
   nlohmann-json3-dev                  # index.json, jsonl input
   libgtest-dev                        # unit tests
   protobuf-compiler libprotobuf-dev   # TensorBoard event decoder in the trainer's config tests

@@ -1,9 +1,11 @@
 #include "ax/launcher/job_context.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -16,6 +18,9 @@ namespace {
 
 constexpr size_t kMaxHostname = 255;
 constexpr int64_t kMaxRanks = 1 << 24;
+constexpr size_t kSecretBytes = 32;
+constexpr size_t kMinSecretDigits = 32;  // 128 bits
+constexpr size_t kMaxSecretDigits = 128;
 
 // A non-negative integer variable; nullopt when unset.
 StatusOr<std::optional<int>> int_var(const EnvLookup& env, const std::string& name) {
@@ -271,6 +276,10 @@ StatusOr<JobContext> job_context(const EnvLookup& raw_env) {
   AX_ASSIGN_OR_RETURN(std::optional<int> restarts, int_var(env, "SLURM_RESTART_COUNT"));
   ctx.restart_count = restarts.value_or(0);
   ctx.pmix = env("PMIX_RANK").has_value() && env("PMIX_NAMESPACE").has_value();
+  if (std::optional<std::string> secret = env(kJobSecretVar)) {
+    AX_RETURN_IF_ERROR(check_job_secret(*secret));
+    ctx.secret = *secret;
+  }
   if (env("AX_RANK")) {
     AX_RETURN_IF_ERROR(from_ax(env, ctx));
   } else if (ctx.pmix) {
@@ -295,6 +304,37 @@ std::string describe(const JobContext& ctx) {
   if (!ctx.device.empty()) out += ", device " + ctx.device;
   if (ctx.restart_count > 0) out += str_cat(", restart ", ctx.restart_count);
   return out;
+}
+
+StatusOr<std::string> new_job_secret() {
+  unsigned char bytes[kSecretBytes];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("getrandom (making the job secret)", errno);
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+Status check_job_secret(const std::string& value) {
+  const bool hex = std::all_of(value.begin(), value.end(),
+                               [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  if (!hex || value.size() < kMinSecretDigits || value.size() > kMaxSecretDigits) {
+    return InvalidArgument(
+        kJobSecretVar, " is malformed (", value.size(),
+        " characters; its value is not shown): expected ", kMinSecretDigits, " to ",
+        kMaxSecretDigits,
+        " hexadecimal digits, as ax-launch, spank_ax.so and the job scripts make");
+  }
+  return Status::Ok();
 }
 
 int coordinator_port(uint32_t job_id, uint32_t step_id) {

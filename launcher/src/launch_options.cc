@@ -21,6 +21,8 @@ ends the others and the launcher exits with its status.
   --node-rank R         this node's index (default $AX_NODE_RANK or 0)
   --coordinator H:P     rank 0's store address (default $AX_COORDINATOR; one node: 127.0.0.1:<free>)
   --grace-seconds S     SIGTERM to SIGKILL delay when tearing down (default 10)
+Every child gets AX_JOB_SECRET (docs/threat-model.md): the launcher's own, else a fresh one;
+with --nnodes above 1 every node's launcher must be given the same one in its environment.
 )";
 
 namespace {

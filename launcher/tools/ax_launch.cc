@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
+#include "ax/launcher/job_context.h"
 #include "ax/launcher/launch_options.h"
 #include "ax/launcher/rank_plan.h"
 #include "ax/launcher/supervisor.h"
@@ -55,6 +57,26 @@ std::string hostname() {
   return buf;
 }
 
+// The job secret every child inherits (docs/threat-model.md): the one in our environment (the
+// job scripts and srun with spank_ax.so export one that every node's ax-launch shares), else,
+// on a single node, a fresh one. Never on a command line, never logged.
+ax::Status provide_job_secret(int nnodes) {
+  const char* given = std::getenv(ax::launcher::kJobSecretVar);
+  if (given != nullptr && *given != '\0') return ax::launcher::check_job_secret(given);
+  if (nnodes > 1) {
+    return ax::InvalidArgument(
+        "--nnodes ", nnodes, ": every node's ax-launch needs the same ",
+        ax::launcher::kJobSecretVar, " in its environment (the sbatch/ job scripts and srun with ",
+        "spank_ax.so export one; docs/launch.md says how to make one by hand)");
+  }
+  ax::StatusOr<std::string> secret = ax::launcher::new_job_secret();
+  if (!secret.ok()) return secret.status();
+  if (setenv(ax::launcher::kJobSecretVar, secret->c_str(), 1) != 0) {
+    return ax::IoError("setenv", errno);
+  }
+  return ax::Status::Ok();
+}
+
 int fail(const ax::Status& s, int code) {
   std::cerr << "ax-launch: " << s.message() << "\n";
   return code;
@@ -68,6 +90,9 @@ int run(int argc, char** argv) {
   if (o.help) {
     std::cout << ax::launcher::kLaunchUsage;
     return 0;
+  }
+  if (ax::Status st = provide_job_secret(o.nnodes); !st.ok()) {
+    return fail(st, st.code() == ax::StatusCode::kInvalidArgument ? kUsageError : 1);
   }
   ax::StatusOr<ax::topo::Topology> node = ax::topo::discover();
   if (!node.ok()) return fail(node.status().with_context("topology"), 1);

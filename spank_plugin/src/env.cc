@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <set>
 
 #include "ax/common/strings.h"
@@ -126,6 +128,14 @@ StatusOr<std::string> first_host(const std::string& nodelist) {
     return InvalidArgument("node list '", nodelist, "': no valid first host name");
   }
   return host;
+}
+
+Status export_job_secret() {
+  AX_ASSIGN_OR_RETURN(std::string secret, launcher::new_job_secret());
+  if (::setenv(launcher::kJobSecretVar, secret.c_str(), 1) != 0) {
+    return IoError(str_cat("setenv ", launcher::kJobSecretVar), errno);
+  }
+  return Status::Ok();
 }
 
 int coordinator_port(uint32_t job_id, uint32_t step_id) {

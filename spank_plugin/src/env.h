@@ -1,6 +1,7 @@
 // What one task of a step gets: the AX_* contract of docs/launch.md (the same as ax-launch's, built
 // with ax::launcher::plan_node), NCCL_IB_HCA, the cores to bind it to and the NUMA node its memory
-// is preferred on. Pure computation, so tests run it on topology fixtures.
+// is preferred on. Pure computation, so tests run it on topology fixtures. And the job secret
+// that srun exports for the whole step.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,11 @@ struct TaskEnv {
 };
 
 StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, const TaskInput& in);
+
+// srun's part, in its local context before the step starts: a fresh AX_JOB_SECRET in srun's own
+// environment, which srun copies into every task of the step (spank_setenv works only in
+// slurmstepd). It replaces any value srun was started with: each step gets its own.
+Status export_job_secret();
 
 // The first host of a Slurm host list: "n[1-4,7],m2" -> "n1", "gpu[007-009]" -> "gpu007".
 // Rejects anything but hostname characters, brackets, commas and ranges.

@@ -1,7 +1,7 @@
 // spank_ax.so: the slurm_spank_* callbacks, dispatching on spank_context(). Client contexts
-// (srun, sbatch, salloc) only register and check --ax-mesh; slurmstepd discovers the node in
-// user_init and sets every task's AX_* environment and binding in task_init
-// (docs/spank-plugin.md).
+// (srun, sbatch, salloc) register and check --ax-mesh, and srun makes the step's job secret in
+// local_user_init; slurmstepd discovers the node in user_init and sets every task's AX_*
+// environment and binding in task_init (docs/spank-plugin.md).
 #include <sched.h>
 
 #include <algorithm>
@@ -215,6 +215,13 @@ extern "C" {
 
 AX_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char** av) {
   return ax::spank::guarded("init", [&] { return ax::spank::init(sp, ac, av); });
+}
+
+// srun, after its options, before it launches the step: every step gets a fresh secret, with or
+// without --ax-mesh (a plain `srun ax-train` needs one too).
+AX_SPANK_EXPORT int slurm_spank_local_user_init(spank_t sp, int ac, char** av) {
+  if (spank_context() != S_CTX_LOCAL) return ESPANK_SUCCESS;
+  return ax::spank::guarded("local_user_init", [] { return ax::spank::export_job_secret(); });
 }
 
 AX_SPANK_EXPORT int slurm_spank_user_init(spank_t sp, int ac, char** av) {

@@ -1,5 +1,6 @@
-// A stand-in trainer for launcher tests. Prints its AX_* environment and its memory policy
-// ("mempolicy=default", "mempolicy=prefer nodes=0", read with get_mempolicy), then does what
+// A stand-in trainer for launcher tests. Prints its AX_* environment (AX_JOB_SECRET only as its
+// length and a fingerprint: tests check that ranks share it without printing it) and its memory
+// policy ("mempolicy=default", "mempolicy=prefer nodes=0", read with get_mempolicy), then does what
 // the first argument matching its AX_RANK says ("R=ACTION", or "*=ACTION" for any rank):
 //   exit:N          exit with status N
 //   kill:S          kill itself with signal S
@@ -15,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +103,15 @@ int main(int argc, char** argv) {
   for (const char* name : names) {
     const char* v = std::getenv(name);
     std::printf("%s=%s\n", name, v != nullptr ? v : "<unset>");
+  }
+  // FNV-1a: a test's fingerprint, not a cryptographic one.
+  if (const char* secret = std::getenv("AX_JOB_SECRET")) {
+    uint32_t h = 2166136261u;
+    for (const char* c = secret; *c != '\0'; ++c)
+      h = (h ^ static_cast<unsigned char>(*c)) * 16777619u;
+    std::printf("AX_JOB_SECRET=<%zu characters, fingerprint %08x>\n", std::strlen(secret), h);
+  } else {
+    std::printf("AX_JOB_SECRET=<unset>\n");
   }
   print_memory_policy();
   std::fprintf(stderr, "stderr line\n");

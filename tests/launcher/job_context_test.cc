@@ -247,6 +247,39 @@ TEST(JobContext, BadValuesNameTheVariable) {
   EXPECT_NE(error_of(slurm).find("SLURM_PROCID=3 is not below SLURM_NTASKS=3"), std::string::npos);
 }
 
+TEST(JobContext, JobSecretWhateverTheSourceAndNeverInTheDescription) {
+  const std::string secret(64, 'c');
+  for (Env env : {ax_env(), slurm_step(), Env{}}) {
+    env["AX_JOB_SECRET"] = secret;
+    StatusOr<JobContext> ctx = job_context(lookup(env));
+    ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+    EXPECT_EQ(ctx->secret, secret);
+    EXPECT_EQ(describe(*ctx).find(secret), std::string::npos) << describe(*ctx);
+  }
+  StatusOr<JobContext> none = job_context(lookup(ax_env()));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->secret, "");
+  // Malformed: named, its value not shown.
+  for (const std::string& bad :
+       {std::string(31, 'a'), std::string(129, 'a'), std::string(63, 'a') + "g",
+        std::string("secret words here!!") + std::string(20, 'a')}) {
+    Env env = ax_env();
+    env["AX_JOB_SECRET"] = bad;
+    const std::string m = error_of(env);
+    EXPECT_NE(m.find("AX_JOB_SECRET is malformed"), std::string::npos) << m;
+    EXPECT_EQ(m.find(bad), std::string::npos) << m;
+  }
+}
+
+TEST(JobContext, NewJobSecretsAre64FreshHexDigits) {
+  StatusOr<std::string> a = new_job_secret();
+  StatusOr<std::string> b = new_job_secret();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_TRUE(check_job_secret(*a).ok());
+  EXPECT_NE(*a, *b);
+}
+
 TEST(FirstHost, SlurmHostlists) {
   const std::pair<std::string, std::string> cases[] = {
       {"n1", "n1"},

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -200,13 +201,70 @@ TEST(LaunchTest, MemoryIsPreferredOnTheGpusNumaNode) {
 TEST(LaunchTest, NodeRankAndCoordinatorFromTheEnvironment) {
   std::string dir = ax::testing::temp_dir("launch_nodes");
   Result r = launch(dir, {"--nproc", "2", "--run-dir", dir, "--", AX_FAKE_RANK_BIN},
-                    {"AX_NNODES=3", "AX_NODE_RANK=1", "AX_COORDINATOR=n0:29500"});
+                    {"AX_NNODES=3", "AX_NODE_RANK=1", "AX_COORDINATOR=n0:29500",
+                     "AX_JOB_SECRET=" + std::string(64, 'a')});
   ASSERT_EQ(r.status, 0) << r.out;
   std::string log = rank_log(dir, 3);
   EXPECT_TRUE(contains(log, "AX_RANK=3\nAX_WORLD_SIZE=6\nAX_LOCAL_RANK=1\n")) << log;
   EXPECT_TRUE(contains(log, "AX_NODE_RANK=1\nAX_NNODES=3\n")) << log;
   EXPECT_TRUE(contains(log, "AX_DCN_MESH=3,1,1\n")) << log;
   EXPECT_TRUE(contains(log, "AX_COORDINATOR=n0:29500\n")) << log;
+}
+
+// The fingerprint fake_rank prints for a secret (FNV-1a).
+std::string fingerprint(const std::string& secret) {
+  uint32_t h = 2166136261u;
+  for (char c : secret) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", h);
+  return buf;
+}
+
+// The AX_JOB_SECRET line of a rank's log.
+std::string secret_line(const std::string& log) {
+  size_t at = log.find("AX_JOB_SECRET=");
+  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
+}
+
+TEST(LaunchTest, OneNodeMakesAJobSecretEveryRankShares) {
+  std::string dir = ax::testing::temp_dir("launch_secret");
+  Result r = launch(dir, {"--nproc", "3", "--run-dir", dir, "--", AX_FAKE_RANK_BIN});
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string line = secret_line(rank_log(dir, 0));
+  EXPECT_EQ(line.rfind("AX_JOB_SECRET=<64 characters, fingerprint ", 0), 0u) << line;
+  for (int rank = 1; rank < 3; ++rank) EXPECT_EQ(secret_line(rank_log(dir, rank)), line);
+  // A fresh one per run.
+  Result again = launch(dir, {"--nproc", "1", "--run-dir", dir, "--", AX_FAKE_RANK_BIN});
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(secret_line(rank_log(dir, 0)), line);
+}
+
+TEST(LaunchTest, SecretInTheEnvironmentIsPassedOnUnchanged) {
+  std::string dir = ax::testing::temp_dir("launch_secret_env");
+  const std::string secret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  Result r = launch(dir,
+                    {"--nproc", "2", "--nnodes", "2", "--node-rank", "1", "--coordinator",
+                     "n0:29500", "--run-dir", dir, "--", AX_FAKE_RANK_BIN},
+                    {"AX_JOB_SECRET=" + secret});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (int rank : {2, 3}) {
+    EXPECT_EQ(secret_line(rank_log(dir, rank)),
+              "AX_JOB_SECRET=<64 characters, fingerprint " + fingerprint(secret) + ">");
+  }
+  EXPECT_FALSE(contains(r.out, secret)) << r.out;
+}
+
+TEST(LaunchTest, SeveralNodesWithoutASharedSecretOrAMalformedOneExit2) {
+  std::string dir = ax::testing::temp_dir("launch_secret_bad");
+  Result r = launch(
+      dir, {"--nproc", "1", "--nnodes", "2", "--coordinator", "n0:29500", "--", AX_FAKE_RANK_BIN});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "--nnodes 2: every node's ax-launch needs the same AX_JOB_SECRET"))
+      << r.out;
+  r = launch(dir, {"--nproc", "1", "--", AX_FAKE_RANK_BIN}, {"AX_JOB_SECRET=not-hex-and-short"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "AX_JOB_SECRET is malformed")) << r.out;
+  EXPECT_FALSE(contains(r.out, "not-hex-and-short")) << r.out;
 }
 
 TEST(LaunchTest, FailingRankEndsTheSetWithItsStatus) {

@@ -107,11 +107,17 @@ daemon_log_lines() {
   TASK_PRINTER+=' ${AX_RANK-unset} ${AX_WORLD_SIZE-unset} ${AX_LOCAL_RANK-unset}'
   TASK_PRINTER+=' ${AX_LOCAL_WORLD_SIZE-unset} ${AX_NODE_RANK-unset} ${AX_NNODES-unset}'
   TASK_PRINTER+=' ${AX_ICI_MESH-unset} ${AX_DCN_MESH-unset} ${AX_DEVICE-unset}'
-  TASK_PRINTER+=' ${AX_COORDINATOR-unset} ${NCCL_IB_HCA-unset} $SLURM_JOB_ID $SLURM_STEP_ID"'
+  TASK_PRINTER+=' ${AX_COORDINATOR-unset} ${NCCL_IB_HCA-unset} $SLURM_JOB_ID $SLURM_STEP_ID'
+  # The job secret only as its length and a fingerprint (secret_of reads it back).
+  TASK_PRINTER+=' secret=${#AX_JOB_SECRET}:$(printf %s "${AX_JOB_SECRET-}" | md5sum | cut -c1-12)"'
 }
 
+# secret_of OUTPUT: the distinct job-secret fields ("secret=64:<fingerprint>") of OUTPUT's TASK lines.
+secret_of() { grep '^TASK ' <<<"$1" | grep -o 'secret=[0-9]*:[0-9a-f]*' | sort -u; }
+
 # check_tasks WHAT OUTPUT NODES PER_NODE ICI DCN DEVICE_RULE: checks every TASK line of OUTPUT (one
-# step of NODES x PER_NODE tasks on the dgx-h100 fixture) and records one ok/bad for WHAT.
+# step of NODES x PER_NODE tasks on the dgx-h100 fixture, all holding one 64-digit job secret that
+# srun's spank_ax.so made) and records one ok/bad for WHAT.
 # DEVICE_RULE: `local` (AX_DEVICE = local rank: the node's 8 GPUs all visible) or a fixed ordinal
 # (Slurm narrowed CUDA_VISIBLE_DEVICES to the task's own GPU).
 check_tasks() {
@@ -152,8 +158,12 @@ check_tasks() {
   ((${#seen[@]} == world)) || errors+=("${#seen[@]} task lines, want $world")
   ((distinct_ranks == world)) || errors+=("$distinct_ranks distinct AX_RANK values, want $world")
   ((distinct_coords == 1)) || errors+=("$distinct_coords different AX_COORDINATOR values")
+  local secrets
+  secrets="$(secret_of "$out")"
+  [[ "$secrets" =~ ^secret=64:[0-9a-f]+$ ]] ||
+    errors+=("AX_JOB_SECRET: want one 64-digit secret shared by every task, got: ${secrets//$'\n'/ }")
   if ((${#errors[@]} == 0)); then
-    ok "$what: $world tasks, ICI $ici, DCN $dcn, every AX_* value right"
+    ok "$what: $world tasks, ICI $ici, DCN $dcn, every AX_* value right, one job secret"
   else
     bad "$what: ${#errors[@]} problems"
     printf '  %s\n' "${errors[@]:0:12}"

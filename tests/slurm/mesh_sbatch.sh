@@ -35,6 +35,13 @@ check_tasks "#SBATCH --ax-mesh=auto:tp=2, inner srun" "$(cat "$dir/inherited.out
   2 8 1,4,2 2,1,1 local
 check_tasks "inner srun --ax-mesh=auto overrides #SBATCH" "$(cat "$dir/override.out" 2>/dev/null)" \
   2 8 1,8,1 2,1,1 local
+inherited_secret="$(secret_of "$(cat "$dir/inherited.out" 2>/dev/null)")"
+override_secret="$(secret_of "$(cat "$dir/override.out" 2>/dev/null)")"
+if [[ -n "$inherited_secret" && "$inherited_secret" != "$override_secret" ]]; then
+  ok "each srun step of the job gets its own job secret"
+else
+  bad "the two steps' job secrets: '$inherited_secret' and '$override_secret'"
+fi
 if grep -qx "batch script AX_RANK=unset" "$dir/job.out" 2>/dev/null; then
   ok "the batch script itself gets no AX_RANK"
 else

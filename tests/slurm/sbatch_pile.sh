@@ -4,7 +4,8 @@
 # variables, tiny-gpt on real shards, GPUS_PER_NODE=2 (CPU ranks). In srun mode (one task per GPU,
 # --ax-mesh) and in ax-launch mode (one launcher per node) the job completes with exit 0, the loss
 # falls, checkpoints, metrics, TensorBoard and the per-task output files are where the variables
-# say, and both modes log the same losses. With CONTAINER set, AX_DRY_RUN=1 shows the Pyxis
+# say, and both modes log the same losses; ax-launch mode also where srun loads no spank_ax.so
+# (the job script's own job secret). With CONTAINER set, AX_DRY_RUN=1 shows the Pyxis
 # command (the original's mounts, in-container paths) without running it.
 #   sbatch_pile.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
@@ -68,6 +69,32 @@ if [[ -n "$(step_losses "$run")" && "$(step_losses "$run")" == "$(step_losses "$
 else
   bad "ax-launch mode: losses differ from srun mode"
   paste <(step_losses "$run") <(step_losses "$run2") | sed 's/^/  srun | ax-launch: /'
+fi
+
+# mode B on a cluster whose srun does not load spank_ax.so (an srun on PATH that reads a copy of
+# slurm.conf with an empty plugstack): every node's ax-launch shares the job secret that the job
+# script made, and the run trains the same losses.
+mkdir -p "$dir/bin"
+: >"$dir/no-plugins.conf"
+sed "s|^PlugStackConfig=.*|PlugStackConfig=$dir/no-plugins.conf|" "$SLURM_CONF" \
+  >"$dir/slurm-no-plugin.conf"
+printf '#!/bin/bash\nSLURM_CONF=%q exec %q "$@"\n' "$dir/slurm-no-plugin.conf" \
+  "$(command -v srun)" >"$dir/bin/srun"
+chmod +x "$dir/bin/srun"
+if t "$dir/bin/srun" --help 2>&1 | grep -q -- --ax-mesh; then
+  bad "the srun without plugins still lists --ax-mesh"
+fi
+mapfile -t vars < <(sub_env "$dir" logs/launch-no-plugin "MAX_STEPS=$steps" \
+  AX_LAUNCH_MODE=ax-launch "PATH=$dir/bin:$PATH")
+id4="$(submit_sub "$dir/launch-no-plugin.out" -N 2 "$SUB_DIR/example_pile.sub")"
+end_job "$id4" 90
+job_completed "ax-launch mode, srun without spank_ax.so: the job script's secret" "$id4" \
+  "$dir/launch-no-plugin.out" "$ws/output/output-$id4-0-0.txt"
+if [[ -n "$(step_losses "$run")" &&
+  "$(step_losses "$run")" == "$(step_losses "$ws/logs/launch-no-plugin")" ]]; then
+  ok "ax-launch mode without the plugin: the same $steps losses as srun mode"
+else
+  bad "ax-launch mode without the plugin: losses differ from srun mode"
 fi
 
 # CONTAINER: the Pyxis command, checked without Pyxis (AX_DRY_RUN=1).

@@ -3,7 +3,8 @@
 # ax-train task per fake GPU, the mesh and environment from spank_ax.so; ax-train runs on CPU
 # ranks (no GPU answers) with Gloo. tiny-gpt and tiny-llama on data x fsdp (auto), data x tensor
 # (auto:tp=2) and fsdp x tensor (fsdp across the nodes, tensor inside: forced by the explicit
-# spec): the per-step losses must equal a one-process run's.
+# spec): the per-step losses must equal a one-process run's. The job secret (docs/threat-model.md):
+# the plugin's without PMIx, PMIx's without the plugin's, and none at all fails at once.
 #   train_srun.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -40,24 +41,50 @@ for experiment in tiny-gpt tiny-llama; do
       "$(losses "$run")"
   done
 done
-# Without --ax-mesh the plugin sets nothing: ax-train takes its place from PMIx and its mesh from
-# the config (mesh.ici/mesh.dcn auto: fsdp over a node's ranks, data across nodes).
-run="$dir/run-pmix"
+# --ax-mesh without PMIx: the store's secret is the one spank_ax.so made in srun for the step.
+run="$dir/run-mesh-no-pmix"
 # shellcheck disable=SC2046
-out="$(t srun -J "$JOB" --mpi=pmix -N 2 --ntasks-per-node=2 --kill-on-bad-exit=1 \
+out="$(t srun -J "$JOB" --ax-mesh=auto -N 2 --ntasks-per-node=2 --gres=gpu:2 --kill-on-bad-exit=1 \
   "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
 rc=$?
 if ((rc != 0)); then
-  bad "srun --mpi=pmix without --ax-mesh exited $rc"
+  bad "srun --ax-mesh=auto without PMIx exited $rc"
+  sed 's/^/  | /' <<<"$out" | tail -n 30
+else
+  same_losses "srun --ax-mesh=auto -N2 x 2 tasks, the plugin's job secret" "$ref" "$(losses "$run")"
+fi
+# Without --ax-mesh the plugin sets no AX_*: ax-train takes its place from PMIx and its mesh from
+# the config (mesh.ici/mesh.dcn auto: fsdp over a node's ranks, data across nodes). Its job secret
+# is removed too: under PMIx rank 0 makes one and hands it out through PMIx.
+run="$dir/run-pmix"
+# shellcheck disable=SC2046
+out="$(t srun -J "$JOB" --mpi=pmix -N 2 --ntasks-per-node=2 --kill-on-bad-exit=1 \
+  env -u AX_JOB_SECRET "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
+rc=$?
+if ((rc != 0)); then
+  bad "srun --mpi=pmix without --ax-mesh and without a job secret exited $rc"
   sed 's/^/  | /' <<<"$out" | tail -n 30
 else
   mesh="$(grep -o 'mesh data=[0-9]* fsdp=[0-9]* tensor=[0-9]*' <<<"$out" | head -n 1)"
   source_line="$(grep -o 'from [a-z]*, coordinator' <<<"$out" | head -n 1)"
   if [[ "$source_line" == "from pmix, coordinator" && "$mesh" == "mesh data=2 fsdp=2 tensor=1" ]]; then
-    ok "srun --mpi=pmix without --ax-mesh: job context from PMIx, $mesh"
+    ok "srun --mpi=pmix, no --ax-mesh, no AX_JOB_SECRET: job context from PMIx, $mesh"
   else
     bad "srun --mpi=pmix without --ax-mesh: context '$source_line', '$mesh'"
   fi
-  same_losses "srun --mpi=pmix -N2 x 2 tasks, mesh from the config" "$ref" "$(losses "$run")"
+  same_losses "srun --mpi=pmix -N2 x 2 tasks, secret through PMIx" "$ref" "$(losses "$run")"
+fi
+# Neither PMIx nor a secret (a launch outside ax's launch path): every rank fails at once, saying so.
+start=$SECONDS
+# shellcheck disable=SC2046
+out="$(t srun -J "$JOB" -N 2 --ntasks-per-node=2 --kill-on-bad-exit=1 \
+  env -u AX_JOB_SECRET "$AX_TRAIN" $(train_args "$dir/data" "$dir/run-no-secret") 2>&1)"
+rc=$?
+if ((rc != 0)) && grep -q "has no job secret (AX_JOB_SECRET is not set)" <<<"$out" &&
+  ((SECONDS - start < 25)); then
+  ok "srun without PMIx and without a job secret: exit $rc after $((SECONDS - start)) s, saying why"
+else
+  bad "srun without a job secret: exit $rc after $((SECONDS - start)) s"
+  sed 's/^/  | /' <<<"$out" | tail -n 10
 fi
 finish

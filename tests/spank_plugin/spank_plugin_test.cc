@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
+#include "ax/launcher/job_context.h"
 #include "ax/topology/topology.h"
 #include "config.h"
 #include "env.h"
@@ -217,6 +219,17 @@ TEST(SpankEnv, MismatchedTaskCountIsAnError) {
   in.tasks_per_node = 3;
   in.mesh_spec = "auto";
   EXPECT_FALSE(task_env(fixture("dgx-h100.json"), Config{}, in).ok());
+}
+
+TEST(SpankEnv, EveryStepGetsAFreshJobSecret) {
+  ::setenv("AX_JOB_SECRET", "a value the user's shell had", 1);
+  ASSERT_TRUE(export_job_secret().ok());
+  const std::string first = std::getenv("AX_JOB_SECRET");
+  EXPECT_EQ(first.size(), 64u);
+  EXPECT_TRUE(launcher::check_job_secret(first).ok());
+  ASSERT_TRUE(export_job_secret().ok());
+  EXPECT_NE(std::getenv("AX_JOB_SECRET"), first);
+  ::unsetenv("AX_JOB_SECRET");
 }
 
 TEST(SpankHostlist, FirstHost) {

@@ -2,7 +2,8 @@
 // store, publishes "hostname:rank", syncs and reads every other rank's value back; rank 0 prints
 // one line per rank and "ok N ranks". With --store pmix it also starts a TCP store on rank 0
 // (port 0), publishes its address through PMIx, connects every rank to it and runs a barrier
-// over TCP: PMIx discovers the coordinator, as ax-train does under srun --mpi=pmix.
+// over TCP: PMIx discovers the coordinator, and hands out the store's secret when the launch
+// gave none (as ax-train does under srun --mpi=pmix).
 //
 //   srun --mpi=pmix -N 2 -n 4 ax-store-check --store pmix
 #include <unistd.h>
@@ -79,6 +80,7 @@ StatusOr<std::shared_ptr<ax::train::comm::TcpStore>> open_tcp(const std::string&
   options.rank = ctx.rank;
   options.world = ctx.world;
   options.connect_timeout = timeout;
+  AX_ASSIGN_OR_RETURN(options.secret, ax::train::comm::job_store_secret(ctx, timeout));
   return ax::train::comm::make_tcp_store(options);
 }
 

@@ -62,8 +62,9 @@ inline std::vector<RankOutcome> run_ranks(int world, const RankBody& body, doubl
       close(addr_pipe[0]);
       close(release_pipe[1]);
       std::string report;
-      StatusOr<std::shared_ptr<TcpStore>> store = make_tcp_store(
-          {r == 0 ? std::string("127.0.0.1:0") : address, r == 0, r, world, Millis(20000)});
+      StatusOr<std::shared_ptr<TcpStore>> store =
+          make_tcp_store({r == 0 ? std::string("127.0.0.1:0") : address, r == 0, r, world,
+                          Millis(20000), "rank-processes-test-secret-0123456789"});
       if (!store.ok()) {
         report = "store: " + store.status().to_string();
       } else {

@@ -31,6 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kWorld = 8;
+constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -48,6 +49,7 @@ Factory tcp_factory() {
     o.rank = rank;
     o.world = world;
     o.connect_timeout = Millis(5000);
+    o.secret = kSecret;
     StatusOr<std::shared_ptr<TcpStore>> s = make_tcp_store(o);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     if (!s.ok()) return nullptr;
@@ -229,6 +231,7 @@ TEST(TcpStore, PortZeroPicksAFreePortAndDescribesIt) {
   TcpStoreOptions o;
   o.host_port = "127.0.0.1:0";
   o.is_server = true;
+  o.secret = kSecret;
   StatusOr<std::shared_ptr<TcpStore>> s = make_tcp_store(o);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
   std::string address = (*s)->bound_address();
@@ -239,6 +242,7 @@ TEST(TcpStore, PortZeroPicksAFreePortAndDescribesIt) {
 
 TEST(TcpStore, BadOptionsAreRejected) {
   TcpStoreOptions o;
+  o.secret = kSecret;
   o.host_port = "nohost";
   EXPECT_EQ(make_tcp_store(o).status().code(), StatusCode::kInvalidArgument);
   o.host_port = "127.0.0.1:0";  // a client needs a port
@@ -264,6 +268,7 @@ int free_port() {
 TEST(TcpStore, ClientGivesUpConnectingAfterTheTimeout) {
   TcpStoreOptions o;
   o.host_port = "127.0.0.1:" + std::to_string(free_port());  // nobody listens
+  o.secret = kSecret;
   o.rank = 1;
   o.world = 2;
   o.connect_timeout = Millis(400);
@@ -282,13 +287,13 @@ TEST(TcpStore, ClientRetriesUntilTheServerComesUp) {
   std::string address = "127.0.0.1:" + std::to_string(free_port());
   std::thread server([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    TcpStoreOptions o{address, true, 0, 2, Millis(5000)};
+    TcpStoreOptions o{address, true, 0, 2, Millis(5000), kSecret};
     StatusOr<std::shared_ptr<TcpStore>> s = make_tcp_store(o);
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     EXPECT_TRUE((*s)->set("hello", "world").ok());
     EXPECT_TRUE((*s)->sync(Millis(5000)).ok());
   });
-  TcpStoreOptions o{address, false, 1, 2, Millis(5000)};
+  TcpStoreOptions o{address, false, 1, 2, Millis(5000), kSecret};
   StatusOr<std::shared_ptr<TcpStore>> client = make_tcp_store(o);
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   EXPECT_EQ(*(*client)->get("hello", Millis(5000)), "world");
@@ -298,10 +303,10 @@ TEST(TcpStore, ClientRetriesUntilTheServerComesUp) {
 }
 
 TEST(TcpStore, ServerOutlivesRankZerosStoreUntilClientsLeave) {
-  TcpStoreOptions o{"127.0.0.1:0", true, 0, 2, Millis(5000)};
+  TcpStoreOptions o{"127.0.0.1:0", true, 0, 2, Millis(5000), kSecret};
   StatusOr<std::shared_ptr<TcpStore>> server = make_tcp_store(o);
   ASSERT_TRUE(server.ok());
-  TcpStoreOptions c{(*server)->bound_address(), false, 1, 2, Millis(5000)};
+  TcpStoreOptions c{(*server)->bound_address(), false, 1, 2, Millis(5000), kSecret};
   StatusOr<std::shared_ptr<TcpStore>> client = make_tcp_store(c);
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*server)->set("last words", "bye").ok());
@@ -320,7 +325,7 @@ TEST(TcpStore, KilledServerIsAnErrorNamingItNotAHang) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {  // "rank 0" in its own process
-    TcpStoreOptions o{"127.0.0.1:0", true, 0, 3, Millis(5000)};
+    TcpStoreOptions o{"127.0.0.1:0", true, 0, 3, Millis(5000), kSecret};
     StatusOr<std::shared_ptr<TcpStore>> s = make_tcp_store(o);
     if (!s.ok()) _exit(1);
     std::string address = (*s)->bound_address() + "\n";
@@ -337,7 +342,8 @@ TEST(TcpStore, KilledServerIsAnErrorNamingItNotAHang) {
 
   std::vector<std::shared_ptr<TcpStore>> clients;
   for (int rank : {1, 2}) {
-    StatusOr<std::shared_ptr<TcpStore>> c = make_tcp_store({address, false, rank, 3, Millis(5000)});
+    StatusOr<std::shared_ptr<TcpStore>> c =
+        make_tcp_store({address, false, rank, 3, Millis(5000), kSecret});
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     clients.push_back(*c);
   }
@@ -420,7 +426,9 @@ void run_check_world(int world, const std::vector<std::string>& extra_env,
 }
 
 TEST(StoreCheck, EightProcessesOverTcp) {
-  run_check_world(kWorld, {"AX_COORDINATOR=127.0.0.1:" + std::to_string(free_port())},
+  run_check_world(kWorld,
+                  {"AX_COORDINATOR=127.0.0.1:" + std::to_string(free_port()),
+                   std::string("AX_JOB_SECRET=") + kSecret},
                   {"--store", "tcp", "--timeout", "30"});
 }
 

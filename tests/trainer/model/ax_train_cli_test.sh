@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # ax-train driven as a user would: help and usage errors, a short training run with the device
 # line and progress lines, SIGTERM -> checkpoint + exit 75 -> resume, NaN -> exit 1, a model
-# change refused on resume, --device cuda refused, and sampling.
-#   ax_train_cli_test.sh AX_TRAIN AX_DATA
+# change refused on resume, --device cuda refused, and sampling. With AX_LAUNCH: the job secret
+# (docs/threat-model.md) stays in the ranks' environment, out of command lines, logs and the run
+# directory, and a rank without one fails at once, saying so.
+#   ax_train_cli_test.sh AX_TRAIN AX_DATA [AX_LAUNCH]
 set -uo pipefail
 axtrain=$1
 axdata=$2
+axlaunch=${3:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/ax-train-cli.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -136,6 +139,59 @@ expect_status 1 "NaN" -- "$axtrain" "${common[@]}" --run-dir "$nan" --set optim.
   --set optim.grad_clip=0 --set train.checkpoint_every=1
 expect_output "^ax-train: loss is NaN at step"
 ls -d "$nan"/checkpoints/step_* >/dev/null 2>&1 || fail "NaN: the last good checkpoint is gone"
+
+# A rank of a two-rank job without the job secret: it fails at once and says why.
+SECONDS=0
+expect_status 1 "a rank without a job secret" -- env -u AX_JOB_SECRET AX_RANK=1 AX_WORLD_SIZE=2 \
+  AX_COORDINATOR=127.0.0.1:1 "$axtrain" "${common[@]}" --run-dir "$work/no-secret"
+expect_output "rank 1 of 2 has no job secret (AX_JOB_SECRET is not set)"
+expect_output "outside ax's launch path"
+((SECONDS < 10)) || fail "the rank without a secret took ${SECONDS} s to fail"
+
+# secret_stays_private WHAT [SECRET]: two ranks under ax-launch, given SECRET or making their own
+# (read back from a rank's /proc/PID/environ while it trains). The secret must be in the ranks'
+# environment and nowhere else: not in any process's command line (ps), the console, the rank
+# logs, metrics.jsonl, config.json, TensorBoard events or checkpoints.
+secret_stays_private() {
+  local what=$1 secret=${2:-} dir="$work/secret-$1" pid child seen=""
+  mkdir -p "$dir"
+  if [[ -n $secret ]]; then
+    AX_JOB_SECRET=$secret "$axlaunch" --nproc 2 --run-dir "$dir/launch" -- "$axtrain" \
+      "${common[@]}" --run-dir "$dir/run" --max-steps 40 --set train.checkpoint_every=10 \
+      --set train.log_every=1 >"$dir/console.out" 2>&1 &
+  else
+    env -u AX_JOB_SECRET "$axlaunch" --nproc 2 --run-dir "$dir/launch" -- "$axtrain" \
+      "${common[@]}" --run-dir "$dir/run" --max-steps 40 --set train.checkpoint_every=10 \
+      --set train.log_every=1 >"$dir/console.out" 2>&1 &
+  fi
+  pid=$!
+  for _ in $(seq 1 400); do
+    for child in $(pgrep -P "$pid"); do
+      seen=$(tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | sed -n 's/^AX_JOB_SECRET=//p')
+      [[ -n $seen ]] && break 2
+    done
+    sleep 0.05
+  done
+  ps -eo pid,args >"$dir/ps.txt" 2>&1
+  ps auxww >>"$dir/ps.txt" 2>&1
+  wait "$pid" || fail "$what: ax-launch exited $?"
+  if [[ -z $seen ]]; then
+    fail "$what: no rank's environment held AX_JOB_SECRET"
+    return
+  fi
+  [[ -z $secret || $seen == "$secret" ]] || fail "$what: the ranks got another secret"
+  [[ $seen =~ ^[0-9a-f]{64}$ ]] || fail "$what: the secret is not 64 hex digits"
+  grep -q "step 40/40" "$dir/console.out" || fail "$what: the run did not finish"
+  [[ -f $dir/run/metrics.jsonl && -f $dir/run/config.json ]] || fail "$what: run files missing"
+  local leaks
+  leaks=$(grep -rl -- "$seen" "$dir" 2>/dev/null)
+  [[ -z $leaks ]] || fail "$what: the secret is written in: $leaks"
+  grep -q "ax-train" "$dir/ps.txt" || fail "$what: ps did not list the ranks"
+}
+if [[ -n $axlaunch ]]; then
+  secret_stays_private given "$(od -An -vtx1 -N32 /dev/urandom | tr -d ' \n')"
+  secret_stays_private made
+fi
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 
 #include "ax/trainer/train_loop.h"
 #include "model_test_util.h"
+#include "store_stranger.h"
 #include "test_util.h"
 
 namespace ax::train {
@@ -60,6 +62,7 @@ struct Fault {
   int64_t after_step = 0;
   int signal = 0;  // SIGKILL or SIGSTOP
   int64_t stop_after = 0;  // > 0: every rank asks to stop after this step (a preemption)
+  bool stranger = false;  // a process without the job secret hammers the store's port throughout
 };
 
 struct RunResult {
@@ -67,6 +70,7 @@ struct RunResult {
   std::vector<int> exit_codes;     // by rank (-signal when killed)
   std::vector<std::string> errs;   // stderr by rank
   double seconds = 0;
+  comm::testing::Stranger::Tally stranger;
 };
 
 std::string slurp(const std::string& path) {
@@ -102,6 +106,7 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
       ctx.dcn_mesh = "1,1,1";
       ctx.device = "cpu";
       ctx.coordinator = coordinator;
+      ctx.secret = "sharded-train-test-secret-0123456789";
       std::ostringstream out;
       TrainOptions options;
       options.device = device;
@@ -124,6 +129,9 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
     }
     pids.push_back(pid);
   }
+  std::optional<comm::testing::Stranger> stranger;
+  if (fault.stranger)
+    stranger.emplace(std::stoi(coordinator.substr(coordinator.rfind(':') + 1)), 2);
   RunResult result;
   result.exit_codes.assign(pids.size(), 0);
   for (size_t r = 0; r < pids.size(); ++r) {
@@ -134,6 +142,7 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
   }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (stranger) result.stranger = stranger->stop();
   if (fault.signal == SIGSTOP && fault.rank >= 0) {  // the stopped rank: end it
     ::kill(pids[static_cast<size_t>(fault.rank)], SIGKILL);
     int status = 0;
@@ -270,6 +279,51 @@ void expect_prompt_failure(int signal) {
         << "rank " << k << " does not name rank 2:\n"
         << r.errs[static_cast<size_t>(k)];
   }
+}
+
+// A stranger at the store's port through the whole run (docs/threat-model.md): it gets nothing,
+// is logged once, and the job trains exactly the losses of an undisturbed run.
+TEST(ShardedStore, StrangerAtTheStoreLeavesTheRunUnchanged) {
+  const Config config = corpus_config("tiny-gpt", base_overrides("tiny-gpt"));
+  const std::string root = data::testing::temp_dir("stranger");
+  RunResult quiet = run_ranks(config, {2, 1, 1}, root + "/quiet");
+  ASSERT_EQ(quiet.losses.size(), 5u) << quiet.errs[0];
+  Fault stranger;
+  stranger.stranger = true;
+  RunResult disturbed = run_ranks(config, {2, 1, 1}, root + "/disturbed", stranger);
+  for (size_t k = 0; k < disturbed.exit_codes.size(); ++k) {
+    EXPECT_EQ(disturbed.exit_codes[k], 0) << "rank " << k << ": " << disturbed.errs[k];
+  }
+  EXPECT_EQ(disturbed.losses, quiet.losses);  // bit for bit
+  EXPECT_GT(disturbed.stranger.other_job_greetings, 0);
+  EXPECT_GT(disturbed.stranger.refused, 0);
+  EXPECT_EQ(disturbed.stranger.answered, 0);
+  const std::string& log = disturbed.errs[0];
+  size_t logged = 0;
+  for (size_t at = log.find("refused the connection from 127.0.0.1:"); at != std::string::npos;
+       at = log.find("refused the connection from 127.0.0.1:", at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 1u) << log;
+}
+
+// Rank 0 erases each checkpoint's keys at the next one: with 8 checkpoints the store stays
+// under a bound that three checkpoints' keys would pass (measured: about 13 KB each here, 15 KB
+// for everything the store holds at its peak).
+TEST(ShardedStore, CheckpointsDoNotGrowTheStore) {
+  std::vector<std::string> o = base_overrides("tiny-gpt");
+  o.push_back("train.max_steps=8");
+  o.push_back("train.checkpoint_every=1");
+  const Config config = corpus_config("tiny-gpt", o);
+  const std::string dir = data::testing::temp_dir("store-bound") + "/run";
+  ::setenv("AX_STORE_MAX_BYTES", "32768", 1);  // the ranks inherit it
+  RunResult r = run_ranks(config, {2, 1, 1}, dir);
+  ::unsetenv("AX_STORE_MAX_BYTES");
+  for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+    EXPECT_EQ(r.exit_codes[k], 0) << "rank " << k << ": " << r.errs[k];
+  }
+  EXPECT_EQ(r.losses.size(), 8u);
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_00000008/COMMIT"));
 }
 
 TEST(ShardedFailure, KilledRankIsNamedByTheOthers) { expect_prompt_failure(SIGKILL); }

@@ -1,13 +1,10 @@
-// The TCP store: a poll() server thread in rank 0's process, one socket per client. Wire format
-// (docs/bootstrap.md): frames of u32 little-endian length + body; strings are u32 length + bytes.
-//   request  SET  1 key value            reply  0
-//            GET  2 u64 timeout_ms key          0 value | 1 (timeout)
-//            ADD  3 i64 delta key               0 i64   | 2 message (not an integer)
-//            WAIT 4 u64 timeout_ms u32 n keys   0       | 1 u32 n missing-keys
-// The server answers GET and WAIT when the keys exist or their timeout passes, so a client never
-// polls; a client waits for the reply the request's timeout plus kReplyGrace at most.
+// The TCP store's client, and make_tcp_store, which starts rank 0's server
+// (store_tcp_server.cc) on the address its coordinator host resolves to. Every connection begins
+// with the challenge-response handshake of store_auth.h; then one request is outstanding per
+// connection (a mutex serialises the threads of a process). Wire format: store_wire.h and
+// docs/bootstrap.md. The server answers GET and WAIT when the keys exist or their timeout passes,
+// so a client never polls; it waits for a reply the request's timeout plus kReplyGrace at most.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,85 +16,24 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
-#include "ax/common/logging.h"
 #include "ax/common/strings.h"
 #include "ax/trainer/comm/store.h"
+#include "store_auth.h"
 #include "store_internal.h"
+#include "store_tcp_server.h"
+#include "store_wire.h"
 
 namespace ax::train::comm {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace wire;  // NOLINT: the wire format's names are this file's vocabulary
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4 };
-enum Reply : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
-
-constexpr uint32_t kMaxFrame = 256u << 20;
 constexpr Millis kReplyGrace{10000};
-constexpr Millis kServerLinger{10000};
-
-// --- encoding ---------------------------------------------------------------------------------
-
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_str(std::string& out, std::string_view s) {
-  put_u32(out, static_cast<uint32_t>(s.size()));
-  out.append(s);
-}
-std::string frame(const std::string& body) {
-  std::string out;
-  put_u32(out, static_cast<uint32_t>(body.size()));
-  return out + body;
-}
-
-// Reads a body front to back; any overrun marks it bad.
-class Reader {
- public:
-  explicit Reader(std::string_view data) : data_(data) {}
-  uint64_t u(int bytes) {
-    if (pos_ + static_cast<size_t>(bytes) > data_.size()) {
-      bad_ = true;
-      return 0;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) {
-      v |= static_cast<uint64_t>(static_cast<uint8_t>(data_[pos_ + i])) << (8 * i);
-    }
-    pos_ += static_cast<size_t>(bytes);
-    return v;
-  }
-  std::string str() {
-    uint64_t n = u(4);
-    if (bad_ || pos_ + n > data_.size()) {
-      bad_ = true;
-      return {};
-    }
-    std::string s(data_.substr(pos_, n));
-    pos_ += n;
-    return s;
-  }
-  bool ok() const { return !bad_; }
-
- private:
-  std::string_view data_;
-  size_t pos_ = 0;
-  bool bad_ = false;
-};
-
-int64_t remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
-  return std::max<int64_t>(0, left);
-}
+constexpr Millis kHandshakeLimit{10000};
 
 void set_nodelay(int fd) {
   int one = 1;
@@ -108,292 +44,28 @@ StatusOr<std::pair<std::string, int>> split_host_port(const std::string& host_po
   size_t colon = host_port.rfind(':');
   std::optional<int64_t> port =
       colon == std::string::npos ? std::nullopt : parse_int64(host_port.substr(colon + 1));
-  if (!port || *port < 0 || *port > 65535) {
+  if (!port || *port < 0 || *port > 65535 || colon == 0) {
     return InvalidArgument("TCP store address '", host_port, "': expected host:port");
   }
   return std::make_pair(host_port.substr(0, colon), static_cast<int>(*port));
 }
 
-// --- server -----------------------------------------------------------------------------------
-
-class TcpServer {
- public:
-  static StatusOr<std::unique_ptr<TcpServer>> start(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return IoError("TCP store: socket", errno);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1024) != 0) {
-      Status st = IoError(str_cat("TCP store: listen on port ", port), errno);
-      close(fd);
-      return st;
-    }
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    int wake[2];
-    if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-      Status st = IoError("TCP store: pipe", errno);
-      close(fd);
-      return st;
-    }
-    std::unique_ptr<TcpServer> server(new TcpServer(fd, ntohs(addr.sin_port), wake));
-    server->thread_ = std::thread([s = server.get()] { s->loop(); });
-    return server;
+// The IPv4 address `host` resolves to here: where rank 0's server listens.
+StatusOr<std::string> resolve_ipv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return Unavailable("TCP store: cannot resolve the coordinator host '", host,
+                       "' to an IPv4 address: ", gai_strerror(rc));
   }
-
-  // Stops accepting and serves the connected clients until they have all gone, or kServerLinger.
-  ~TcpServer() {
-    char c = 's';
-    ssize_t n = write(wake_[1], &c, 1);
-    (void)n;
-    thread_.join();
-    for (auto& [fd, client] : clients_) close(fd);
-    close(listen_fd_);
-    close(wake_[0]);
-    close(wake_[1]);
-  }
-
-  int port() const { return port_; }
-
- private:
-  struct Client {
-    std::string in;
-    std::string out;
-  };
-  struct Pending {
-    int fd;
-    Op op;
-    std::vector<std::string> keys;
-    Clock::time_point deadline;
-  };
-
-  TcpServer(int fd, int port, const int wake[2]) : listen_fd_(fd), port_(port) {
-    wake_[0] = wake[0];
-    wake_[1] = wake[1];
-  }
-
-  void loop() {
-    bool stopping = false;
-    Clock::time_point linger_end;
-    std::vector<pollfd> fds;
-    while (!(stopping && (clients_.empty() || Clock::now() >= linger_end))) {
-      fds.clear();
-      fds.push_back({wake_[0], POLLIN, 0});
-      fds.push_back({stopping ? -1 : listen_fd_, POLLIN, 0});
-      for (auto& [fd, client] : clients_) {
-        fds.push_back({fd, static_cast<short>(POLLIN | (client.out.empty() ? 0 : POLLOUT)), 0});
-      }
-      int64_t wait_ms = -1;
-      for (const Pending& p : pending_) {
-        int64_t left = remaining_ms(p.deadline);
-        wait_ms = wait_ms < 0 ? left : std::min(wait_ms, left);
-      }
-      if (stopping)
-        wait_ms = std::min<int64_t>(wait_ms < 0 ? INT32_MAX : wait_ms, remaining_ms(linger_end));
-      int n = poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(wait_ms, INT32_MAX)));
-      if (n < 0 && errno != EINTR) {
-        AX_LOG(kError, "store") << "TCP store server: poll: " << std::strerror(errno);
-        return;
-      }
-      if (n > 0 && (fds[0].revents & POLLIN)) {
-        char buf[16];
-        while (read(wake_[0], buf, sizeof(buf)) > 0) {
-        }
-        if (!stopping) {
-          stopping = true;
-          linger_end = Clock::now() + kServerLinger;
-        }
-      }
-      if (n > 0 && fds[1].revents & POLLIN) accept_all();
-      for (size_t i = 2; n > 0 && i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        int fd = fds[i].fd;
-        bool alive = true;
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) alive = read_from(fd);
-        if (alive && (fds[i].revents & POLLOUT)) alive = flush(fd);
-        if (!alive) drop(fd);
-      }
-      expire();
-    }
-    if (!clients_.empty()) {
-      AX_LOG(kWarn, "store") << "TCP store server on port " << port_ << ": " << clients_.size()
-                             << " client(s) still connected after " << seconds_text(kServerLinger)
-                             << "; closing";
-    }
-  }
-
-  void accept_all() {
-    while (true) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) return;  // EAGAIN, or a connection that vanished before we took it
-      set_nodelay(fd);
-      clients_[fd];
-    }
-  }
-
-  // False when the client is gone or spoke garbage.
-  bool read_from(int fd) {
-    Client& c = clients_[fd];
-    char buf[65536];
-    while (true) {
-      ssize_t got = recv(fd, buf, sizeof(buf), 0);
-      if (got > 0) {
-        c.in.append(buf, static_cast<size_t>(got));
-        continue;
-      }
-      if (got == 0) return false;
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return false;
-    }
-    size_t pos = 0;
-    while (c.in.size() - pos >= 4) {
-      Reader head(std::string_view(c.in).substr(pos, 4));
-      uint32_t len = static_cast<uint32_t>(head.u(4));
-      if (len > kMaxFrame) return false;
-      if (c.in.size() - pos - 4 < len) break;
-      std::string body = c.in.substr(pos + 4, len);
-      pos += 4 + len;
-      if (!handle(fd, body)) return false;
-    }
-    c.in.erase(0, pos);
-    return flush(fd);
-  }
-
-  bool handle(int fd, const std::string& body) {
-    Reader r(body);
-    Op op = static_cast<Op>(r.u(1));
-    std::string reply;
-    switch (op) {
-      case kSet: {
-        std::string key = r.str();
-        std::string value = r.str();
-        if (!r.ok()) return false;
-        data_[key] = std::move(value);
-        reply.push_back(kOk);
-        send_reply(fd, reply);
-        serve_pending();
-        return true;
-      }
-      case kAdd: {
-        int64_t delta = static_cast<int64_t>(r.u(8));
-        std::string key = r.str();
-        if (!r.ok()) return false;
-        auto it = data_.find(key);
-        int64_t value = 0;
-        if (it != data_.end()) {
-          std::optional<int64_t> old = parse_int64(it->second);
-          if (!old) {
-            reply.push_back(kError);
-            put_str(reply, str_cat("add: the value of '", key, "' is not an integer"));
-            send_reply(fd, reply);
-            return true;
-          }
-          value = *old;
-        }
-        value += delta;
-        data_[key] = std::to_string(value);
-        reply.push_back(kOk);
-        put_u64(reply, static_cast<uint64_t>(value));
-        send_reply(fd, reply);
-        serve_pending();
-        return true;
-      }
-      case kGet:
-      case kWait: {
-        Pending p{fd, op, {}, {}};
-        p.deadline = Clock::now() +
-                     Millis(static_cast<int64_t>(std::min<uint64_t>(r.u(8), uint64_t{1} << 40)));
-        if (op == kGet) {
-          p.keys.push_back(r.str());
-        } else {
-          uint64_t n = r.u(4);
-          for (uint64_t i = 0; i < n && r.ok(); ++i) p.keys.push_back(r.str());
-        }
-        if (!r.ok()) return false;
-        if (!try_answer(p)) pending_.push_back(std::move(p));
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // Answers p when all its keys exist; false otherwise.
-  bool try_answer(const Pending& p) {
-    for (const std::string& k : p.keys) {
-      if (data_.find(k) == data_.end()) return false;
-    }
-    std::string reply(1, static_cast<char>(kOk));
-    if (p.op == kGet) put_str(reply, data_[p.keys[0]]);
-    send_reply(p.fd, reply);
-    return true;
-  }
-
-  void serve_pending() {
-    auto it = std::remove_if(pending_.begin(), pending_.end(),
-                             [&](const Pending& p) { return try_answer(p); });
-    pending_.erase(it, pending_.end());
-  }
-
-  void expire() {
-    Clock::time_point now = Clock::now();
-    auto it = std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) {
-      if (p.deadline > now) return false;
-      std::string reply(1, static_cast<char>(kTimeout));
-      if (p.op == kWait) {
-        std::vector<std::string> missing;
-        for (const std::string& k : p.keys) {
-          if (data_.find(k) == data_.end()) missing.push_back(k);
-        }
-        put_u32(reply, static_cast<uint32_t>(missing.size()));
-        for (const std::string& k : missing) put_str(reply, k);
-      }
-      send_reply(p.fd, reply);
-      return true;
-    });
-    pending_.erase(it, pending_.end());
-  }
-
-  void send_reply(int fd, const std::string& body) { clients_[fd].out += frame(body); }
-
-  bool flush(int fd) {
-    std::string& out = clients_[fd].out;
-    while (!out.empty()) {
-      ssize_t sent = send(fd, out.data(), out.size(), MSG_NOSIGNAL);
-      if (sent > 0) {
-        out.erase(0, static_cast<size_t>(sent));
-      } else if (sent < 0 && errno == EINTR) {
-        continue;
-      } else {
-        return sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-      }
-    }
-    return true;
-  }
-
-  void drop(int fd) {
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [fd](const Pending& p) { return p.fd == fd; }),
-                   pending_.end());
-    clients_.erase(fd);
-    close(fd);
-  }
-
-  int listen_fd_;
-  int port_;
-  int wake_[2];
-  std::thread thread_;
-  // Touched only by the server thread.
-  std::unordered_map<std::string, std::string> data_;
-  std::map<int, Client> clients_;
-  std::vector<Pending> pending_;
-};
-
-// --- client -----------------------------------------------------------------------------------
+  char ip[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, ip, sizeof(ip));
+  freeaddrinfo(res);
+  return std::string(ip);
+}
 
 // A connected socket, or -1 with the reason in *why.
 int connect_once(const std::string& host, int port, Millis limit, std::string* why) {
@@ -424,6 +96,67 @@ int connect_once(const std::string& host, int port, Millis limit, std::string* w
   return fd;
 }
 
+enum class Wire { kOk, kTimeout, kClosed, kTooLong };
+
+int poll_ms(Clock::time_point deadline) {
+  return static_cast<int>(std::min<int64_t>(remaining_ms(deadline), INT32_MAX));
+}
+
+// Sends all of `data` before `deadline`; *err is errno when the connection failed.
+Wire send_all(int fd, std::string_view data, Clock::time_point deadline, int* err) {
+  size_t done = 0;
+  while (done < data.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    int n = poll(&p, 1, poll_ms(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return Wire::kTimeout;
+    ssize_t sent = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (sent < 0) {
+      *err = errno;
+      return Wire::kClosed;
+    }
+    done += static_cast<size_t>(sent);
+  }
+  return Wire::kOk;
+}
+
+// Receives one frame's body of at most `max_body` bytes before `deadline`; *err as above (0 for
+// an orderly close).
+Wire recv_frame(int fd, Clock::time_point deadline, uint32_t max_body, std::string* body,
+                int* err) {
+  std::string in;
+  size_t want = 4;
+  bool have_len = false;
+  while (in.size() < want) {
+    pollfd p{fd, POLLIN, 0};
+    int n = poll(&p, 1, poll_ms(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return Wire::kTimeout;
+    char buf[65536];
+    ssize_t got = recv(fd, buf, std::min(sizeof(buf), want - in.size()), MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) {
+      *err = got < 0 ? errno : 0;
+      return Wire::kClosed;
+    }
+    in.append(buf, static_cast<size_t>(got));
+    if (!have_len && in.size() == 4) {
+      uint32_t len = static_cast<uint32_t>(Reader(in).u(4));
+      if (len > max_body) return Wire::kTooLong;
+      want = 4 + size_t{len};
+      have_len = true;
+    }
+  }
+  *body = in.substr(4);
+  return Wire::kOk;
+}
+
+std::string closed_text(int err) {
+  return err == 0 ? "closed the connection"
+                  : str_cat("closed the connection (", std::strerror(err), ")");
+}
+
 class TcpStoreImpl final : public TcpStore {
  public:
   TcpStoreImpl(const TcpStoreOptions& options, std::string address,
@@ -435,6 +168,8 @@ class TcpStoreImpl final : public TcpStore {
     server_.reset();  // lingers until the other ranks have disconnected
   }
 
+  // Connects and passes the handshake, retrying until connect_timeout while nobody listens or a
+  // connection ends before the handshake completed; a refusal or an impostor fails at once.
   Status connect_to(const std::string& host, int port) {
     Clock::time_point deadline = Clock::now() + options_.connect_timeout;
     Millis backoff{20};
@@ -443,11 +178,18 @@ class TcpStoreImpl final : public TcpStore {
       Millis limit{std::clamp<int64_t>(remaining_ms(deadline), 1, 5000)};
       int fd = connect_once(host, port, limit, &why);
       if (fd >= 0) {
-        fd_ = fd;
-        set_nodelay(fd_);
+        set_nodelay(fd);
         int one = 1;
-        setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-        return Status::Ok();
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        Millis hs{std::clamp<int64_t>(remaining_ms(deadline), 1000, kHandshakeLimit.count())};
+        Status st = handshake(fd, Clock::now() + hs);
+        if (st.ok()) {
+          fd_ = fd;
+          return st;
+        }
+        close(fd);
+        if (st.code() != StatusCode::kUnavailable) return st;
+        why = st.message();
       }
       if (Clock::now() >= deadline) {
         return DeadlineExceeded("could not reach the store at ", address_, " (rank 0) within ",
@@ -462,7 +204,13 @@ class TcpStoreImpl final : public TcpStore {
     std::string req(1, static_cast<char>(kSet));
     put_str(req, key);
     put_str(req, value);
-    return call(req, Millis(0)).status();
+    StatusOr<std::string> reply = call(req, Millis(0));
+    if (!reply.ok()) return reply.status();
+    Reader r(*reply);
+    uint8_t code = static_cast<uint8_t>(r.u(1));
+    if (code == kFull) return ResourceExhausted(r.str(), " (", describe(), ")");
+    if (code != kOk || !r.ok()) return protocol_error();
+    return Status::Ok();
   }
 
   StatusOr<std::string> get(const std::string& key, Millis timeout) override {
@@ -491,6 +239,7 @@ class TcpStoreImpl final : public TcpStore {
     Reader r(*reply);
     uint8_t code = static_cast<uint8_t>(r.u(1));
     if (code == kError) return InvalidArgument(r.str(), " (", describe(), ")");
+    if (code == kFull) return ResourceExhausted(r.str(), " (", describe(), ")");
     int64_t value = static_cast<int64_t>(r.u(8));
     if (code != kOk || !r.ok()) return protocol_error();
     return value;
@@ -514,6 +263,18 @@ class TcpStoreImpl final : public TcpStore {
                             " (", describe(), ")");
   }
 
+  StatusOr<int64_t> erase_prefix(const std::string& prefix) override {
+    std::string req(1, static_cast<char>(kErase));
+    put_str(req, prefix);
+    StatusOr<std::string> reply = call(req, Millis(0));
+    if (!reply.ok()) return reply.status();
+    Reader r(*reply);
+    uint8_t code = static_cast<uint8_t>(r.u(1));
+    int64_t erased = static_cast<int64_t>(r.u(8));
+    if (code != kOk || !r.ok()) return protocol_error();
+    return erased;
+  }
+
   Status sync(Millis timeout) override {
     int generation = sync_generation_++;
     return store_barrier(*this, str_cat("ax.sync.", generation), options_.rank, options_.world,
@@ -526,6 +287,53 @@ class TcpStoreImpl final : public TcpStore {
   std::string bound_address() const override { return address_; }
 
  private:
+  // The client's half of the handshake on a fresh connection. Unavailable: the connection ended
+  // or stalled before the handshake completed (worth another try); FailedPrecondition: refused,
+  // or whoever listens is not this job's rank 0.
+  Status handshake(int fd, Clock::time_point deadline) {
+    int err = 0;
+    std::string greeting;
+    Wire w = recv_frame(fd, deadline, kGreetingBytes, &greeting, &err);
+    if (w == Wire::kTimeout) return Unavailable("no greeting from the store within the limit");
+    if (w == Wire::kClosed) return Unavailable("the store ", closed_text(err), " at once");
+    if (w == Wire::kTooLong || greeting.size() != kGreetingBytes ||
+        greeting.compare(0, kGreetingMagic.size(), kGreetingMagic) != 0) {
+      return FailedPrecondition("the process listening at ", address_,
+                                " is not an ax TCP store (its greeting is not the store's): is "
+                                "the coordinator's port taken by another program?");
+    }
+    const std::string server_nonce = greeting.substr(kGreetingMagic.size());
+    const std::string client_nonce = auth::nonce();
+    std::string hello(1, static_cast<char>(kHello));
+    hello += client_nonce;
+    hello += auth::client_proof(options_.secret, server_nonce, client_nonce);
+    std::string answer;
+    if (send_all(fd, frame(hello), deadline, &err) != Wire::kOk ||
+        recv_frame(fd, deadline, 4096, &answer, &err) != Wire::kOk) {
+      return Unavailable("the store ", closed_text(err), " during the handshake");
+    }
+    Reader r(answer);
+    const uint8_t code = static_cast<uint8_t>(r.u(1));
+    if (code == kRefused) {
+      return FailedPrecondition(
+          "the store at ", address_, " (rank 0) refused rank ", options_.rank,
+          ": this rank's job secret (AX_JOB_SECRET) is not rank 0's. The likeliest cause is a rank "
+          "of another job, or a rank started outside ax's launch path (ax-launch, srun with "
+          "spank_ax.so, the sbatch/ job scripts, srun --mpi=pmix), which has another secret or "
+          "none");
+    }
+    const std::string proof = r.bytes(kProofBytes);
+    if (code != kOk || !r.ok() ||
+        !auth::same_proof(proof, auth::server_proof(options_.secret, server_nonce, client_nonce))) {
+      return FailedPrecondition(
+          "the process listening at ", address_,
+          " does not know this job's secret "
+          "(AX_JOB_SECRET): it is not this job's rank 0 (another job's store on the same port, or "
+          "a rank 0 started outside ax's launch path)");
+    }
+    return Status::Ok();
+  }
+
   Status protocol_error() {
     broken_ = Internal("the store at ", address_, " (rank 0) sent a malformed reply");
     return broken_;
@@ -540,44 +348,21 @@ class TcpStoreImpl final : public TcpStore {
   StatusOr<std::string> call(const std::string& body, Millis wait) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) return broken_;
-    Clock::time_point deadline = Clock::now() + std::max(wait, Millis(0)) + kReplyGrace;
-    std::string out = frame(body);
-    size_t done = 0;
-    while (done < out.size()) {
-      pollfd p{fd_, POLLOUT, 0};
-      if (poll(&p, 1, static_cast<int>(remaining_ms(deadline))) == 0) {
-        return io_error(str_cat("did not take a request within ", seconds_text(kReplyGrace)));
-      }
-      ssize_t sent = send(fd_, out.data() + done, out.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (sent < 0) return io_error(str_cat("closed the connection (", std::strerror(errno), ")"));
-      done += static_cast<size_t>(sent);
+    const Millis limit = std::max(wait, Millis(0)) + kReplyGrace;
+    Clock::time_point deadline = Clock::now() + limit;
+    int err = 0;
+    Wire w = send_all(fd_, frame(body), deadline, &err);
+    if (w == Wire::kTimeout) {
+      return io_error(str_cat("did not take a request within ", seconds_text(kReplyGrace)));
     }
-    std::string in;
-    size_t want = 4;
-    bool have_len = false;
-    while (in.size() < want) {
-      pollfd p{fd_, POLLIN, 0};
-      int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(remaining_ms(deadline), INT32_MAX)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) {
-        return io_error(str_cat("did not answer within ",
-                                seconds_text(std::max(wait, Millis(0)) + kReplyGrace)));
-      }
-      char buf[65536];
-      ssize_t got = recv(fd_, buf, std::min(sizeof(buf), want - in.size()), MSG_DONTWAIT);
-      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (got == 0) return io_error("closed the connection");
-      if (got < 0) return io_error(str_cat("closed the connection (", std::strerror(errno), ")"));
-      in.append(buf, static_cast<size_t>(got));
-      if (!have_len && in.size() == 4) {
-        uint32_t len = static_cast<uint32_t>(Reader(in).u(4));
-        if (len > kMaxFrame) return protocol_error();
-        want = 4 + len;
-        have_len = true;
-      }
-    }
-    return in.substr(4);
+    if (w != Wire::kOk) return io_error(closed_text(err));
+    std::string reply;
+    w = recv_frame(fd_, deadline, kMaxFrame, &reply, &err);
+    if (w == Wire::kTimeout)
+      return io_error(str_cat("did not answer within ", seconds_text(limit)));
+    if (w == Wire::kTooLong) return protocol_error();
+    if (w != Wire::kOk) return io_error(closed_text(err));
+    return reply;
   }
 
   TcpStoreOptions options_;
@@ -588,12 +373,6 @@ class TcpStoreImpl final : public TcpStore {
   Status broken_;  // once the connection failed, every call fails the same way
   std::atomic<int> sync_generation_{0};
 };
-
-std::string local_hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
 
 }  // namespace
 
@@ -607,13 +386,16 @@ StatusOr<std::shared_ptr<TcpStore>> make_tcp_store(const TcpStoreOptions& option
     return InvalidArgument("TCP store address '", options.host_port,
                            "': a client needs the server's port");
   }
+  if (options.secret.empty()) {
+    return InvalidArgument("TCP store: no job secret (every connection must prove one)");
+  }
   std::unique_ptr<TcpServer> server;
   std::string connect_host = host;
   if (options.is_server) {
-    AX_ASSIGN_OR_RETURN(server, TcpServer::start(port));
+    // Only the address the job chose for the coordinator, not every interface.
+    AX_ASSIGN_OR_RETURN(connect_host, resolve_ipv4(host));
+    AX_ASSIGN_OR_RETURN(server, TcpServer::start(connect_host, port, options.secret, host));
     port = server->port();
-    if (host.empty()) host = local_hostname();
-    connect_host = "127.0.0.1";  // the server listens on every interface
   }
   std::string address = str_cat(host, ":", port);
   auto store = std::make_shared<TcpStoreImpl>(options, address, std::move(server));

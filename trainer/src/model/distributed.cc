@@ -85,9 +85,20 @@ CheckpointGroup Distributed::checkpoint_group(int64_t step) const {
   g.world = ctx.world;
   if (!multi()) return g;
   auto round = std::make_shared<int>(0);
-  g.all_gather = [this, step, round](const std::string& value) {
-    return comm::store_all_gather(*store, str_cat("ckpt/", step, "/", (*round)++), ctx.rank,
-                                  ctx.world, value, timeout);
+  g.all_gather = [this, step,
+                  round](const std::string& value) -> StatusOr<std::vector<std::string>> {
+    const int r = (*round)++;
+    StatusOr<std::vector<std::string>> values = comm::store_all_gather(
+        *store, str_cat("ckpt/", step, "/", r), ctx.rank, ctx.world, value, timeout);
+    const int64_t previous = *last_checkpoint_;
+    if (!values.ok() || r != 0 || previous == step) return values;
+    *last_checkpoint_ = step;
+    // Every rank set its key of this round after it had returned from the previous save, so
+    // nobody reads that save's keys any more: without this the store would grow with the run.
+    if (ctx.rank == 0 && previous >= 0) {
+      AX_RETURN_IF_ERROR(store->erase_prefix(str_cat("ckpt/", previous, "/")).status());
+    }
+    return values;
   };
   return g;
 }
@@ -114,6 +125,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   so.rank = ctx.rank;
   so.world = ctx.world;
   so.connect_timeout = d->timeout;
+  AX_ASSIGN_OR_RETURN(so.secret, comm::job_store_secret(ctx, d->timeout));
   StatusOr<std::shared_ptr<comm::TcpStore>> store = comm::make_tcp_store(so);
   if (!store.ok()) return store.status().with_context("connecting to the job's store");
   d->store = *store;

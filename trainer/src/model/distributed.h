@@ -27,8 +27,8 @@ StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const M
 struct Distributed {
   launcher::JobContext ctx;
   comm::MeshCoords coords;
-  std::shared_ptr<comm::Store> store;  // null for a single process
-  comm::MeshGroups groups;             // null communicators for a single process
+  std::shared_ptr<comm::TcpStore> store;  // null for a single process
+  comm::MeshGroups groups;                // null communicators for a single process
   comm::Millis timeout{300000};
   bool fsdp_prefetch = true;  // train.fsdp_prefetch
   // A small backend buffer for reductions of a few values (host memory on CPU backends).
@@ -42,8 +42,12 @@ struct Distributed {
   ModelParallel model_parallel() const;
   // Sum (or max) of one value per rank over a group; the value itself without a group.
   double all_reduce(comm::Communicator* group, double value, comm::ReduceOp op) const;
-  // The checkpoint group of the whole job (all-gather through the store).
+  // The checkpoint group of the whole job (all-gather through the store). Its first round also
+  // erases the keys of the previous checkpoint, which every rank has left behind by then.
   CheckpointGroup checkpoint_group(int64_t step) const;
+
+ private:
+  std::shared_ptr<int64_t> last_checkpoint_ = std::make_shared<int64_t>(-1);
 };
 
 // Reads the job context, resolves the mesh, connects to the store and builds the groups (Gloo on

@@ -12,8 +12,9 @@
 //      a step counts (SLURM_PROCID and SLURM_STEP_ID set): a batch script or an salloc shell is
 //      a single process;
 //   4. a single process (rank 0 of 1).
-// Everything else receives these plain values. Malformed variables are InvalidArgument naming
-// the variable and what it expects.
+// AX_JOB_SECRET, the key of the TCP store's handshake (docs/threat-model.md), is read whatever the
+// source. Everything else receives these plain values. Malformed variables are InvalidArgument
+// naming the variable and what it expects (never repeating the secret).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +55,17 @@ struct JobContext {
   // A PMIx server started this process (PMIX_RANK and PMIX_NAMESPACE set), whatever the source:
   // under `srun --mpi=pmix --ax-mesh=...` the source is kAx but the PMIx store still works.
   bool pmix = false;
+  // AX_JOB_SECRET: what the launch path made for this job step (ax-launch, spank_ax.so, the job
+  // scripts), empty when none was given. Never log it or write it to a file.
+  std::string secret;
 };
+
+// The variable through which every launch path hands the job secret to its ranks.
+inline constexpr char kJobSecretVar[] = "AX_JOB_SECRET";
+// A fresh job secret: 32 bytes from getrandom(2) as 64 lowercase hexadecimal digits.
+StatusOr<std::string> new_job_secret();
+// OK for 32 to 128 hexadecimal digits; the error names AX_JOB_SECRET but not its value.
+Status check_job_secret(const std::string& value);
 
 // The environment as a lookup (tests pass a map); nullopt = unset.
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ax/common/status.h"
+#include "ax/launcher/job_context.h"
 
 namespace ax::train::comm {
 
@@ -56,22 +57,40 @@ StatusOr<std::vector<std::string>> store_all_gather(Store& store, const std::str
 std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> base);
 
 struct TcpStoreOptions {
-  std::string host_port;   // "host:port"; port 0 with is_server picks a free port
+  // "host:port"; the server listens only on the IPv4 address `host` resolves to on its machine.
+  // Port 0 with is_server picks a free port.
+  std::string host_port;
   bool is_server = false;  // rank 0 hosts the store in a background thread of its process
   int rank = 0;
   int world = 1;
   Millis connect_timeout{60000};  // clients retry until the server answers
+  // The job secret (AX_JOB_SECRET, job_store_secret below), required: every connection proves it
+  // holds it before the server reads a request, and the server proves it back.
+  std::string secret;
 };
+// The secret of the job's TCP store: the launcher's AX_JOB_SECRET (ctx.secret); under a PMIx
+// server without one (srun --mpi=pmix without spank_ax.so), one that rank 0 makes and shares
+// through PMIx, which only this job's processes can read; a fresh one for a single process.
+// Otherwise FailedPrecondition saying that the rank has none and how to start ranks.
+StatusOr<std::string> job_store_secret(const launcher::JobContext& ctx, Millis timeout);
+
 // A TCP store client (every rank, rank 0 included, talks to the server over a socket). The
 // server is a background thread of rank 0's process with its own poll() loop; destroying rank 0's
 // store lets the server run on until every other rank has disconnected (at most 10 s), so ranks
 // still reading their last keys are not cut off. A server that goes away (process killed, host
 // gone) is Unavailable "the store at n1:20064 (rank 0) closed the connection" on every client.
+// A client whose secret is not the server's fails at once (FailedPrecondition naming the likely
+// cause); strangers are refused and logged by the server. What the server holds is bounded
+// (AX_STORE_MAX_KEYS, AX_STORE_MAX_BYTES): a set beyond it is ResourceExhausted naming the key.
 class TcpStore : public Store {
  public:
   // "host:port" the server listens on (the actual port when the options asked for port 0); what
   // rank 0 publishes when others discover it through another store (ax-store-check --store pmix).
   virtual std::string bound_address() const = 0;
+  // Removes every key that starts with `prefix`; returns how many. For keys every rank is known
+  // to have read (the checkpoint rounds of an earlier step), so the store does not grow with
+  // the length of a run.
+  virtual StatusOr<int64_t> erase_prefix(const std::string& prefix) = 0;
 };
 // Returns TcpStore rather than Store so that rank 0 can read bound_address() without a cast.
 StatusOr<std::shared_ptr<TcpStore>> make_tcp_store(const TcpStoreOptions& options);
