@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ax/trainer/comm/communicator.h"
+
 namespace ax::train::layers {
 namespace {
 
@@ -44,17 +46,9 @@ void split_blocks(ParamSpec* spec, int dim, const std::vector<int64_t>& blocks,
 
 }  // namespace
 
-Weights ParamBinder::get(const std::string& name) const {
-  if (name.empty()) return {};
-  const ParamSpec* spec = layout_.find(name);
-  AX_CHECK(spec != nullptr) << "no parameter " << name << " in the layout";
-  if (!unit_base_) {
-    return {param_view(*spec, weights_, weight_dtype_), param_view(*spec, grads_, DType::kF32)};
-  }
-  ParamSpec rel = *spec;
-  rel.offset -= layout_.units().at(static_cast<size_t>(spec->unit)).begin;
-  return {param_view(rel, unit_base_(spec->unit, false), weight_dtype_),
-          param_view(rel, unit_base_(spec->unit, true), DType::kF32)};
+void TensorGroup::all_reduce(Tensor t) const {
+  if (size == 1) return;
+  comm::collective_or_die(comm->all_reduce(t, comm::ReduceOp::kSum), "tensor-parallel all-reduce");
 }
 
 // ---- Linear ----
@@ -78,9 +72,9 @@ void Linear::declare(ParamLayout* layout, const std::string& prefix, int64_t out
   if (has_bias) layout->add(std::move(b));
 }
 
-void Linear::bind(const ParamBinder& binder) {
-  weight = binder.get(weight_name);
-  bias = binder.get(bias_name);
+void Linear::bind(const ParamStore& store) {
+  weight = store.views(weight_name);
+  bias = store.views(bias_name);
 }
 
 void Linear::forward(Backend& be, Tensor out, Tensor inp) const {
@@ -105,9 +99,9 @@ void Norm::declare(ParamLayout* layout, const std::string& prefix, int64_t dim, 
   if (!bias_name.empty()) add_param(layout, bias_name, {dim}, false, ParamInit::kZeros, 0);
 }
 
-void Norm::bind(const ParamBinder& binder) {
-  weight = binder.get(weight_name);
-  bias = binder.get(bias_name);
+void Norm::bind(const ParamStore& store) {
+  weight = store.views(weight_name);
+  bias = store.views(bias_name);
 }
 
 void Norm::plan(Arena* arena, DType dtype, int64_t rows, int64_t dim, Acts* acts) const {
@@ -161,9 +155,9 @@ AttentionSpec SelfAttention::spec() const {
   return s;
 }
 
-void SelfAttention::bind(const ParamBinder& binder) {
-  qkv.bind(binder);
-  proj.bind(binder);
+void SelfAttention::bind(const ParamStore& store) {
+  qkv.bind(store);
+  proj.bind(store);
 }
 
 void SelfAttention::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const {
@@ -223,9 +217,9 @@ void Mlp::declare(ParamLayout* layout, const std::string& prefix, const ModelCon
                {LinearSplit::kRow, {}});
 }
 
-void Mlp::bind(const ParamBinder& binder) {
-  fc.bind(binder);
-  proj.bind(binder);
+void Mlp::bind(const ParamStore& store) {
+  fc.bind(store);
+  proj.bind(store);
 }
 
 void Mlp::plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const {
@@ -275,11 +269,11 @@ void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix,
   mlp.declare(layout, prefix + ".mlp", config, proj_std, tp);
 }
 
-void DecoderLayer::bind(const ParamBinder& binder) {
-  ln1.bind(binder);
-  attn.bind(binder);
-  ln2.bind(binder);
-  mlp.bind(binder);
+void DecoderLayer::bind(const ParamStore& store) {
+  ln1.bind(store);
+  attn.bind(store);
+  ln2.bind(store);
+  mlp.bind(store);
 }
 
 void DecoderLayer::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,

@@ -1,6 +1,6 @@
 // The building blocks of the models: each block declares its parameters in a ParamLayout
-// (under a name prefix), plans its activations in an Arena, and runs forward / backward on a
-// Backend. A decoder-only model stacks them (model.cc); an encoder-decoder can reuse the same
+// (under a name prefix), binds their views from the ParamStore, plans its activations in an
+// Arena, and runs forward / backward on a Backend. A decoder-only model stacks them (model.cc); an encoder-decoder can reuse the same
 // norms, attention and MLPs.
 //
 // Gradient convention (backend.h): parameter gradients and `dinp` are accumulated (+=); a caller
@@ -14,16 +14,10 @@
 
 #include "ax/trainer/backend.h"
 #include "ax/trainer/model.h"
+#include "ax/trainer/param_store.h"
 #include "ax/trainer/tensor.h"
 
 namespace ax::train::layers {
-
-// A collective that failed ends the process (exit status 1) with its message, which names the
-// rank that went missing: a half-finished step cannot be recovered (the run resumes from its
-// last checkpoint).
-void collective_or_die(const Status& status, const char* what);
-// How long collective_or_die waits before exiting (the store host: see distributed.cc).
-void set_failure_linger(int milliseconds);
 
 // The tensor-parallel group as the layers see it: this rank's index, the group size and an
 // in-place sum over the group (nothing to do when alone; a failure ends the process).
@@ -42,44 +36,17 @@ struct LinearSplit {
   std::vector<int64_t> blocks;  // kColumn: logical sizes of the blocks of the output features
 };
 
-// A parameter's compute-dtype weights and f32 gradient; both empty when the parameter is absent
-// (a linear layer without bias).
-struct Weights {
-  Tensor w;
-  Tensor dw;
-};
-
-// Resolves parameter names to views once the buffers exist: either one flat buffer per kind
-// laid out as the whole layout, or (FSDP) one buffer per unit from `unit_base`, in which a
-// parameter sits at its offset relative to its unit's start.
-class ParamBinder {
- public:
-  ParamBinder(const ParamLayout& layout, void* weights, DType weight_dtype, void* grads)
-      : layout_(layout), weights_(weights), weight_dtype_(weight_dtype), grads_(grads) {}
-  using UnitBase = std::function<void*(int unit, bool grad)>;
-  ParamBinder(const ParamLayout& layout, UnitBase unit_base, DType weight_dtype)
-      : layout_(layout), weight_dtype_(weight_dtype), unit_base_(std::move(unit_base)) {}
-  Weights get(const std::string& name) const;  // empty for ""
-
- private:
-  const ParamLayout& layout_;
-  void* weights_ = nullptr;
-  DType weight_dtype_;
-  void* grads_ = nullptr;
-  UnitBase unit_base_;
-};
-
 // y = x · Wᵀ + b. W (out, in), b (out). `out` and `in` are logical sizes; with a split, this
 // rank's weight is its part of them.
 struct Linear {
   std::string weight_name, bias_name;  // bias_name "" = no bias
-  Weights weight, bias;
+  ParamViews weight, bias;
   bool bias_in_forward = true;  // false on row-parallel ranks other than 0
 
   void declare(ParamLayout* layout, const std::string& prefix, int64_t out, int64_t in,
                bool has_bias, double init_std, const TensorGroup& tp = {},
                const LinearSplit& split = {});
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void forward(Backend& be, Tensor out, Tensor inp) const;  // out (N,out), inp (N,in)
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const;
 };
@@ -94,11 +61,11 @@ struct Norm {
   bool rms = false;
   float eps = 1e-5f;
   std::string weight_name, bias_name;
-  Weights weight, bias;
+  ParamViews weight, bias;
 
   void declare(ParamLayout* layout, const std::string& prefix, int64_t dim, bool rms, bool has_bias,
                double eps);
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t rows, int64_t dim, Acts* acts) const;
   void forward(Backend& be, const Acts& acts, Tensor inp) const;
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts) const;
@@ -131,7 +98,7 @@ struct SelfAttention {
   AttentionSpec spec() const;
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
                double proj_std, const TensorGroup& tp);
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, Scratch* scratch) const;
   // out (N, C) = proj(attention(qkv(inp))); inp (N, C).
@@ -157,7 +124,7 @@ struct Mlp {
 
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
                double proj_std, const TensorGroup& tp);
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const;
   void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const;
@@ -188,7 +155,7 @@ struct DecoderLayer {
   // With a tensor group, each branch's input gradient and output are summed over the group.
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
                const TensorGroup& tp = {});
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
                     Scratch* scratch) const;
