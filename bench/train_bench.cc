@@ -125,7 +125,7 @@ void run_worker(const Options& o) {
   }
   auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get());
   if (!model.ok()) die_status(model.status());
-  auto optimizer = ax::train::AdamW::create(config.optim, config.train.max_steps, model->get());
+  auto optimizer = ax::train::AdamW::create(config.optim, config.train.max_steps, &(*model)->store());
   if (!optimizer.ok()) die_status(optimizer.status());
   const auto t_init = std::chrono::steady_clock::now();
   (*model)->init(config.train.seed);

@@ -228,13 +228,13 @@ Status Trainer::resume() {
     model_->init(config_.train.seed);
     return Status::Ok();
   }
-  StatusOr<CheckpointState> state = checkpoints_.load(*latest, owned_regions(*model_));
+  StatusOr<CheckpointState> state = checkpoints_.load(*latest, owned_regions(model_->store()));
   if (!state.ok()) {
     return state.status().with_context(
         str_cat("resuming from ", checkpoints_.step_dir(*latest),
                 " (remove that directory to resume from an older checkpoint)"));
   }
-  AX_RETURN_IF_ERROR(restore_state(*state, config_, model_.get(), optimizer_.get(), &progress_));
+  AX_RETURN_IF_ERROR(restore_state(*state, config_, &model_->store(), optimizer_.get(), &progress_));
   AX_RETURN_IF_ERROR(loader_->restore(progress_.loader));
   saved_step_ = progress_.step;
   resumed_ = true;
@@ -262,7 +262,7 @@ Status Trainer::setup() {
                                     config_.train.seq_len, backend_.get(), dist_->model_parallel(),
                                     {config_.train.recompute == "layer"}));
   AX_ASSIGN_OR_RETURN(optimizer_,
-                      AdamW::create(config_.optim, config_.train.max_steps, model_.get()));
+                      AdamW::create(config_.optim, config_.train.max_steps, &model_->store()));
   AX_RETURN_IF_ERROR(resume());
   if (leader()) {
     AX_RETURN_IF_ERROR(
@@ -368,7 +368,7 @@ Status Trainer::evaluate(int64_t step) {
 Status Trainer::save_checkpoint() {
   if (saved_step_ == progress_.step) return Status::Ok();
   const auto t0 = Clock::now();
-  CheckpointState state = capture_state(config_, *model_, *optimizer_, progress_);
+  CheckpointState state = capture_state(config_, model_->store(), *optimizer_, progress_);
   // Data-parallel replicas hold the same values: the first replica writes them.
   if (dist_->coords.d != 0) state.tensors.clear();
   Status s = checkpoints_.save(state, dist_->checkpoint_group(progress_.step));
