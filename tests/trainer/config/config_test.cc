@@ -355,6 +355,9 @@ TEST(ConfigOverrides, PaxNames) {
   EXPECT_EQ(c.train.precision, "float32");
   ASSERT_TRUE(apply_override(&c, "train.precision=bfloat16").ok());
   EXPECT_EQ(c.train.precision, "bfloat16");
+  EXPECT_FALSE(c.train.allow_tf32);  // f32 GEMMs stay f32 unless asked
+  ASSERT_TRUE(apply_override(&c, "train.allow_tf32=true").ok());
+  EXPECT_TRUE(c.train.allow_tf32);
   EXPECT_NE(override_error("FPROP_DTYPE=float16").find("auto, bfloat16, float32"),
             std::string::npos)
       << override_error("FPROP_DTYPE=float16");
@@ -525,7 +528,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 47);  // experiment + 46 keys
+  EXPECT_EQ(lines, 48);  // experiment + 47 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

@@ -127,6 +127,9 @@ std::vector<KeyDef> build_key_table() {
        {"auto", "bfloat16", "float32"},
        "activations and compute weights: auto = the device's own (bfloat16 on CUDA, float32 on "
        "the CPU); master weights and optimizer state are always float32"},
+      {"train.allow_tf32", K::kBool, AX_FIELD(train.allow_tf32), B::kAny, {},
+       "float32 activations on CUDA: GEMMs may use TF32 tensor cores (10-bit mantissas); "
+       "no effect in bfloat16 or on the CPU"},
       {"train.recompute", K::kEnum, AX_FIELD(train.recompute), B::kAny, {"none", "layer"},
        "activation recomputation: layer = keep only each layer's output, recompute the rest"},
       {"train.fsdp_prefetch", K::kBool, AX_FIELD(train.fsdp_prefetch), B::kAny, {},

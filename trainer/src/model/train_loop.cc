@@ -254,7 +254,8 @@ Status Trainer::setup() {
   if (device == "auto" && parse_int64(ctx_.device).has_value() && cuda_device_count() > 0) {
     device = "cuda:" + ctx_.device;
   }
-  AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision));
+  AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision,
+                                             config_.train.allow_tf32));
   AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
   AX_RETURN_IF_ERROR(open_data());
   AX_ASSIGN_OR_RETURN(model_,

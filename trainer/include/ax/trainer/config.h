@@ -57,6 +57,9 @@ struct TrainConfig {
   // Activations and compute weights: auto (the device's own: bfloat16 on CUDA, float32 on the
   // CPU) | bfloat16 | float32 (Pax's FPROP_DTYPE). Masters and optimizer state stay float32.
   std::string precision = "auto";
+  // With float32 activations on CUDA, GEMMs may use TF32 tensor cores (inputs rounded to 10-bit
+  // mantissas; PyTorch's allow_tf32). Off: f32 GEMMs multiply in full f32.
+  bool allow_tf32 = false;
   std::string recompute = "none";  // none | layer: activation recomputation per layer
   int64_t seq_len = 256;
   uint64_t seed = 1234;
