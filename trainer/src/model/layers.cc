@@ -145,13 +145,14 @@ void SelfAttention::declare(ParamLayout* layout, const std::string& prefix,
                {LinearSplit::kRow, {}});
 }
 
-AttentionSpec SelfAttention::spec() const {
+AttentionSpec SelfAttention::spec(Tensor segments) const {
   AttentionSpec s;
   s.num_heads = num_heads;
   s.num_kv_heads = num_kv_heads;
   s.causal = causal;
   s.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   s.k_offset = num_heads * head_dim;
+  s.q_segments = s.k_segments = segments;
   return s;
 }
 
@@ -175,24 +176,24 @@ void SelfAttention::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64
 }
 
 void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
-                            const Scratch& scratch) const {
+                            const Scratch& scratch, Tensor segments) const {
   if (rope) {
     qkv.forward(be, scratch.qkv_pre, inp);
     be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta);
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
-  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec());
+  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec(segments));
   proj.forward(be, out, acts.out);
 }
 
 void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                             const Scratch& scratch) const {
+                             const Scratch& scratch, Tensor segments) const {
   be.zero(scratch.dout);
   proj.backward(be, scratch.dout, dout, acts.out);
   be.zero(scratch.dqkv);
   be.attention_backward(scratch.dqkv, scratch.dqkv, Tensor(), scratch.dout, acts.out, acts.lse,
-                        acts.qkv, acts.qkv, spec());
+                        acts.qkv, acts.qkv, spec(segments));
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);
@@ -295,12 +296,12 @@ void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_
   mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp);
 }
 
-void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts,
-                           const Scratch& scratch) const {
+void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
+                           Tensor segments) const {
   // Tensor parallelism: each branch ends in a row-parallel projection whose partial outputs are
   // summed over the group before the residual add (Megatron's g).
   ln1.forward(be, acts.ln1, res_in);
-  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn);
+  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn, segments);
   tp.all_reduce(scratch.branch);
   be.add_forward(acts.res_mid, res_in, scratch.branch);
   ln2.forward(be, acts.ln2, acts.res_mid);
@@ -310,7 +311,7 @@ void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts,
 }
 
 void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts,
-                            const Scratch& scratch) const {
+                            const Scratch& scratch, Tensor segments) const {
   // The skip connections pass dres through unchanged; each branch adds its part through its
   // norm's backward, which accumulates into dres.
   // Tensor parallelism: a branch starts with a column-parallel projection, whose input gradient
@@ -320,7 +321,7 @@ void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts&
   tp.all_reduce(scratch.dln);
   ln2.backward(be, dres, scratch.dln, acts.res_mid, acts.ln2);
   be.zero(scratch.dln);
-  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn);
+  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn, segments);
   tp.all_reduce(scratch.dln);
   ln1.backward(be, dres, scratch.dln, res_in, acts.ln1);
 }

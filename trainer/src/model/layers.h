@@ -94,17 +94,20 @@ struct SelfAttention {
   Linear qkv, proj;
 
   int64_t qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
-  // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op.
-  AttentionSpec spec() const;
+  // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op, with
+  // the batch's segment ids (B, T) i32 or none.
+  AttentionSpec spec(Tensor segments) const;
   void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
                double proj_std, const TensorGroup& tp);
   void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, Scratch* scratch) const;
-  // out (N, C) = proj(attention(qkv(inp))); inp (N, C).
-  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts, const Scratch& scratch) const;
+  // out (N, C) = proj(attention(qkv(inp))); inp (N, C). segments (B, T) i32 or empty: tokens of
+  // different segments never attend.
+  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts, const Scratch& scratch,
+               Tensor segments = {}) const;
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                const Scratch& scratch) const;
+                const Scratch& scratch, Tensor segments = {}) const;
 };
 
 // fc → GELU or SwiGLU → proj.
@@ -159,10 +162,11 @@ struct DecoderLayer {
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
                     Scratch* scratch) const;
-  void forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch) const;
+  void forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
+               Tensor segments = {}) const;
   // On entry dres holds d(res_out); on return d(res_in).
-  void backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts,
-                const Scratch& scratch) const;
+  void backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts, const Scratch& scratch,
+                Tensor segments = {}) const;
 };
 
 }  // namespace ax::train::layers

@@ -1,7 +1,7 @@
-// Decoder-only language models (GPT and Llama-style) on a Backend. Parameters live in a
-// ParamStore (param_store.h: one allocation per buffer sliced by a layout table, names, shapes,
-// init and weight decay as in docs/parameter-names.md); the activations of one micro-batch
-// (batch, seq_len) are planned once in one arena. Design notes: docs/trainer.md.
+// Models on a Backend: a network (decoder-only LM for gpt and llama; encoder-decoder for T5)
+// over a ParamStore (param_store.h: one allocation per buffer sliced by a layout table, names,
+// shapes, init and weight decay as in docs/parameter-names.md); the activations of one
+// micro-batch are planned once in one arena. Design notes: docs/trainer.md.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,22 @@ struct ModelOptions {
   bool recompute_layers = false;
 };
 
+// One micro-batch as any model family reads it: host memory, row-major (batch, length). A loss
+// mask is a target < 0 (ignored: no loss, no gradient).
+struct Batch {
+  std::span<const int32_t> tokens;   // (B, T) decoder input, in [0, vocab)
+  std::span<const int32_t> targets;  // (B, T), < 0 ignored; empty: logits only
+  // (B, T) or empty: packed examples, numbered per row; a token never attends to another
+  // segment's (instruction tuning, T5x-style packing). Positions stay the row's 0..T-1.
+  std::span<const int32_t> segment_ids;
+  // Encoder-decoder models: the encoder's input (B, Te) and its segments (or empty).
+  std::span<const int32_t> encoder_tokens;
+  std::span<const int32_t> encoder_segment_ids;
+};
+
+// A network over a ParamStore. The factory picks the family from model.family (gpt and llama:
+// the decoder-only LM of decoder_lm.cc); the loop, the optimizer, checkpoints and sampling see
+// only this interface and the store (docs/trainer.md "Model families").
 class Model {
  public:
   // A model for micro-batches of (batch, seq_len) tokens. `vocab` is the real vocabulary (the
@@ -34,64 +50,81 @@ class Model {
                                                  int64_t batch, int64_t seq_len, Backend* backend,
                                                  const ModelParallel& parallel = {},
                                                  const ModelOptions& options = {});
-  ~Model();
+  virtual ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  const ModelConfig& config() const;
-  ParamStore& store() const;
-  const ParamLayout& layout() const;
-  Backend* backend() const;
-  int64_t batch() const;
-  int64_t seq_len() const;
-  int64_t vocab() const;
-  size_t activation_bytes() const;
+  const ModelConfig& config() const { return config_; }
+  ParamStore& store() const { return *store_; }
+  const ParamLayout& layout() const { return store_->layout(); }
+  Backend* backend() const { return backend_; }
+  int64_t batch() const { return batch_; }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t vocab() const { return vocab_; }
+  size_t activation_bytes() const { return activation_bytes_; }
+  const ModelParallel& parallel() const { return store_->parallel(); }
+  bool sharded() const { return store_->sharded(); }
 
-  const ModelParallel& parallel() const;
-  bool sharded() const;  // tensor_size > 1 or fsdp_size > 1
-
-  // Parameters from init_parameters(seed).
-  void init(uint64_t seed);
-
-  // tokens (batch, seq_len) in [0, vocab); targets (batch, seq_len), < 0 = ignored, or empty
-  // (logits only). Returns the mean loss over the non-ignored targets (0 when there are none).
-  float forward(std::span<const int32_t> tokens, std::span<const int32_t> targets);
-  int64_t num_targets() const;  // non-ignored targets of the last forward
+  // Checks the batch's shape and ids (on the host, for every backend: the GPU reads ids
+  // unchecked, and a vocabulary split over tensor ranks would drop a target no shard holds),
+  // then runs the network. Returns the mean loss over the non-ignored targets (0 when there are
+  // none, or without targets).
+  float forward(const Batch& batch);
+  float forward(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
+    return forward(Batch{tokens, targets});
+  }
+  int64_t num_targets() const { return num_targets_; }  // non-ignored targets of the last forward
   // Accumulates scale × d(mean loss of the last forward) into the gradients. For the mean over
   // a global batch split into micro-batches, pass num_targets() / (targets in the global batch).
   // Invalidates the logits.
   void backward(float scale);
-  void zero_grad();
-
   // The real-vocabulary logits at (b, t) of the last forward (before backward).
-  std::vector<float> logits(int64_t b, int64_t t) const;
+  virtual std::vector<float> logits(int64_t b, int64_t t) const = 0;
 
-  // Flat f32 views of this rank's shard: master parameters and gradients (layout().total() /
-  // layout().shards() elements each; the whole layout when fsdp_size == 1).
-  Tensor params() const;
-  Tensor grads() const;
-  // Where each parameter's part of this rank lies in the shard buffers, in layout order.
-  std::vector<OwnedRange> owned() const;
-  // Σ g² over the whole model (every shard, a replicated parameter counted once): collective over
-  // the tensor and fsdp groups.
-  double grad_sum_squares() const;
-  // After the last micro-batch of a step: sums the gradients over the data group.
-  void reduce_gradients();
-  // Refreshes the compute-dtype copy of the weights after the master parameters changed
-  // (nothing to do when the backend computes in f32).
-  void sync_compute_weights();
+  // The store's, for callers that hold a model: parameters from init_parameters(seed), zeroed
+  // gradients, flat f32 shards, owned ranges, the gradient norm and the data-parallel sum, the
+  // compute-weight refresh, host access by name (param_store.h).
+  void init(uint64_t seed) { store_->init(seed); }
+  void zero_grad() { store_->zero_grad(); }
+  Tensor params() const { return store_->params(); }
+  Tensor grads() const { return store_->grads(); }
+  std::vector<OwnedRange> owned() const { return store_->owned(); }
+  double grad_sum_squares() const { return store_->grad_sum_squares(); }
+  void reduce_gradients() { store_->reduce_gradients(); }
+  void sync_compute_weights() { store_->sync_compute_weights(); }
+  StatusOr<std::vector<float>> parameter(const std::string& name) const {
+    return store_->parameter(name);
+  }
+  StatusOr<std::vector<float>> gradient(const std::string& name) const {
+    return store_->gradient(name);
+  }
+  Status set_parameter(const std::string& name, std::span<const float> values) {
+    return store_->set_parameter(name, values);
+  }
 
-  // Host copies by parameter name (NotFound for an unknown name; FailedPrecondition on a sharded
-  // model, whose parameters no single rank holds).
-  StatusOr<std::vector<float>> parameter(const std::string& name) const;
-  StatusOr<std::vector<float>> gradient(const std::string& name) const;
-  Status set_parameter(const std::string& name, std::span<const float> values);
+ protected:
+  Model(const ModelConfig& config, int64_t vocab, int64_t batch, int64_t seq_len, Backend* backend)
+      : config_(config), backend_(backend), vocab_(vocab), batch_(batch), seq_len_(seq_len) {}
+  // The network: forward over a checked batch, returning the sum of the per-token losses over
+  // its non-ignored targets (num_targets_ of them); backward with d(loss)/d(each token's loss).
+  virtual double forward_impl(const Batch& batch) = 0;
+  virtual void backward_impl(float dloss) = 0;
 
- private:
-  class Impl;
-  explicit Model(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  ModelConfig config_;  // vocab_size is the padded vocabulary
+  Backend* backend_;
+  int64_t vocab_, batch_, seq_len_;
+  std::unique_ptr<ParamStore> store_;
+  size_t activation_bytes_ = 0;
+  int64_t num_targets_ = 0;
+  bool has_targets_ = false;
+  bool logits_valid_ = false;
 };
+
+// The decoder-only LM of gpt and llama configs (decoder_lm.cc); Model::create calls it.
+StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int64_t vocab,
+                                                 int64_t batch, int64_t seq_len, Backend* backend,
+                                                 const ModelParallel& parallel,
+                                                 const ModelOptions& options);
 
 // The real vocabulary padded to the embedding table size: config.vocab_size when set (error if
 // smaller than vocab), else vocab rounded up to vocab_multiple.
