@@ -16,8 +16,8 @@
 //
 // Bias gradient of a bias shared by the batch (Bb = 1): a dQ block walks a chunk of batch rows
 // in order and adds into one slot; with more than one chunk the slots are scratch partials,
-// summed in chunk order into dbias by a last kernel. The chunking depends on the shapes only, so
-// every device gives the same bits.
+// summed in chunk order into dbias by a last kernel (attention_plan.h: the chunking depends on
+// the shapes only, so every device gives the same bits).
 //
 // Masked instantiation (kMasked): bias and segment ids are read only by the kernels instantiated
 // with kMasked = true; packed GPT self-attention without them runs the kMasked = false kernels,
@@ -28,6 +28,7 @@
 // In an accumulation pass each lane owns head-dim columns lane, lane + 32, ...
 #include <algorithm>
 
+#include "attention_plan.h"
 #include "cuda_common.cuh"
 
 namespace ax::train::cuda {
@@ -43,10 +44,7 @@ constexpr int kBiasPitch = kBc + 1;             // the dK/dV kernel's bias tile,
 static_assert(kBr == kWarp && kBc == kWarp, "a score pass puts one query or key on each lane");
 static_assert(kBr % kWarps == 0, "each warp owns whole rows");
 
-// A shared bias's gradient: enough dQ blocks to fill a large GPU twice over (132 SMs × 2 blocks
-// of 256 threads at ~128 registers), and partials of at most kMaxPartialBytes.
-constexpr int64_t kDbiasTargetBlocks = 512;
-constexpr int64_t kMaxPartialBytes = int64_t{64} << 20;
+static_assert(kBr == kAttnQueryTile, "attention_plan.h counts the dQ kernel's blocks");
 
 struct Dims {
   int64_t Tq, Tk, NH, KVH, HD, Rq, Rkv, OC, group;
@@ -494,18 +492,6 @@ size_t backward_kv_bytes(int64_t HD, bool masked) {
 }
 size_t backward_q_bytes(int64_t HD) { return sizeof(float) * (2 * kBr * HD + 2 * kBc * (HD + 1)); }
 
-// Batch rows one dQ block walks: 1, or for the gradient of a bias shared by the batch enough
-// that the blocks (query tiles × NH × chunks) reach kDbiasTargetBlocks, with at most
-// kMaxPartialBytes of partials.
-int64_t dbias_rows_per_block(const AttnShape& s, bool shared_dbias) {
-  if (!shared_dbias) return 1;
-  const int64_t blocks_per_row = ceil_div(s.Tq, kBr) * s.NH;
-  const int64_t partial_bytes = std::max<int64_t>(int64_t{sizeof(float)} * s.NH * s.Tq * s.Tk, 1);
-  int64_t chunks = std::min(s.B, ceil_div(kDbiasTargetBlocks, blocks_per_row));
-  chunks = std::max<int64_t>(1, std::min(chunks, kMaxPartialBytes / partial_bytes));
-  return ceil_div(s.B, chunks);
-}
-
 template <typename Act>
 Masks<Act> masks_of(const AttnShape& s, const AttnMasks<Act>& m) {
   return {m.bias, m.bias_batch == 1 ? 0 : s.NH * s.Tq * s.Tk, m.q_segments, m.k_segments};
@@ -521,11 +507,6 @@ dim3 grid_of(int64_t tiles, int64_t heads, int64_t batch) {
 size_t attention_shared_bytes(int64_t head_dim) {
   return std::max(
       {forward_bytes(head_dim), backward_kv_bytes(head_dim, true), backward_q_bytes(head_dim)});
-}
-
-int64_t attention_backward_scratch_floats(const AttnShape& s, bool shared_dbias) {
-  const int64_t chunks = ceil_div(s.B, dbias_rows_per_block(s, shared_dbias));
-  return s.B * s.NH * s.Tq + (chunks > 1 ? chunks * s.NH * s.Tq * s.Tk : 0);
 }
 
 template <typename Act, bool kMasked>
@@ -590,11 +571,11 @@ void attention_backward(Act* dq, Act* dkv, float* dbias, const Act* dout, const 
   }
   // The bias gradient: per batch row into dbias, or for a shared bias in chunks of rows.
   const bool shared = dbias != nullptr && m.bias_batch == 1;
-  const int64_t rows = dbias_rows_per_block(s, shared), chunks = ceil_div(s.B, rows);
+  const DbiasPlan plan = dbias_plan(s.B, s.Tq, s.Tk, s.NH, shared);
   const int64_t n = s.NH * s.Tq * s.Tk;
-  DbiasOut out_db{dbias, shared ? 0 : n, rows, false};
-  if (shared && chunks > 1) out_db = {row_dots + s.B * s.NH * s.Tq, n, rows, true};
-  const dim3 grid = grid_of(ceil_div(s.Tq, kBr), s.NH, chunks);
+  DbiasOut out_db{dbias, shared ? 0 : n, plan.rows_per_chunk, false};
+  if (plan.partials) out_db = {row_dots + s.B * s.NH * s.Tq, n, plan.rows_per_chunk, true};
+  const dim3 grid = grid_of(ceil_div(s.Tq, kBr), s.NH, plan.chunks);
   const size_t bytes = backward_q_bytes(s.HD);
   if (masked) {
     attention_backward_q_kernel<Act, true>
@@ -606,7 +587,7 @@ void attention_backward(Act* dq, Act* dkv, float* dbias, const Act* dout, const 
   AX_CUDA_CHECK_LAUNCH();
   if (out_db.assign) {
     attention_dbias_sum_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dbias, out_db.out,
-                                                                               chunks, n, d);
+                                                                               plan.chunks, n, d);
     AX_CUDA_CHECK_LAUNCH();
   }
 }

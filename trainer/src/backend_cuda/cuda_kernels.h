@@ -146,10 +146,7 @@ void attention_init(size_t max_shared_bytes);
 template <typename Act>
 void attention_forward(Act* out, float* lse, const Act* q, const Act* kv, const AttnShape& s,
                        const AttnMasks<Act>& masks, cudaStream_t stream);
-// Floats of scratch attention_backward needs: the row sums D = Σ dout·out (B·NH·Tq) and, for
-// the gradient of a bias shared by the batch (`shared_dbias`: bias_batch 1 and dbias wanted),
-// partial sums over chunks of batch rows (at most 64 MiB).
-int64_t attention_backward_scratch_floats(const AttnShape& s, bool shared_dbias);
+// `scratch` of attention_backward holds attention_backward_scratch_floats (attention_plan.h).
 // dq += into q's query columns, dkv += into kv's key and value columns (dq and dkv may be the
 // same tensor: the columns are disjoint); dbias (bias_batch, NH, Tq, Tk) f32 += the bias
 // gradient, or null. Deterministic: no atomics, every sum in a fixed order.

@@ -5,6 +5,7 @@
 // on the host, and the cross-entropy kernels never read past a row: cuda_kernels.h).
 #include <utility>
 
+#include "attention_plan.h"
 #include "ax/trainer/op_checks.h"
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
@@ -242,8 +243,8 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor
   expect_attention_fits(d, max_shared_per_block_, "attention_backward");
   const AttnShape shape = attn_shape(d, spec);
   const bool shared_dbias = !dbias.empty() && d.bias_batch == 1;
-  auto* floats = static_cast<float*>(
-      scratch(attention_backward_scratch_floats(shape, shared_dbias) * sizeof(float)));
+  auto* floats = static_cast<float*>(scratch(
+      attention_backward_scratch_floats(d.B, d.Tq, d.Tk, d.NH, shared_dbias) * sizeof(float)));
   with_act(plan_.act, [&]<typename Act>() {
     cuda::attention_backward(ptr<Act>(dq), ptr<Act>(dkv), f32_or_null(dbias), ptr<Act>(dout),
                              ptr<Act>(out), f32(lse), ptr<Act>(q), ptr<Act>(kv), floats, shape,
