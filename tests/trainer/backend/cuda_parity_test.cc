@@ -1,14 +1,12 @@
 // Every op of the CUDA backend against the CPU backend, forward and backward, in each dtype plan
 // (cuda_parity.h: the modes, and kOutputs, how each output is compared and why), on fresh random
 // inputs and several shapes: odd sizes, sequences that are not a multiple of the attention tile,
-// GQA and MHA, the general attention op (cross-attention, scales, biases and their gradient,
-// segment ids with queries that see no key), vocabularies of 2 to 50304 with ignored targets.
-// Backward outputs start from random values, which checks that they accumulate; backward passes get
-// the reference's saved statistics, so each op is checked alone. Without a GPU every test is
-// skipped.
+// GQA and MHA, vocabularies of 2 to 50304 with ignored targets (the general attention op's
+// cases: cuda_attention_parity_test.cc). Backward outputs start from random values, which checks
+// that they accumulate; backward passes get the reference's saved statistics, so each op is
+// checked alone. Without a GPU every test is skipped.
 #include "cuda_parity.h"
 
-#include <algorithm>
 #include <limits>
 
 namespace ax::train::parity {
@@ -210,136 +208,6 @@ TEST_P(CudaParityTest, Attention) {
     gpu_->attention_backward(dqkv.gpu, dqkv.gpu, Tensor(), dout.gpu, out.gpu, lse.gpu, qkv.gpu,
                              qkv.gpu, spec);
     expect(dqkv, "attention_backward dqkv");
-  }
-}
-
-// The general op (backend.h AttentionSpec), cases of cuda_attention.cu's masked and unmasked
-// kernels: cross-attention (q and kv rows wider than their heads, keys from column 5, Tq != Tk),
-// scales of their own, a bias shared by the batch (Bb = 1: the dQ kernel's partials over chunks
-// of batch rows, summed in order, or one chunk added row by row) or per row (Bb = B), segment
-// ids with queries that see no key (zeros, lse = -inf, no gradient), GQA, lengths that are not
-// multiples of the 32-row tile, and packed self-attention with segments (a decoder over packed
-// examples), whose dq and dkv are one tensor.
-struct GeneralCase {
-  int64_t B, Tq, Tk;
-  int NH, KVH;
-  int64_t HD;
-  bool causal;
-  float scale;
-  int64_t bias_batch;  // 0: no bias
-  bool segments;
-  bool packed;  // one (B, T, (NH + 2·KVH)·HD) tensor as q and kv, and as dq and dkv
-};
-
-constexpr GeneralCase kGeneralCases[] = {
-    {2, 37, 70, 4, 2, 16, false, 0.25f, 0, false, false},   // cross, GQA, no mask: unmasked kernels
-    {3, 45, 33, 2, 1, 64, false, 1.0f, 1, false, false},    // scale 1, Bb = 1: 3 chunks of 1 row
-    {2, 65, 65, 4, 4, 32, true, 0.3f, 2, true, false},      // causal, Bb = B, segments
-    {2, 40, 50, 6, 2, 8, false, 0.35f, 1, true, false},     // segments and Bb = 1 together
-    {6, 260, 260, 16, 4, 8, true, 0.125f, 1, true, false},  // Bb = 1: 3 chunks of 2 rows, causal
-    {2, 1024, 40, 16, 16, 8, false, 1.0f, 1, false, false},  // Bb = 1: one chunk (512 blocks)
-    {2, 77, 77, 4, 2, 16, true, 0.25f, 0, true, true},       // packed, segments
-};
-
-// Segment ids 1, 2, ... in runs of 1 to `longest` positions, for each of B rows of T.
-std::vector<int32_t> segment_runs(int64_t B, int64_t T, int longest, std::mt19937& rng) {
-  std::uniform_int_distribution<int> run(1, longest);
-  std::vector<int32_t> ids;
-  for (int64_t b = 0; b < B; ++b) {
-    int32_t id = 1;
-    for (int left = run(rng); static_cast<int64_t>(ids.size()) < (b + 1) * T; --left) {
-      if (left == 0) {
-        left = run(rng);
-        ++id;
-      }
-      ids.push_back(id);
-    }
-  }
-  return ids;
-}
-
-// Masked queries give zeros and lse = -inf, never NaN (or +inf).
-void expect_no_nan(const std::vector<float>& v, const char* output) {
-  const auto bad =
-      std::count_if(v.begin(), v.end(), [](float x) { return std::isnan(x) || x == INFINITY; });
-  EXPECT_EQ(bad, 0) << output << " has NaN or +inf";
-}
-
-TEST_P(CudaParityTest, GeneralAttention) {
-  for (const GeneralCase& c : kGeneralCases) {
-    SCOPED_TRACE(testing::Message()
-                 << "B=" << c.B << " Tq=" << c.Tq << " Tk=" << c.Tk << " NH=" << c.NH
-                 << " KVH=" << c.KVH << " HD=" << c.HD << " causal=" << c.causal
-                 << " scale=" << c.scale << " bias_batch=" << c.bias_batch
-                 << " segments=" << c.segments << " packed=" << c.packed);
-    const int64_t OC = c.NH * c.HD;
-    const int64_t Rq = c.packed ? (c.NH + 2 * c.KVH) * c.HD : OC + 3;
-    const int64_t k_offset = c.packed ? OC : 5;
-    const int64_t Rkv = c.packed ? Rq : k_offset + 2 * c.KVH * c.HD + 2;
-    Pair q = random({c.B, c.Tq, Rq}, act(), 2.0f);
-    Pair kv = c.packed ? q : random({c.B, c.Tk, Rkv}, act(), 2.0f);
-    Pair bias = c.bias_batch > 0 ? random({c.bias_batch, c.NH, c.Tq, c.Tk}, act(), 2.0f) : Pair{};
-    Pair q_seg, k_seg;
-    if (c.segments) {
-      // Queries and keys of one sequence (Tq == Tk) share their ids, else each has its own.
-      std::vector<int32_t> ids = segment_runs(c.B, c.Tq, 6, rng_);
-      const std::vector<int32_t> key_ids = c.Tq == c.Tk ? ids : segment_runs(c.B, c.Tk, 8, rng_);
-      if (c.packed) {
-        q_seg = k_seg = ints({c.B, c.Tq}, ids);
-      } else {
-        ids[c.Tq - 1] = ids[c.Tq - 2] = 1000;  // row 0's last queries: no key has their segment
-        q_seg = ints({c.B, c.Tq}, ids);
-        k_seg = ints({c.B, c.Tk}, key_ids);
-      }
-    }
-    auto spec_on = [&](bool gpu) {
-      AttentionSpec s;
-      s.num_heads = c.NH;
-      s.num_kv_heads = c.KVH;
-      s.causal = c.causal;
-      s.scale = c.scale;
-      s.k_offset = k_offset;
-      if (c.bias_batch > 0) s.bias = gpu ? bias.gpu : bias.ref;
-      if (c.segments) {
-        s.q_segments = gpu ? q_seg.gpu : q_seg.ref;
-        s.k_segments = gpu ? k_seg.gpu : k_seg.ref;
-      }
-      return s;
-    };
-    const AttentionSpec ref_spec = spec_on(false), gpu_spec = spec_on(true);
-    Pair out = zeros({c.B, c.Tq, OC}, act()), lse = zeros({c.B, c.NH, c.Tq}, kF32);
-    ref_->attention_forward(out.ref, lse.ref, q.ref, kv.ref, ref_spec);
-    gpu_->attention_forward(out.gpu, lse.gpu, q.gpu, kv.gpu, gpu_spec);
-    expect(out, "attention_forward out");
-    expect(lse, "attention_forward lse");
-    expect_no_nan(gpu_values(out), "out");
-    expect_no_nan(gpu_values(lse), "lse");
-    const std::vector<float> ref_lse = ref_values(lse);
-    EXPECT_EQ(std::count(ref_lse.begin(), ref_lse.end(), -INFINITY) > 0, c.segments && !c.packed)
-        << "the case has queries that see no key exactly when it forces some";
-
-    // The backward pass from the reference's out and lse on both. Gradients start from small
-    // random values: accumulation is checked, and the comparison's rms is the gradient's.
-    give_gpu_the_ref(out);
-    give_gpu_the_ref(lse);
-    Pair dout = random({c.B, c.Tq, OC}, act());
-    Pair dq = random({c.B, c.Tq, Rq}, act(), 0.01f);
-    Pair dkv = c.packed ? dq : random({c.B, c.Tk, Rkv}, act(), 0.01f);
-    Pair dbias = c.bias_batch > 0 ? random({c.bias_batch, c.NH, c.Tq, c.Tk}, kF32, 0.01f) : Pair{};
-    ref_->attention_backward(dq.ref, dkv.ref, dbias.ref, dout.ref, out.ref, lse.ref, q.ref, kv.ref,
-                             ref_spec);
-    gpu_->attention_backward(dq.gpu, dkv.gpu, dbias.gpu, dout.gpu, out.gpu, lse.gpu, q.gpu, kv.gpu,
-                             gpu_spec);
-    expect(dq, c.packed ? "attention_backward dqkv" : "attention_backward dq");
-    expect_no_nan(gpu_values(dq), "dq");
-    if (!c.packed) {
-      expect(dkv, "attention_backward dkv");
-      expect_no_nan(gpu_values(dkv), "dkv");
-    }
-    if (c.bias_batch > 0) {
-      expect(dbias, "attention_backward dbias");
-      expect_no_nan(gpu_values(dbias), "dbias");
-    }
   }
 }
 
