@@ -279,7 +279,7 @@ void Trainer::print_summary() const {
   const ModelConfig& m = config_.model;
   out_ << to_text(config_);
   out_ << "backend: " << backend_->name() << "\n";
-  out_ << "model: " << m.family << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
+  out_ << "model: " << name_of(m.family) << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
        << fixed(static_cast<double>(layout.num_parameters()) / 1e6, 2) << "M parameters ("
        << fixed(static_cast<double>(layout.num_matmul_parameters()) / 1e6, 2)
        << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size
