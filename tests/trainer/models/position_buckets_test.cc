@@ -13,9 +13,18 @@ TEST(RelativePositionBucket, HandCheckedValues) {
     bool bidirectional;
     int32_t bucket;
   };
-  for (const Case& c : {Case{0, true, 0}, {-1, true, 1}, {1, true, 17}, {-8, true, 8},
-                        {-128, true, 15}, {200, true, 31}, {-1, false, 1}, {-20, false, 17},
-                        {-128, false, 31}, {0, false, 0}, {5, false, 0}, {1000, false, 0}}) {
+  for (const Case& c : {Case{0, true, 0},
+                        {-1, true, 1},
+                        {1, true, 17},
+                        {-8, true, 8},
+                        {-128, true, 15},
+                        {200, true, 31},
+                        {-1, false, 1},
+                        {-20, false, 17},
+                        {-128, false, 31},
+                        {0, false, 0},
+                        {5, false, 0},
+                        {1000, false, 0}}) {
     EXPECT_EQ(relative_position_bucket(c.rel, c.bidirectional, 32, 128), c.bucket)
         << "rel " << c.rel << (c.bidirectional ? " bidirectional" : " causal");
   }

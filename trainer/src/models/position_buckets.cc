@@ -22,8 +22,8 @@ int32_t relative_position_bucket(int64_t rel, bool bidirectional, int num_bucket
   // As Hugging Face computes it: the ratio's log in f32, the constant log in double then f32.
   const float log_span = static_cast<float>(
       std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)));
-  const float scaled = std::log(static_cast<float>(n) / static_cast<float>(max_exact)) /
-                       log_span * static_cast<float>(buckets - max_exact);
+  const float scaled = std::log(static_cast<float>(n) / static_cast<float>(max_exact)) / log_span *
+                       static_cast<float>(buckets - max_exact);
   const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(scaled), buckets - 1);
   return bucket + static_cast<int32_t>(large);
 }
