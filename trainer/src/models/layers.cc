@@ -78,8 +78,7 @@ void Linear::bind(const ParamStore& store) {
 }
 
 void Linear::forward(Backend& be, Tensor out, Tensor inp) const {
-  be.matmul_forward(rows_view(out), rows_view(inp), weight.w,
-                    bias_in_forward ? bias.w : Tensor());
+  be.matmul_forward(rows_view(out), rows_view(inp), weight.w, bias_in_forward ? bias.w : Tensor());
 }
 
 void Linear::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const {
@@ -130,19 +129,37 @@ void Norm::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Act
 
 // ---- SelfAttention ----
 
-void SelfAttention::declare(ParamLayout* layout, const std::string& prefix,
-                            const ModelConfig& config, double proj_std, const TensorGroup& group) {
+BlockOptions BlockOptions::of(const ModelConfig& config) {
+  BlockOptions o;
+  o.dim = config.model_dim;
+  o.num_heads = config.num_heads;
+  o.num_kv_heads = config.num_kv_heads;
+  o.head_dim = config.head_dim();
+  o.hidden = config.hidden_dim;
+  o.rms_norm = config.norm == NormKind::kRmsNorm;
+  o.norm_eps = config.norm_eps;
+  o.swiglu = config.activation == Activation::kSwiglu;
+  o.rope = config.position == PositionKind::kRope;
+  o.rope_theta = config.rope_theta;
+  o.bias = config.bias;
+  o.init_std = config.init_std;
+  // GPT-2's scaled init of the projections that write into the residual stream.
+  o.proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  return o;
+}
+
+void SelfAttention::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                            const TensorGroup& group) {
   tp = group;
-  num_heads = static_cast<int>(config.num_heads / tp.size);
-  num_kv_heads = static_cast<int>(config.num_kv_heads / tp.size);
-  head_dim = config.head_dim();
-  rope = config.position == "rope";
-  rope_theta = static_cast<float>(config.rope_theta);
-  const int64_t q = config.num_heads * head_dim, kv = config.num_kv_heads * head_dim;
-  qkv.declare(layout, prefix + ".qkv", q + 2 * kv, config.model_dim, config.bias, config.init_std,
-              tp, {LinearSplit::kColumn, {q, kv, kv}});
-  proj.declare(layout, prefix + ".proj", config.model_dim, q, config.bias, proj_std, tp,
-               {LinearSplit::kRow, {}});
+  num_heads = static_cast<int>(o.num_heads / tp.size);
+  num_kv_heads = static_cast<int>(o.num_kv_heads / tp.size);
+  head_dim = o.head_dim;
+  rope = o.rope;
+  rope_theta = static_cast<float>(o.rope_theta);
+  const int64_t q = o.num_heads * head_dim, kv = o.num_kv_heads * head_dim;
+  qkv.declare(layout, prefix + ".qkv", q + 2 * kv, o.dim, o.bias, o.init_std, tp,
+              {LinearSplit::kColumn, {q, kv, kv}});
+  proj.declare(layout, prefix + ".proj", o.dim, q, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
 }
 
 AttentionSpec SelfAttention::spec(Tensor segments) const {
@@ -205,17 +222,16 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
 
 // ---- Mlp ----
 
-void Mlp::declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-                  double proj_std, const TensorGroup& group) {
+void Mlp::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                  const TensorGroup& group) {
   tp = group;
-  swiglu = config.activation == "swiglu";
-  const int64_t F = config.hidden_dim;
+  swiglu = o.swiglu;
+  const int64_t F = o.hidden;
   hidden = F / tp.size;
   std::vector<int64_t> blocks = swiglu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
-  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, config.model_dim, config.bias,
-             config.init_std, tp, {LinearSplit::kColumn, blocks});
-  proj.declare(layout, prefix + ".proj", config.model_dim, F, config.bias, proj_std, tp,
-               {LinearSplit::kRow, {}});
+  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, o.dim, o.bias, o.init_std, tp,
+             {LinearSplit::kColumn, blocks});
+  proj.declare(layout, prefix + ".proj", o.dim, F, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
 }
 
 void Mlp::bind(const ParamStore& store) {
@@ -258,16 +274,13 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
 
 // ---- DecoderLayer ----
 
-void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix,
-                           const ModelConfig& config, const TensorGroup& group) {
+void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                           const TensorGroup& group) {
   tp = group;
-  const bool rms = config.norm == "rmsnorm";
-  // GPT-2's scaled init of the projections that write into the residual stream.
-  const double proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
-  ln1.declare(layout, prefix + ".ln1", config.model_dim, rms, config.bias, config.norm_eps);
-  attn.declare(layout, prefix + ".attn", config, proj_std, tp);
-  ln2.declare(layout, prefix + ".ln2", config.model_dim, rms, config.bias, config.norm_eps);
-  mlp.declare(layout, prefix + ".mlp", config, proj_std, tp);
+  ln1.declare(layout, prefix + ".ln1", o.dim, o.rms_norm, o.bias, o.norm_eps);
+  attn.declare(layout, prefix + ".attn", o, tp);
+  ln2.declare(layout, prefix + ".ln2", o.dim, o.rms_norm, o.bias, o.norm_eps);
+  mlp.declare(layout, prefix + ".mlp", o, tp);
 }
 
 void DecoderLayer::bind(const ParamStore& store) {

@@ -17,8 +17,8 @@
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
-#include "distributed.h"
-#include "train_state.h"
+#include "ax/trainer/distributed.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {
@@ -279,7 +279,7 @@ void Trainer::print_summary() const {
   const ModelConfig& m = config_.model;
   out_ << to_text(config_);
   out_ << "backend: " << backend_->name() << "\n";
-  out_ << "model: " << m.family << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
+  out_ << "model: " << name_of(m.family) << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
        << fixed(static_cast<double>(layout.num_parameters()) / 1e6, 2) << "M parameters ("
        << fixed(static_cast<double>(layout.num_matmul_parameters()) / 1e6, 2)
        << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size

@@ -76,7 +76,7 @@ class DecoderLm final : public Model {
   // The network's parameters, unit by unit: 0 = embeddings, final norm and head; 1 + i = layer i.
   ParamLayout declare() {
     ParamLayout layout;
-    const bool learned = config.position == "learned";
+    const bool learned = config.position == PositionKind::kLearned;
     const bool split_vocab = tp.size > 1;
     ParamSpec spec;
     spec.name = "wte";
@@ -102,12 +102,13 @@ class DecoderLm final : public Model {
       layout.add(pos);
     }
     blocks.resize(static_cast<size_t>(config.num_layers));
+    const layers::BlockOptions block = layers::BlockOptions::of(config);
     for (size_t i = 0; i < blocks.size(); ++i) {
       layout.set_unit(static_cast<int>(i) + 1);
-      blocks[i].declare(&layout, "h." + std::to_string(i), config, tp);
+      blocks[i].declare(&layout, "h." + std::to_string(i), block, tp);
     }
     layout.set_unit(0);
-    lnf.declare(&layout, "lnf", C, config.norm == "rmsnorm", config.bias, config.norm_eps);
+    lnf.declare(&layout, "lnf", C, block.rms_norm, config.bias, config.norm_eps);
     if (!config.tied_embeddings) {
       spec = vocab_spec;
       spec.name = "lm_head.weight";
@@ -120,7 +121,7 @@ class DecoderLm final : public Model {
   void bind() {
     const ParamStore& ps = *store_;
     wte = ps.views("wte");
-    wpe = ps.views(config.position == "learned" ? "wpe" : "");
+    wpe = ps.views(config.position == PositionKind::kLearned ? "wpe" : "");
     lm_head = ps.views(config.tied_embeddings ? "wte" : "lm_head.weight");
     for (layers::DecoderLayer& block : blocks) block.bind(ps);
     lnf.bind(ps);
@@ -189,7 +190,7 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
                                                  int64_t batch, int64_t seq_len, Backend* backend,
                                                  const ModelParallel& parallel,
                                                  const ModelOptions& options) {
-  if (config.position == "learned" && seq_len > config.max_seq_len) {
+  if (config.position == PositionKind::kLearned && seq_len > config.max_seq_len) {
     return InvalidArgument("train.seq_len=", seq_len,
                            " is longer than model.max_seq_len=", config.max_seq_len,
                            " (the learned position table)");

@@ -30,10 +30,10 @@ ModelConfig small_config(bool llama) {
   m.vocab_multiple = 16;
   m.max_seq_len = 8;
   if (llama) {
-    m.family = "llama";
-    m.norm = "rmsnorm";
-    m.activation = "swiglu";
-    m.position = "rope";
+    m.family = ModelFamily::kLlama;
+    m.norm = NormKind::kRmsNorm;
+    m.activation = Activation::kSwiglu;
+    m.position = PositionKind::kRope;
     m.tied_embeddings = false;
     m.bias = false;
   }

@@ -1,7 +1,7 @@
 // The building blocks of the models: each block declares its parameters in a ParamLayout
 // (under a name prefix), binds their views from the ParamStore, plans its activations in an
-// Arena, and runs forward / backward on a Backend. A decoder-only model stacks them (model.cc); an encoder-decoder can reuse the same
-// norms, attention and MLPs.
+// Arena, and runs forward / backward on a Backend. A decoder-only model stacks them (model.cc); an
+// encoder-decoder can reuse the same norms, attention and MLPs.
 //
 // Gradient convention (backend.h): parameter gradients and `dinp` are accumulated (+=); a caller
 // zeroes a scratch gradient before handing it to a block.
@@ -25,6 +25,20 @@ struct TensorGroup {
   int rank = 0, size = 1;
   comm::Communicator* comm = nullptr;
   void all_reduce(Tensor t) const;
+};
+
+// What the blocks of a transformer read from the model config, resolved once (BlockOptions::of).
+struct BlockOptions {
+  int64_t dim = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, hidden = 0;
+  bool rms_norm = false;
+  double norm_eps = 1e-5;
+  bool swiglu = false;
+  bool rope = false;
+  double rope_theta = 10000;
+  bool bias = true;
+  double init_std = 0.02;
+  double proj_std = 0.02;  // the projections into the residual stream
+  static BlockOptions of(const ModelConfig& config);
 };
 
 // How a Linear is split over the tensor group (Megatron): kColumn splits the output features
@@ -97,8 +111,8 @@ struct SelfAttention {
   // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op, with
   // the batch's segment ids (B, T) i32 or none.
   AttentionSpec spec(Tensor segments) const;
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-               double proj_std, const TensorGroup& tp);
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
+               const TensorGroup& tp);
   void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, Scratch* scratch) const;
@@ -125,8 +139,8 @@ struct Mlp {
   TensorGroup tp;
   Linear fc, proj;
 
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-               double proj_std, const TensorGroup& tp);
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
+               const TensorGroup& tp);
   void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const;
@@ -156,7 +170,7 @@ struct DecoderLayer {
   TensorGroup tp;
 
   // With a tensor group, each branch's input gradient and output are summed over the group.
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
                const TensorGroup& tp = {});
   void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts) const;
