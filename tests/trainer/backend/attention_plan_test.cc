@@ -54,30 +54,33 @@ TEST(DbiasPlan, ChunksCoverTheBatchWithinThePartialBound) {
   }
 }
 
-TEST(DbiasPlan, LargeScoresGetFewerChunks) {
-  // 16 MiB per partial: at most 4 chunks, though the grid would want 16.
-  const DbiasPlan p = dbias_plan(64, 128, 4096, 8, true);
-  EXPECT_EQ(p.chunks, 4);
-  EXPECT_EQ(p.rows_per_chunk, 16);
-  // 64 MiB per partial: one chunk, added straight into dbias, no partials.
-  const DbiasPlan one = dbias_plan(8, 1024, 1024, 16, true);
-  EXPECT_EQ(one.chunks, 1);
-  EXPECT_EQ(one.rows_per_chunk, 8);
-  EXPECT_FALSE(one.partials);
-  EXPECT_EQ(attention_backward_scratch_floats(8, 1024, 1024, 16, true), 8 * 16 * 1024);
-}
+// Plans worked out by hand from the rule: the grid's wish (512 blocks over tiles · heads), then the
+// 64 MiB bound on the partials, then whole rows per chunk.
+struct Expected {
+  int64_t B, Tq, Tk, NH;
+  int64_t chunks, rows_per_chunk;
+  const char* why;
+};
 
-TEST(DbiasPlan, TheParityCasesChunkAsTheySay) {
-  // cuda_parity_test.cc GeneralAttention's shared-bias cases.
-  const DbiasPlan three_of_one = dbias_plan(3, 45, 33, 2, true);
-  EXPECT_EQ(three_of_one.chunks, 3);
-  EXPECT_EQ(three_of_one.rows_per_chunk, 1);
-  const DbiasPlan three_of_two = dbias_plan(6, 260, 260, 16, true);
-  EXPECT_EQ(three_of_two.chunks, 3);
-  EXPECT_EQ(three_of_two.rows_per_chunk, 2);
-  const DbiasPlan one_chunk = dbias_plan(2, 1024, 40, 16, true);
-  EXPECT_EQ(one_chunk.chunks, 1);
-  EXPECT_FALSE(one_chunk.partials);
+constexpr Expected kExpected[] = {
+    {64, 128, 4096, 8, 4, 16, "16 MiB partials: 4 chunks, though the grid wants 16"},
+    {8, 1024, 1024, 16, 1, 8, "64 MiB partials: one chunk, straight into dbias"},
+    // cuda_attention_parity_test.cc's shared-bias cases, as its comments say.
+    {3, 45, 33, 2, 3, 1, "parity: 3 chunks of 1 row"},
+    {6, 260, 260, 16, 3, 2, "parity: the grid wants 4 chunks; 2 rows each make 3"},
+    {2, 1024, 40, 16, 1, 2, "parity: 512 blocks already, one chunk"},
+};
+
+TEST(DbiasPlan, HandWorkedPlans) {
+  for (const Expected& e : kExpected) {
+    SCOPED_TRACE(e.why);
+    const DbiasPlan p = dbias_plan(e.B, e.Tq, e.Tk, e.NH, true);
+    EXPECT_EQ(p.chunks, e.chunks);
+    EXPECT_EQ(p.rows_per_chunk, e.rows_per_chunk);
+    EXPECT_EQ(p.partials, e.chunks > 1);
+    EXPECT_EQ(attention_backward_scratch_floats(e.B, e.Tq, e.Tk, e.NH, true),
+              e.B * e.NH * e.Tq + (e.chunks > 1 ? e.chunks * e.NH * e.Tq * e.Tk : 0));
+  }
 }
 
 }  // namespace
