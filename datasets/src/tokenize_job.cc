@@ -133,10 +133,13 @@ std::string plan_difference(const JobPlan& got, const JobPlan& disk) {
   return "";
 }
 
+// Several tasks (on several hosts) may write the same file at once: each through its own
+// temporary name.
 Status write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = str_cat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::string tmp = path + ".XXXXXX.tmp";
+  int fd = ::mkostemps(tmp.data(), 4, O_CLOEXEC);
   if (fd < 0) return IoError(str_cat("create ", tmp), errno);
+  ::fchmod(fd, 0644);
   Status s = write_all(fd, text.data(), text.size(), tmp);
   if (s.ok() && ::fsync(fd) != 0) s = IoError(str_cat("fsync ", tmp), errno);
   ::close(fd);
