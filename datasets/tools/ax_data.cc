@@ -240,8 +240,9 @@ int run_train_tokenizer(const Args& parsed) {
 
 constexpr int kExitStopped = 75;  // a signal stopped the run; finished files are kept
 
-// Set by SIGTERM, SIGUSR1 (Slurm's warning before the time limit) and SIGINT: tokenize stops
-// within about a second and exits 75.
+// Set by SIGUSR1 (what job scripts forward before a time limit) and SIGINT (Ctrl-C): tokenize
+// stops within about a second and exits 75. SIGTERM keeps its default: srun ends the other tasks
+// of a step with it when one task fails, and that must not read as a clean stop.
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
@@ -249,7 +250,7 @@ void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
 }
 
 const CommandSpec kTokenize = {
