@@ -276,7 +276,7 @@ const CommandSpec kTokenize = {
          "what one document of a text file is (default line)"},
         {"skip-bad", Arity::kFlag, "", "count and skip bad records instead of failing"},
         {"split-bytes", Arity::kValue, "N",
-         "encode longer documents in pieces of N/2..N bytes (default 16384)"},
+         "encode longer documents in pieces of N/2..N bytes (default 4096)"},
         {"max-doc-bytes", Arity::kValue, "N", "documents longer than N bytes: see --long-docs"},
         {"long-docs", Arity::kValue, "skip|truncate|fail",
          "what happens to them (default skip); counted in the summary"},

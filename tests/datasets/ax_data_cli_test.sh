@@ -105,7 +105,7 @@ tr '\n' ' ' <corpus/kjv-train.txt >kjv-line.txt
 head -c 2000000 kjv-line.txt >one-line.txt
 echo >>one-line.txt
 run_ok long "$ax_data" tokenize --tokenizer tok/spm.model --input one-line.txt --output shards/long
-expect_in long.err "1 document(s) over 16384 bytes encoded in pieces"
+expect_in long.err "1 document(s) over 4096 bytes encoded in pieces"
 expect_in long.out "1 docs"
 run_ok long-skip "$ax_data" tokenize --tokenizer tok/spm.model --input one-line.txt corpus/kjv-val.txt \
   --output shards/long-skip --max-doc-bytes 100000
