@@ -166,7 +166,8 @@ Status encode_lines(const Tokenizer& tokenizer, const std::vector<std::string>& 
 // One program run: wall time and the peak resident memory the kernel recorded for it.
 struct ProcessRun {
   double seconds = 0;
-  uint64_t peak_rss = 0;  // bytes
+  double cpu_seconds = 0;  // user + system, all threads
+  uint64_t peak_rss = 0;   // bytes
 };
 
 // Runs argv (output discarded) under GNU time, which reports its peak memory: wait4() here would
@@ -176,7 +177,7 @@ StatusOr<ProcessRun> run_process(std::vector<std::string> command) {
   const std::string rss_file =
       (std::filesystem::temp_directory_path() / ("ax-data-bench-rss-" + std::to_string(getpid())))
           .string();
-  std::vector<std::string> argv_s = {kTime, "-f", "%M", "-o", rss_file};
+  std::vector<std::string> argv_s = {kTime, "-f", "%M %U %S", "-o", rss_file};
   argv_s.insert(argv_s.end(), command.begin(), command.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -198,9 +199,13 @@ StatusOr<ProcessRun> run_process(std::vector<std::string> command) {
   }
   std::ifstream in(rss_file);
   uint64_t kib = 0;
-  if (!(in >> kib)) return Internal(kTime, " wrote no peak memory to ", rss_file);
+  double user = 0, system = 0;
+  if (!(in >> kib >> user >> system)) {
+    return Internal(kTime, " wrote no peak memory and CPU time to ", rss_file);
+  }
   std::filesystem::remove(rss_file);
   run.peak_rss = kib * 1024;
+  run.cpu_seconds = user + system;
   return run;
 }
 
@@ -501,80 +506,78 @@ StatusOr<ProcessRun> ax_data_run(const std::string& model, const std::string& in
                       "--progress-seconds", "0"});
 }
 
-struct ProgramRow {
-  std::string input;
-  double text_mb = 0;
-  ProcessRun spm, ax_1, ax_n;
+// One row per program run, printed at once (a long input's runs take many minutes each).
+class ProgramTable {
+ public:
+  explicit ProgramTable(int threads) : threads_(threads) {}
+
+  void header() const {
+    std::printf(
+        "\nWhole programs, one run each (peak RSS and CPU time from GNU time). MB/s = MB of "
+        "document text per second of wall time; MB/CPU-s per second of CPU time (all threads), "
+        "\nwhich a busy machine disturbs less. spm_encode reads the Pile input's documents as "
+        "plain text, one per line.\n\n");
+    std::printf("| %-23s | %7s | %-23s | %7s | %8s | %10s | %-16s |\n", "input", "text MB",
+                "program", "MB/s", "MB/CPU-s", "peak RSS", "MB/CPU-s / spm's");
+    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", std::string(23, '-').c_str(),
+                std::string(7, '-').c_str(), std::string(23, '-').c_str(),
+                std::string(7, '-').c_str(), std::string(8, '-').c_str(),
+                std::string(10, '-').c_str(), std::string(16, '-').c_str());
+    std::fflush(stdout);
+  }
+
+  // Runs spm_encode on spm_input and ax-data on ax_input (1 and all threads), a row each.
+  Status measure(const std::string& model, const std::string& name, const std::string& ax_input,
+                 const std::string& spm_input, uint64_t text_bytes, const std::string& out) {
+    const double mb = static_cast<double>(text_bytes) / 1e6;
+    AX_ASSIGN_OR_RETURN(ProcessRun spm, spm_encode_run(model, spm_input));
+    const double spm_per_cpu = mb / spm.cpu_seconds;
+    row(name, mb, "spm_encode", spm, spm_per_cpu);
+    for (int threads : {1, threads_}) {
+      AX_ASSIGN_OR_RETURN(ProcessRun ax, ax_data_run(model, ax_input, out, threads));
+      row(name, mb, str_cat("ax-data tokenize, ", threads, " thr"), ax, spm_per_cpu);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static void row(const std::string& name, double mb, const std::string& program,
+                  const ProcessRun& run, double spm_per_cpu) {
+    const double per_cpu = mb / run.cpu_seconds;
+    std::printf("| %-23s | %7.1f | %-23s | %7.2f | %8.2f | %10s | %-16s |\n", name.c_str(), mb,
+                program.c_str(), mb / run.seconds, per_cpu,
+                human_bytes(static_cast<double>(run.peak_rss)).c_str(),
+                (fixed(per_cpu / spm_per_cpu, 3) + "x").c_str());
+    std::fflush(stdout);
+  }
+
+  int threads_;
 };
 
-StatusOr<ProgramRow> measure_programs(const Args& args, const std::string& model,
-                                      const std::string& name, const std::string& ax_input,
-                                      const std::string& spm_input, uint64_t text_bytes,
-                                      const std::string& work) {
-  ProgramRow row;
-  row.input = name;
-  row.text_mb = static_cast<double>(text_bytes) / 1e6;
-  std::cerr << "ax-data-bench: " << name << ": spm_encode, then ax-data tokenize on 1 and "
-            << args.threads << " threads\n";
-  AX_ASSIGN_OR_RETURN(row.spm, spm_encode_run(model, spm_input));
-  AX_ASSIGN_OR_RETURN(row.ax_1, ax_data_run(model, ax_input, work + "/out", 1));
-  AX_ASSIGN_OR_RETURN(row.ax_n, ax_data_run(model, ax_input, work + "/out", args.threads));
-  return row;
-}
-
 // Ordinary lines (the text), one long line, Pile-layout jsonl.zst: as many as the sizes ask for.
-StatusOr<std::vector<ProgramRow>> measure_inputs(const Args& args, const std::string& model,
-                                                 const std::string& work) {
+Status measure_inputs(const Args& args, const std::string& model, const std::string& work) {
   const std::vector<std::string> lines = read_lines(args.text);
-  std::vector<ProgramRow> rows;
-  const uint64_t text_bytes = std::filesystem::file_size(args.text);
-  AX_ASSIGN_OR_RETURN(ProgramRow plain, measure_programs(args, model, "ordinary lines (--text)",
-                                                         args.text, args.text, text_bytes, work));
-  rows.push_back(plain);
+  ProgramTable table(args.threads);
+  table.header();
+  const std::string out = work + "/out";
+  AX_RETURN_IF_ERROR(table.measure(model, "ordinary lines (--text)", args.text, args.text,
+                                   std::filesystem::file_size(args.text), out));
   if (args.line_mb > 0) {
     const std::string line = work + "/one-line.txt";
     const uint64_t bytes = static_cast<uint64_t>(args.line_mb) * 1000000;
     AX_RETURN_IF_ERROR(write_line_input(lines, bytes, line));
-    AX_ASSIGN_OR_RETURN(ProgramRow row, measure_programs(args, model, "one line", line, line,
-                                                         std::filesystem::file_size(line), work));
-    rows.push_back(row);
+    AX_RETURN_IF_ERROR(
+        table.measure(model, "one line", line, line, std::filesystem::file_size(line), out));
     std::filesystem::remove(line);
   }
   if (args.jsonl_mb > 0) {
     const std::string zst = work + "/pile.jsonl.zst", txt = work + "/pile.txt";
     AX_ASSIGN_OR_RETURN(
-        uint64_t text_bytes_pile,
+        uint64_t text_bytes,
         write_pile_input(lines, static_cast<uint64_t>(args.jsonl_mb) * 1000000, zst, txt));
-    AX_ASSIGN_OR_RETURN(ProgramRow row, measure_programs(args, model, "Pile jsonl.zst", zst, txt,
-                                                         text_bytes_pile, work));
-    rows.push_back(row);
+    AX_RETURN_IF_ERROR(table.measure(model, "Pile jsonl.zst", zst, txt, text_bytes, out));
   }
-  return rows;
-}
-
-void print_programs(const Args& args, const std::vector<ProgramRow>& rows) {
-  std::printf(
-      "\nWhole programs, one run each (wall time; peak RSS from GNU time). MB/s = MB of document "
-      "text / s.\n"
-      "spm_encode reads the Pile input's documents as plain text, one per line.\n\n");
-  std::printf("| %-26s | %-8s | %-24s | %7s | %10s | %-17s |\n", "input", "text MB", "program",
-              "MB/s", "peak RSS", "MB/s per core/spm");
-  std::printf("| %s | %s | %s | %s | %s | %s |\n", std::string(26, '-').c_str(),
-              std::string(8, '-').c_str(), std::string(24, '-').c_str(),
-              std::string(7, '-').c_str(), std::string(10, '-').c_str(),
-              std::string(17, '-').c_str());
-  for (const ProgramRow& r : rows) {
-    const double spm = r.text_mb / r.spm.seconds;
-    auto line = [&](const std::string& program, const ProcessRun& run, int threads) {
-      const double mbs = r.text_mb / run.seconds;
-      std::printf("| %-26s | %8.1f | %-24s | %7.2f | %10s | %-17s |\n", r.input.c_str(), r.text_mb,
-                  program.c_str(), mbs, human_bytes(static_cast<double>(run.peak_rss)).c_str(),
-                  threads == 0 ? "" : (fixed(mbs / threads / spm, 3) + "x").c_str());
-    };
-    line("spm_encode", r.spm, 0);
-    line("ax-data tokenize, 1 thr", r.ax_1, 1);
-    line("ax-data tokenize, " + std::to_string(args.threads) + " thr", r.ax_n, args.threads);
-  }
+  return Status::Ok();
 }
 
 Status run(const Args& args) {
@@ -591,10 +594,7 @@ Status run(const Args& args) {
   AX_ASSIGN_OR_RETURN(const Results results, measure(args, work));
   print_table(args, results);
   std::fflush(stdout);
-  AX_ASSIGN_OR_RETURN(const std::vector<ProgramRow> rows,
-                      measure_inputs(args, results.model, work));
-  print_programs(args, rows);
-  return Status::Ok();
+  return measure_inputs(args, results.model, work);
 }
 
 }  // namespace

@@ -107,16 +107,7 @@ done
 kept_inode="$(stat -c %i "$(dirname "$done_part")/shard-00000.axs" 2>/dev/null)"
 finished_before="$(compgen -G "$dir/p/parts/*/index.json" | wc -l)"
 t scancel --batch --signal=USR1 "$id"
-deadline=$((SECONDS + 60))
-while ((SECONDS < deadline)); do
-  state="$(job_field "$id" JobState)"
-  [[ "$(job_field "$id" Restarts)" == 1 && "$state" == PENDING ]] && break
-  [[ "$state" == COMPLETED || "$state" == FAILED || -z "$state" ]] && break
-  sleep 0.2
-done
-# Past the second of the credential revocation (see sbatch_preempt.sh), then no 2-minute hold.
-sleep 3
-t scontrol update JobId="$id" StartTime=now 2>/dev/null
+start_requeued "$id"
 end_job "$id" 180
 restarts="$(job_field "$id" Restarts)"
 if [[ "$JOB_STATE" == COMPLETED && "$JOB_EXIT" == 0:0 && "$restarts" == 1 ]] &&
