@@ -108,7 +108,9 @@ TEST(DocSplitter, FallsBackToWhiteSpaceThenCharacters) {
   for (size_t i = 0; i < pieces.size(); ++i) {
     EXPECT_TRUE(is_valid_utf8(pieces[i]));
     EXPECT_LE(pieces[i].size(), 100u);
-    if (i + 1 < pieces.size()) EXPECT_GE(pieces[i].size(), 48u);
+    if (i + 1 < pieces.size()) {
+      EXPECT_GE(pieces[i].size(), 48u);
+    }
   }
 }
 
