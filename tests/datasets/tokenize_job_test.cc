@@ -20,6 +20,7 @@
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/token_loader.h"
 #include "ax/datasets/tokenizer.h"
+#include "test_model.h"
 #include "test_util.h"
 
 namespace ax::data {
@@ -31,20 +32,7 @@ using testing::sample_english;
 using testing::temp_dir;
 using testing::write_file;
 
-const std::string& model() {
-  static const std::string path = [] {
-    std::string dir = temp_dir("job-model");
-    write_file(dir + "/train.txt", sample_english(40));
-    TrainTokenizerOptions o;
-    o.inputs = {dir + "/train.txt"};
-    o.output = dir + "/spm.model";
-    o.vocab_size = 400;
-    o.threads = 2;
-    EXPECT_TRUE(train_tokenizer(o).ok());
-    return o.output;
-  }();
-  return path;
-}
+const std::string& model() { return testing::small_model(); }
 
 // Five Pile-layout files of different sizes (one holds a long document) and a text file.
 std::string make_inputs() {

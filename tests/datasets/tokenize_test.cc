@@ -12,6 +12,7 @@
 #include "ax/datasets/doc_splitter.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/tokenizer.h"
+#include "test_model.h"
 #include "test_util.h"
 
 namespace ax::data {
@@ -23,29 +24,8 @@ using testing::sample_english;
 using testing::temp_dir;
 using testing::write_file;
 
-std::string train_model(const std::string& type) {
-  std::string dir = temp_dir("tokz-model");
-  write_file(dir + "/train.txt", sample_english(40));
-  TrainTokenizerOptions o;
-  o.inputs = {dir + "/train.txt"};
-  o.output = dir + "/spm.model";
-  o.vocab_size = 400;
-  o.model_type = type;
-  o.threads = 2;
-  Status st = train_tokenizer(o);
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  return o.output;
-}
-
-// Small models trained once per test process.
-const std::string& model() {
-  static const std::string path = train_model("bpe");
-  return path;
-}
-const std::string& unigram_model() {
-  static const std::string path = train_model("unigram");
-  return path;
-}
+const std::string& model() { return testing::small_model("bpe"); }
+const std::string& unigram_model() { return testing::small_model("unigram"); }
 
 std::vector<uint32_t> read_doc(const ShardSet& set, uint64_t d) {
   auto [begin, end] = set.doc_range(d);
