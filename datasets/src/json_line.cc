@@ -246,14 +246,8 @@ void JsonLineParser::number(char c) {
   structural(c);
 }
 
-bool JsonLineParser::structural(char c) {
-  if (is_ws(c)) {
-    if (state_ == State::kValue || state_ == State::kValueOrClose || state_ == State::kKeyOrClose ||
-        state_ == State::kKey || state_ == State::kColon || state_ == State::kCommaOrClose ||
-        state_ == State::kEnd) {
-      return true;
-    }
-  }
+void JsonLineParser::structural(char c) {
+  if (is_ws(c)) return;  // only structural states come here
   const bool in_object = !levels_.empty() && levels_.back().object;
   switch (state_) {
     case State::kKeyOrClose:
@@ -263,55 +257,50 @@ bool JsonLineParser::structural(char c) {
         levels_.back().key.clear();
         levels_.back().long_key = false;
         state_ = State::kString;
-        return true;
+        return;
       }
       if (c == '}' && state_ == State::kKeyOrClose) {
         levels_.pop_back();
         end_value();
-        return true;
+        return;
       }
-      fail("expected a key");
-      return false;
+      return fail("expected a key");
     case State::kColon:
-      if (c != ':') {
-        fail("expected ':'");
-        return false;
-      }
+      if (c != ':') return fail("expected ':'");
       state_ = State::kValue;
-      return true;
+      return;
     case State::kCommaOrClose:
       if (c == ',') {
         state_ = in_object ? State::kKey : State::kValue;
-        return true;
+        return;
       }
       if (c == (in_object ? '}' : ']')) {
         levels_.pop_back();
         end_value();
-        return true;
+        return;
       }
-      fail("expected ',' or a closing bracket");
-      return false;
+      return fail("expected ',' or a closing bracket");
     case State::kValueOrClose:
       if (c == ']') {
         levels_.pop_back();
         end_value();
-        return true;
+        return;
       }
       [[fallthrough]];
     case State::kValue:
       break;
     case State::kEnd:
-      fail("unexpected text after the value");
-      return false;
+      return fail("unexpected text after the value");
     default:
-      return false;
+      return;
   }
-  // A value starts.
+  start_value(c);
+}
+
+// The first byte of a value.
+void JsonLineParser::start_value(char c) {
   if (c == '{' || c == '[') {
-    if (levels_.size() >= kMaxDepth) {
-      fail("nested too deep");
-      return false;
-    }
+    if (levels_.size() >= kMaxDepth) return fail("nested too deep");
     begin_value(c == '{' ? Type::kObject : Type::kArray);
     levels_.push_back(Level{c == '{', false, {}});
     state_ = c == '{' ? State::kKeyOrClose : State::kValueOrClose;
@@ -330,10 +319,77 @@ bool JsonLineParser::structural(char c) {
     literal_pos_ = 1;
     state_ = State::kLiteral;
   } else {
-    fail("expected a value");
-    return false;
+    return fail("expected a value");
   }
-  return true;
+}
+
+// The closing quote of a string, or the backslash of an escape (plain bytes went to string_run).
+Status JsonLineParser::string_byte(char c) {
+  if (c == '\\') {
+    state_ = State::kEscape;
+  } else if (c != '"') {
+    fail("control character in a string");
+  } else if (in_key_) {
+    in_key_ = false;
+    state_ = State::kColon;
+  } else {
+    AX_RETURN_IF_ERROR(flush());
+    capture_.clear();
+    end_value();
+  }
+  return Status::Ok();
+}
+
+// One hex digit of a \uXXXX escape; the fourth completes a code point or a surrogate pair.
+void JsonLineParser::unicode_digit(char c) {
+  const int h = hex_value(c);
+  if (h < 0) return fail("invalid \\u escape");
+  code_ = code_ << 4 | static_cast<uint32_t>(h);
+  if (++hex_digits_ < 4) return;
+  state_ = State::kString;
+  if (low_surrogate_) {
+    low_surrogate_ = false;
+    if (code_ < 0xDC00 || code_ > 0xDFFF) return fail("a high surrogate without its low surrogate");
+    return code_point(0x10000 + ((high_ - 0xD800) << 10) + (code_ - 0xDC00));
+  }
+  if (code_ >= 0xD800 && code_ <= 0xDBFF) {
+    high_ = code_;
+    state_ = State::kSurrogateBackslash;
+  } else if (code_ >= 0xDC00 && code_ <= 0xDFFF) {
+    fail("a low surrogate without its high surrogate");
+  } else {
+    code_point(code_);
+  }
+}
+
+// One byte in any state but kString.
+void JsonLineParser::step(char c) {
+  switch (state_) {
+    case State::kEscape:
+      return escape(c);
+    case State::kUnicode:
+      return unicode_digit(c);
+    case State::kSurrogateBackslash:
+      if (c != '\\') return fail("a high surrogate without its low surrogate");
+      state_ = State::kSurrogateU;
+      return;
+    case State::kSurrogateU:
+      if (c != 'u') return fail("a high surrogate without its low surrogate");
+      state_ = State::kUnicode;
+      low_surrogate_ = true;
+      hex_digits_ = 0;
+      code_ = 0;
+      return;
+    case State::kNumber:
+      return number(c);
+    case State::kLiteral:
+      if (literal_[literal_pos_] != c) return fail("invalid literal");
+      if (literal_[++literal_pos_] == '\0') end_value();
+      return;
+    default:
+      structural(c);
+      return;
+  }
 }
 
 Status JsonLineParser::feed(std::string_view bytes) {
@@ -346,87 +402,16 @@ Status JsonLineParser::feed(std::string_view bytes) {
   }
   size_t i = 0;
   while (i < bytes.size() && state_ != State::kError) {
-    const char c = bytes[i];
-    switch (state_) {
-      case State::kString: {
-        const size_t j = string_run(bytes, i);
-        if (j > i) {
-          offset_ += j - i;
-          i = j;
-          continue;
-        }
-        if (c == '"') {
-          if (in_key_) {
-            in_key_ = false;
-            state_ = State::kColon;
-          } else {
-            AX_RETURN_IF_ERROR(flush());
-            capture_.clear();
-            end_value();
-          }
-        } else if (c == '\\') {
-          state_ = State::kEscape;
-        } else {
-          fail("control character in a string");
-        }
-        break;
+    if (state_ == State::kString) {
+      const size_t j = string_run(bytes, i);
+      if (j > i) {
+        offset_ += j - i;
+        i = j;
+        continue;
       }
-      case State::kEscape:
-        escape(c);
-        break;
-      case State::kUnicode: {
-        const int h = hex_value(c);
-        if (h < 0) {
-          fail("invalid \\u escape");
-          break;
-        }
-        code_ = code_ << 4 | static_cast<uint32_t>(h);
-        if (++hex_digits_ < 4) break;
-        state_ = State::kString;
-        if (low_surrogate_) {
-          low_surrogate_ = false;
-          if (code_ < 0xDC00 || code_ > 0xDFFF) {
-            fail("a high surrogate without its low surrogate");
-            break;
-          }
-          code_point(0x10000 + ((high_ - 0xD800) << 10) + (code_ - 0xDC00));
-        } else if (code_ >= 0xD800 && code_ <= 0xDBFF) {
-          high_ = code_;
-          state_ = State::kSurrogateBackslash;
-        } else if (code_ >= 0xDC00 && code_ <= 0xDFFF) {
-          fail("a low surrogate without its high surrogate");
-        } else {
-          code_point(code_);
-        }
-        break;
-      }
-      case State::kSurrogateBackslash:
-        if (c != '\\') fail("a high surrogate without its low surrogate");
-        state_ = State::kSurrogateU;
-        break;
-      case State::kSurrogateU:
-        if (c != 'u') {
-          fail("a high surrogate without its low surrogate");
-          break;
-        }
-        state_ = State::kUnicode;
-        low_surrogate_ = true;
-        hex_digits_ = 0;
-        code_ = 0;
-        break;
-      case State::kNumber:
-        number(c);
-        break;
-      case State::kLiteral:
-        if (literal_[literal_pos_] != c) {
-          fail("invalid literal");
-          break;
-        }
-        if (literal_[++literal_pos_] == '\0') end_value();
-        break;
-      default:
-        structural(c);
-        break;
+      AX_RETURN_IF_ERROR(string_byte(bytes[i]));
+    } else {
+      step(bytes[i]);
     }
     ++i;
     ++offset_;

@@ -74,9 +74,13 @@ class JsonLineParser {
   void fail(const char* what);
   void begin_value(Type type);
   void end_value();
-  bool structural(char c);  // one byte outside strings, numbers and literals
+  void structural(char c);  // one byte outside strings, numbers and literals
+  void start_value(char c);
+  void step(char c);
+  Status string_byte(char c);
   size_t string_run(std::string_view bytes, size_t i);
   void escape(char c);
+  void unicode_digit(char c);
   void code_point(uint32_t cp);
   void emit(std::string_view bytes);
   void number(char c);

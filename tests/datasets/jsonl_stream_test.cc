@@ -283,5 +283,38 @@ TEST(JsonlStream, AgreesWithWholeLineParserOnRandomRecords) {
   }
 }
 
+TEST(JsonlStream, AgreesWithWholeLineParserOnEdgeCases) {
+  const std::vector<std::string> lines = {
+      R"({"text": "\ud83d\ude00 pair"})",          // a surrogate pair
+      R"({"text": "\ud800X\udc00 broken pair"})",  // something between the halves
+      R"({"text": "\ud800\u0041 high, then no low"})",
+      R"({"text": "\udc00 low alone"})",
+      R"({"text": "\ud800"})",
+      "\xEF\xBB\xBF{\"text\": \"after a BOM\"}",
+      R"( {"text" : "spaces" , "meta" : { "pile_set_name" : "A" } } )",
+      R"({"text": "x", "text": "the last duplicate wins"})",
+      R"({"a.b": "exact key", "a": {"b": "nested"}})",
+      R"({"a": {"b": "nested, then replaced"}, "a": 1})",
+      R"({"text": "control char \u0001 escaped"})",
+      "{\"text\": \"raw control \x01 char\"}",
+      R"({"text": "ok"} trailing)",
+      R"({"text": "ok",})",
+      R"({"text": "n", "n": -0.5e+3, "m": [true, false, null, {}, []]})",
+      R"({"text": "n", "n": 1.})",
+      R"({"text": "n", "n": 01})",
+      R"([{"text": "an array"}])",
+      R"("a string")",
+  };
+  std::string file;
+  for (const std::string& l : lines) file += l + "\n";
+  const std::string dir = temp_dir("jsonl-stream");
+  write_file(dir + "/edge.jsonl", file);
+  for (const std::string field : {"text", "a.b"}) {
+    TextSourceOptions o;
+    o.json_field = field;
+    expect_same(reference(lines, field), streamed(dir + "/edge.jsonl", o), field, lines);
+  }
+}
+
 }  // namespace
 }  // namespace ax::data
