@@ -19,6 +19,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 peer="$here/torch_gpu_peer.py"
 bench=""
 models="Pile126M,fuji-1B-v2"
+models_given=""  # --models was given: --check runs its pipeline on those
+count_models="Pile126M,fuji-1B-v1,fuji-1B-v2,fuji-1B-v3"  # --check's parameter counts
 sides="ax,eager,compile"
 device="cuda"
 out=""
@@ -49,6 +51,9 @@ options:
   --device cuda|cpu   cpu runs the same pipeline without a GPU (what --check uses)
   --check             without a GPU: parameter counts of ax and the peer for Pile126M and
                       fuji-1B, then the whole pipeline on CPU for tiny-gpt and tiny-llama
+                      (--models and --sides choose others; the pipeline has a 300 s budget
+                      of its own)
+  --count-models LIST the models --check counts (default $count_models; none: no counts)
   --bundle DIR        copy --bench and the shared libraries it needs (but the CUDA toolkit's
                       and the driver's) into DIR/bin and DIR/lib, to carry to a GPU machine
 EOF
@@ -62,7 +67,8 @@ die() {
 while (($#)); do
   case "$1" in
     --bench) bench="${2:?--bench needs a path}"; shift 2 ;;
-    --models) models="${2:?}"; shift 2 ;;
+    --models) models="${2:?}"; models_given=1; shift 2 ;;
+    --count-models) count_models="${2:?}"; shift 2 ;;
     --sides) sides="${2:?}"; shift 2 ;;
     --out) out="${2:?}"; shift 2 ;;
     --python) python="${2:?}"; shift 2 ;;
@@ -90,25 +96,14 @@ log() { printf '[%4d s] %s\n' "$((SECONDS - start))" "$*"; }
 
 # ---- --bundle: the binary and the libraries the GPU machine may lack ------------------------
 
-# Everything ldd resolves except the vDSO, the driver (libcuda, from the machine) and the CUDA
-# toolkit's cuBLAS (500 MB; the machine has the toolkit). glibc and its loader go to lib/glibc/,
-# used only when the machine's glibc is older than the one the binary was built against: they
-# must never be on another program's library path.
+# shellcheck source-path=SCRIPTDIR source=../scripts/lib/bundle.sh
+source "$here/../scripts/lib/bundle.sh"
+
 make_bundle() {
-  mkdir -p "$bundle/bin" "$bundle/lib/glibc"
-  cp -f "$bench" "$bundle/bin/"
-  local lib
-  while read -r lib; do
-    case "$(basename "$lib")" in
-      libcuda.so* | libcublas.so* | libcublasLt.so* | libnvidia-*) ;;
-      ld-linux* | libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so*)
-        cp -fL "$lib" "$bundle/lib/glibc/" ;;
-      *) cp -fL "$lib" "$bundle/lib/" ;;
-    esac
-  done < <(ldd "$bench" | awk '/=> \// {print $3} /^[[:space:]]*\/.*ld-linux/ {print $1}')
+  bundle_copy "$bundle" "$bench"
   ls -l "$bundle/bin" "$bundle/lib" "$bundle/lib/glibc"
   echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle; from the GPU machine it needs:" \
-    "$(ldd "$bench" | awk '/libcublas|libcuda\./ {print $1}' | sort -u | tr '\n' ' ')"
+    "$(bundle_machine_libraries "$bench")"
 }
 
 # ---- running ax-train-bench on another machine ------------------------------------------------
@@ -117,46 +112,15 @@ ax_cmd=("$bench")
 ax_libpath="${LD_LIBRARY_PATH:-}"  # ax's library path only: Python and nvidia-smi keep theirs
 ax_problem=""                      # set: why ax's side cannot run here
 
-ax_ldd() { LD_LIBRARY_PATH="$ax_libpath" ldd "$bench" 2>&1 || true; }
-
-# Puts the directories holding what ldd cannot find (a bundle's lib/, the CUDA toolkit, the
-# nvidia-* wheels beside PyTorch) on ax's library path; runs the binary with the bundle's glibc
-# loader when the machine's glibc is older than the binary's.
+# The bundle's lib/, the CUDA toolkit and PyTorch's nvidia-* wheels on ax's library path; the
+# bundle's glibc loader when the machine's glibc is older than the binary's.
 setup_ax_libraries() {
-  local bundle_lib missing name found d py_nvidia
-  bundle_lib="$(cd "$(dirname "$bench")/.." && pwd)/lib"
-  [[ -d "$bundle_lib" ]] && ax_libpath="$bundle_lib${ax_libpath:+:$ax_libpath}"
-  py_nvidia="$("$python" -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null || true)"
-  local search=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib
-    /usr/local/cuda-*/lib64 /usr/local/cuda-*/targets/x86_64-linux/lib /opt/conda/lib)
-  read -r -a nvidia_dirs <<<"$py_nvidia"
-  search+=("${nvidia_dirs[@]}")
-  missing="$(ax_ldd | awk '/not found/ && /=>/ {print $1}' | sort -u)"
-  for name in $missing; do
-    found=""
-    for d in "${search[@]}"; do
-      [[ -d "$d" ]] || continue
-      found="$(find "$d" -maxdepth 3 -name "$name" -print -quit 2>/dev/null || true)"
-      [[ -n "$found" ]] && break
-    done
-    [[ -n "$found" ]] && ax_libpath="$(dirname "$found")${ax_libpath:+:$ax_libpath}"
-  done
-  missing="$(ax_ldd | awk '/not found/ && /=>/ {print $1}' | sort -u)"
-  if [[ -n "$missing" ]]; then
-    ax_problem="ax-train-bench needs libraries this machine lacks: $(echo "$missing" | tr '\n' ' ')"
-    if echo "$missing" | grep -q 'libcublas'; then
-      ax_problem+="(the build's CUDA major version; cuBLASLt here: $(find /usr/local/cuda*/ \
-        "${nvidia_dirs[@]}" -name 'libcublasLt.so.*' 2>/dev/null | tr '\n' ' '))"
-    fi
-  elif ax_ldd | grep -q "GLIBC.*not found"; then
-    if [[ -x "$bundle_lib/glibc/ld-linux-x86-64.so.2" ]]; then
-      ax_cmd=("$bundle_lib/glibc/ld-linux-x86-64.so.2" --library-path
-        "$bundle_lib/glibc:$ax_libpath" "$bench")
-      log "this machine's glibc is older than the binary's: using the bundle's loader"
-    else
-      ax_problem="ax-train-bench needs a newer glibc: $(ax_ldd | grep -m1 GLIBC)"
-    fi
-  fi
+  bundle_find_libraries "$python" "$bench"
+  ax_libpath="$bundle_libpath"
+  ax_problem="$bundle_problem"
+  ax_cmd=("${bundle_loader[@]}" "$bench")
+  ((${#bundle_loader[@]} == 0)) ||
+    log "this machine's glibc is older than the binary's: using the bundle's loader"
   log "ax: ${ax_cmd[*]}; library path ${ax_libpath:-(default)}"
 }
 
@@ -376,7 +340,8 @@ EOF
 check() {
   local status=0 m ax_json peer_json need_kb avail_kb
   echo "parameter counts and FLOPs per token, ax (ax-train-bench --count-params) against the peer:"
-  for m in Pile126M fuji-1B-v1 fuji-1B-v2 fuji-1B-v3; do
+  [[ "$count_models" == none ]] && count_models=""
+  for m in ${count_models//,/ }; do
     # ax allocates f32 parameters and gradients for the count: 8 bytes per parameter.
     need_kb=$(( $("$python" "$peer" count --model "$m" | "$python" -c \
       'import json, sys; print(json.load(sys.stdin)["params"])') * 8 / 1024 ))
@@ -402,15 +367,17 @@ EOF
     fi
   done
   echo
-  echo "the pipeline on CPU (tiny-gpt, tiny-llama; torch.compile where this PyTorch has it):"
+  [[ -n "$models_given" ]] || models="tiny-gpt,tiny-llama"
+  echo "the pipeline on CPU ($models; torch.compile where this PyTorch has it):"
   device=cpu
-  models="tiny-gpt,tiny-llama"
   warmup=2
   steps=3
   budget=300
+  start=$SECONDS  # the pipeline's budget is its own: the counts above can take minutes
   run_all
-  for m in tiny-gpt tiny-llama; do
+  for m in ${models//,/ }; do
     for s in ax eager; do
+      [[ ",$sides," == *,$s,* ]] || continue
       if [[ -n "$(json_field "$results/$m.$s.json" error)" ]]; then
         echo "check: $m $s failed: $(json_field "$results/$m.$s.json" error)"
         status=1

@@ -151,7 +151,7 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
     return rep;
   }
   (*model)->init(config.train.seed);
-  auto opt = AdamW::create(config.optim, o.steps, model->get());
+  auto opt = AdamW::create(config.optim, o.steps, &(*model)->store());
   // The global batch of every step from one generator; each replica takes its rows.
   std::mt19937_64 rng(7);
   const int64_t replica = coords.d * layout.fsdp + coords.f;

@@ -32,6 +32,7 @@ import glob
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -93,15 +94,17 @@ def flops_per_token(c, matmul_params):
     return 6.0 * matmul_params + 6.0 * c["layers"] * c["heads"] * head_dim * c["seq"]
 
 
-# Dense bf16 peak of the device: the table of ax's CUDA backend (peak_bf16_flops in
-# trainer/src/backend_cuda/cuda_backend.cc), for the report's cross-check.
+# Dense bf16 peak of the device: the bf16 column of ax's CUDA backend table (gpu_peak in
+# trainer/src/backend_cuda/gpu_peak.cc), for the report's cross-check.
 def peak_bf16_flops(props, clock_khz):
     name, major, minor, sms = props.name, props.major, props.minor, props.multi_processor_count
     if (major, minor) == (9, 0):
-        if "PCIe" in name:
-            return 756e12
+        if re.search(r"H20(?!\d)", name) or sms == 78:
+            return 148e12
         if "NVL" in name:
-            return 835e12
+            return 835.5e12
+        if "PCIe" in name or sms == 114:
+            return 756.5e12
         if sms >= 132:
             return 989.4e12
     if (major, minor) == (8, 0):
@@ -109,8 +112,11 @@ def peak_bf16_flops(props, clock_khz):
             return 312e12
         if "A30" in name:
             return 165e12
-    per_sm_clock = {8: 2048 if minor == 0 else 1024, 9: 4096, 10: 8192}.get(major, 0)
-    return per_sm_clock * sms * clock_khz * 1e3 if clock_khz else None
+    if major == 8 and minor != 0:
+        per_sm_clock = 512 if "GeForce" in name else 1024
+    else:
+        per_sm_clock = {8: 2048, 9: 4096, 10: 8192}.get(major, 0)
+    return per_sm_clock * sms * clock_khz * 1e3 if clock_khz and per_sm_clock else None
 
 
 # ---- the model --------------------------------------------------------------------------------

@@ -125,7 +125,8 @@ void run_worker(const Options& o) {
   }
   auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get());
   if (!model.ok()) die_status(model.status());
-  auto optimizer = ax::train::AdamW::create(config.optim, config.train.max_steps, model->get());
+  auto optimizer =
+      ax::train::AdamW::create(config.optim, config.train.max_steps, &(*model)->store());
   if (!optimizer.ok()) die_status(optimizer.status());
   const auto t_init = std::chrono::steady_clock::now();
   (*model)->init(config.train.seed);
@@ -157,19 +158,19 @@ void run_worker(const Options& o) {
   }
   const auto& m = config.model;
   const int64_t matmul_params = (*model)->layout().num_matmul_parameters();
-  Json out = {{"step_seconds", times},
-              {"losses", losses},
-              {"params", (*model)->layout().num_parameters()},
-              {"backend", backend->name()},
-              {"batch", rows},
-              {"seq", seq},
-              {"peak_flops", backend->peak_flops()},
-              {"flops_per_token",
-               ax::train::flops_per_token(matmul_params, m.num_layers, m.num_heads, m.head_dim(),
-                                          seq, /*causal=*/true)},
-              {"activation_bytes", (*model)->activation_bytes()},
-              {"backend_peak_bytes", backend->peak_bytes_in_use()},
-              {"init_seconds", init_seconds}};
+  Json out = {
+      {"step_seconds", times},
+      {"losses", losses},
+      {"params", (*model)->layout().num_parameters()},
+      {"backend", backend->name()},
+      {"batch", rows},
+      {"seq", seq},
+      {"peak_flops", backend->peak_flops()},
+      {"flops_per_token", ax::train::flops_per_token(matmul_params, m.num_layers, m.num_heads,
+                                                     m.head_dim(), seq, /*causal=*/true)},
+      {"activation_bytes", (*model)->activation_bytes()},
+      {"backend_peak_bytes", backend->peak_bytes_in_use()},
+      {"init_seconds", init_seconds}};
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -320,7 +321,8 @@ void run_driver(const Options& o) {
     for (const std::string& name : o.configs) {
       const Config c = experiment(name);
       auto& [ax_side, torch_side] = sides[name];
-      if (c.model.family != "gpt") die(name + " is not a GPT: the PyTorch peer only builds those");
+      if (c.model.family != ax::train::ModelFamily::kGpt)
+        die(name + " is not a GPT: the PyTorch peer only builds those");
       ChildResult ax_run = run_child(
           {self, "--worker", name, "--threads", threads, "--warmup", warmup, "--steps", steps},
           ax_env);

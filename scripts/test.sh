@@ -2,11 +2,14 @@
 # The test command on a fresh machine: installs what ax needs (with PyTorch for the oracle test),
 # builds the CPU configuration and runs the unit suite, then a short libFuzzer run of the shard
 # reader, then ax inside a minimal container image (root only; tests/containers), then the `slurm`
-# suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md).
+# suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md). Where the CUDA toolkit
+# is installed it also compiles the CUDA backend with its `gpu` tests and runs
+# `scripts/gpu-check.sh --check` (the GPU acceptance's every part on the CPU).
 # Ends with one line "tests: N passed, N failed" (plus why the container test or the slurm suite
 # was skipped, if it was).
 #   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite;
-#   AX_CUDA_CHECK=0 skips compiling the CUDA backend (done when nvcc is installed).
+#   AX_CUDA_CHECK=0 skips compiling the CUDA backend (done when nvcc is installed);
+#   AX_GPU_CHECK=0 skips scripts/gpu-check.sh --check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 slurm_tests="${AX_SLURM_TESTS:-1}"
@@ -33,7 +36,7 @@ ctest --test-dir "$build" -L unit --output-on-failure -j "$(nproc)" --timeout 60
 
 # The CUDA backend compiles here even without a GPU: build it (sm_80, sm_90) with the tests that
 # use it, then run the `gpu` label, whose tests skip themselves when no GPU answers.
-cuda_passed=0 cuda_failed=0 cuda_note=""
+cuda_passed=0 cuda_failed=0 cuda_note="" cuda_built=0
 if [[ "${AX_CUDA_CHECK:-1}" != 0 && -x /usr/local/cuda/bin/nvcc ]]; then
   cuda_build=build/cuda-check
   cuda_log=$(mktemp)
@@ -41,7 +44,7 @@ if [[ "${AX_CUDA_CHECK:-1}" != 0 && -x /usr/local/cuda/bin/nvcc ]]; then
       -DAX_BUILD_BENCH=OFF >"$cuda_log" 2>&1 &&
     cmake --build "$cuda_build" -j "$(nproc)" --target ax_trainer_backend_cuda cuda_parity_test \
       nccl_communicator_test >>"$cuda_log" 2>&1; then
-    cuda_passed=1
+    cuda_passed=1 cuda_built=1
     echo "cuda: the CUDA backend and its gpu tests compile (sm_80, sm_90)"
     ctest --test-dir "$cuda_build" -L gpu --timeout 600 >"$cuda_log" 2>&1 || cuda_failed=1
     cuda_skipped=$(grep -c '(Skipped)$' "$cuda_log" || true)
@@ -54,6 +57,25 @@ if [[ "${AX_CUDA_CHECK:-1}" != 0 && -x /usr/local/cuda/bin/nvcc ]]; then
     tail -n 40 "$cuda_log" >&2
   fi
   rm -f "$cuda_log"
+fi
+
+# The GPU acceptance (scripts/gpu-check.sh) run on the CPU so that it never rots: its bundle, every
+# step with the CPU standing in for the GPU, and its report (into a temporary file).
+gpucheck_passed=0 gpucheck_failed=0 gpucheck_skip=""
+if [[ "${AX_GPU_CHECK:-1}" == 0 ]]; then
+  gpucheck_skip="AX_GPU_CHECK=0"
+elif [[ "${AX_CUDA_CHECK:-1}" == 0 || ! -x /usr/local/cuda/bin/nvcc ]]; then
+  gpucheck_skip="no CUDA toolkit at /usr/local/cuda (or AX_CUDA_CHECK=0): no gpu test binaries"
+elif ((cuda_built == 0)); then
+  gpucheck_skip="the CUDA backend did not compile"
+else
+  gpucheck_start=$SECONDS
+  if bash scripts/gpu-check.sh --check --cpu-build "$build" --cuda-build build/cuda-check; then
+    gpucheck_passed=1
+  else
+    gpucheck_failed=1
+  fi
+  echo "gpu-check --check: $((SECONDS - gpucheck_start)) s wall time"
 fi
 
 fuzz_seconds="${AX_FUZZ_SECONDS:-60}"
@@ -128,12 +150,15 @@ else
   echo "tests: slurm suite SKIPPED: $slurm_skip"
 fi
 
-line="tests: $((total - failed + fuzz_passed + cuda_passed + container_passed + slurm_passed))"
-line+=" passed, $((failed + fuzz_failed + cuda_failed + container_failed + slurm_failed)) failed"
+line="tests: $((total - failed + fuzz_passed + cuda_passed + gpucheck_passed + container_passed +
+  slurm_passed))"
+line+=" passed, $((failed + fuzz_failed + cuda_failed + gpucheck_failed + container_failed +
+  slurm_failed)) failed"
 [[ -z "$cuda_note" ]] || line+=" ($cuda_note)"
+[[ -z "$gpucheck_skip" ]] || line+=" (gpu-check --check skipped: $gpucheck_skip)"
 ((unit_skipped == 0)) || line+=" ($unit_skipped unit cases skipped themselves, see above)"
 [[ -z "$container_skip" ]] || line+=" (container test skipped: $container_skip)"
 [[ -z "$slurm_skip" ]] || line+=" (slurm suite skipped: $slurm_skip)"
 echo "$line"
-(( rc == 0 && fuzz_failed == 0 && cuda_failed == 0 && container_rc == 0 && container_failed == 0 && slurm_rc == 0 &&
-   slurm_failed == 0 ))
+(( rc == 0 && fuzz_failed == 0 && cuda_failed == 0 && gpucheck_failed == 0 && container_rc == 0 &&
+   container_failed == 0 && slurm_rc == 0 && slurm_failed == 0 ))

@@ -42,6 +42,7 @@ constexpr const char* kHelp =
     "  --device D             auto (CUDA device 0 when built and present, else the CPU), cpu,\n"
     "                         cpu-bf16 (the CPU in the CUDA backend's bf16 dtype plan), cuda,\n"
     "                         cuda:N; train.precision=float32|bfloat16 picks the dtype\n"
+    "                         (train.allow_tf32=true: float32 GEMMs on TF32 tensor cores)\n"
     "  --max-steps N          train.max_steps\n"
     "\n"
     "sample: prints the prompt and a continuation drawn from the newest checkpoint\n"

@@ -36,12 +36,12 @@ std::string override_error(const std::string& assignment) {
 int64_t parameter_count(const ModelConfig& m) {
   const int64_t C = m.model_dim, L = m.num_layers, NH = m.num_heads, KVH = m.num_kv_heads;
   const int64_t HD = m.head_dim(), F = m.hidden_dim, V = m.vocab_size;
-  const int64_t norm = (m.norm == "layernorm" && m.bias) ? 2 * C : C;
+  const int64_t norm = (m.norm == NormKind::kLayerNorm && m.bias) ? 2 * C : C;
   const int64_t qkv = (NH + 2 * KVH) * HD;
   const int64_t attn = qkv * C + C * NH * HD + (m.bias ? qkv + C : 0);
-  const int64_t fc = m.activation == "swiglu" ? 2 * F : F;
+  const int64_t fc = m.activation == Activation::kSwiglu ? 2 * F : F;
   const int64_t mlp = fc * C + C * F + (m.bias ? fc + C : 0);
-  const int64_t positions = m.position == "learned" ? m.max_seq_len * C : 0;
+  const int64_t positions = m.position == PositionKind::kLearned ? m.max_seq_len * C : 0;
   return V * C + positions + L * (2 * norm + attn + mlp) + norm + (m.tied_embeddings ? 0 : V * C);
 }
 
@@ -115,7 +115,7 @@ TEST(ConfigExperiments, UnknownNameListsTheKnownOnes) {
 TEST(ConfigExperiments, Pile126MIsPaxGpt126M) {
   Config c = experiment("Pile126M");
   const ModelConfig& m = c.model;
-  EXPECT_EQ(m.family, "gpt");
+  EXPECT_EQ(m.family, ModelFamily::kGpt);
   EXPECT_EQ(m.num_layers, 12);
   EXPECT_EQ(m.model_dim, 768);
   EXPECT_EQ(m.num_heads, 12);
@@ -125,9 +125,9 @@ TEST(ConfigExperiments, Pile126MIsPaxGpt126M) {
   EXPECT_EQ(m.vocab_size, 0);  // from the tokenizer, padded to 128 (50257 -> 50304)
   EXPECT_EQ(m.vocab_multiple, 128);
   EXPECT_EQ(m.max_seq_len, 2048);
-  EXPECT_EQ(m.norm, "layernorm");
-  EXPECT_EQ(m.activation, "gelu");
-  EXPECT_EQ(m.position, "learned");
+  EXPECT_EQ(m.norm, NormKind::kLayerNorm);
+  EXPECT_EQ(m.activation, Activation::kGelu);
+  EXPECT_EQ(m.position, PositionKind::kLearned);
   EXPECT_TRUE(m.tied_embeddings);
   EXPECT_TRUE(m.bias);
   EXPECT_DOUBLE_EQ(m.init_std, 0.023);
@@ -173,7 +173,7 @@ TEST(ConfigExperiments, PaxGpt5BAnd175B) {
 
 TEST(ConfigExperiments, FujiVersionsAndSizes) {
   Config c = experiment("fuji-7B-v3");
-  EXPECT_EQ(c.model.family, "llama");
+  EXPECT_EQ(c.model.family, ModelFamily::kLlama);
   EXPECT_EQ(c.model.num_layers, 32);
   EXPECT_EQ(c.model.model_dim, 4096);
   EXPECT_EQ(c.model.num_heads, 32);
@@ -182,9 +182,9 @@ TEST(ConfigExperiments, FujiVersionsAndSizes) {
   EXPECT_DOUBLE_EQ(c.model.rope_theta, 5e5);
   EXPECT_EQ(c.model.vocab_size, 131072);
   EXPECT_EQ(c.train.seq_len, 8192);
-  EXPECT_EQ(c.model.norm, "rmsnorm");
-  EXPECT_EQ(c.model.activation, "swiglu");
-  EXPECT_EQ(c.model.position, "rope");
+  EXPECT_EQ(c.model.norm, NormKind::kRmsNorm);
+  EXPECT_EQ(c.model.activation, Activation::kSwiglu);
+  EXPECT_EQ(c.model.position, PositionKind::kRope);
   EXPECT_FALSE(c.model.bias);
   EXPECT_TRUE(c.model.tied_embeddings);
   EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
@@ -218,10 +218,10 @@ TEST(ConfigExperiments, SmallConfigs) {
   EXPECT_EQ(g.model.vocab_size, 512);
 
   Config l = experiment("tiny-llama");
-  EXPECT_EQ(l.model.family, "llama");
+  EXPECT_EQ(l.model.family, ModelFamily::kLlama);
   EXPECT_EQ(l.model.num_kv_heads, 2);
   EXPECT_EQ(l.model.hidden_dim, 128);
-  EXPECT_EQ(l.model.position, "rope");
+  EXPECT_EQ(l.model.position, PositionKind::kRope);
 
   Config a = experiment("bench-a");
   EXPECT_EQ(a.model.num_layers, 4);
@@ -241,7 +241,7 @@ TEST(ConfigExperiments, SmallConfigs) {
   EXPECT_NEAR(parameter_count(b.model) / 1e6, 13.89, 0.01);
 
   Config d = experiment("demo-gpt");
-  EXPECT_EQ(d.model.family, "gpt");
+  EXPECT_EQ(d.model.family, ModelFamily::kGpt);
   EXPECT_EQ(d.model.vocab_size, 0);
   EXPECT_EQ(d.train.log_every, 25);
   EXPECT_EQ(d.train.eval_every, 250);
@@ -292,7 +292,7 @@ TEST(ConfigOverrides, EachType) {
   EXPECT_FALSE(c.model.bias);
   EXPECT_FALSE(c.model.tied_embeddings);
   EXPECT_EQ(c.data.tokenizer, "/data/spm.model");
-  EXPECT_EQ(c.model.norm, "rmsnorm");
+  EXPECT_EQ(c.model.norm, NormKind::kRmsNorm);
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
   EXPECT_EQ(c.train.log_every, 5);
 }
@@ -322,8 +322,8 @@ TEST(ConfigOverrides, BadValuesNameTheKey) {
       {"optim.warmup_steps=-1", "must be >= 0"},
       {"model.bias=maybe", "'model.bias' (bool): 'maybe' is not a boolean"},
       {"model.norm=batchnorm", "'model.norm': 'batchnorm' is not one of layernorm, rmsnorm"},
-      {"model.family=t5", "is not one of gpt, llama"},
-      {"model.position=alibi", "is not one of learned, rope"},
+      {"model.family=bert", "is not one of gpt, llama, t5"},
+      {"model.position=alibi", "is not one of learned, rope, relative"},
       {"model.activation=relu", "is not one of gelu, swiglu"},
       {"train.seed=-1", "'train.seed' (int): '-1' is not a non-negative integer"},
       {"train.percore_batch_size=0", "'train.percore_batch_size': 0 must be > 0"},
@@ -355,6 +355,9 @@ TEST(ConfigOverrides, PaxNames) {
   EXPECT_EQ(c.train.precision, "float32");
   ASSERT_TRUE(apply_override(&c, "train.precision=bfloat16").ok());
   EXPECT_EQ(c.train.precision, "bfloat16");
+  EXPECT_FALSE(c.train.allow_tf32);  // f32 GEMMs stay f32 unless asked
+  ASSERT_TRUE(apply_override(&c, "train.allow_tf32=true").ok());
+  EXPECT_TRUE(c.train.allow_tf32);
   EXPECT_NE(override_error("FPROP_DTYPE=float16").find("auto, bfloat16, float32"),
             std::string::npos)
       << override_error("FPROP_DTYPE=float16");
@@ -404,7 +407,11 @@ TEST(ConfigValidate, CrossFieldErrorsNameTheKeysAndNumbers) {
       {{"model.num_kv_heads=3"}, {"model.num_heads (4)", "model.num_kv_heads (3)"}},
       {{"model.num_kv_heads=8"}, {"model.num_heads (4)", "model.num_kv_heads (8)"}},
       {{"model.position=rope", "model.model_dim=36", "model.num_heads=4"},
-       {"model.position=rope", "model.model_dim (36)", "= 9"}},
+       {"model.position=rope", "it is 9", "model.model_dim (36)"}},
+      {{"model.dropout=0.1"}, {"model.dropout=0.1", "not implemented"}},
+      {{"model.family=t5"}, {"model.position=relative", "model.family=t5"}},
+      {{"model.position=relative"}, {"model.family=gpt"}},
+      {{"model.family=t5", "model.position=relative"}, {"train.encoder_seq_len"}},
       {{"train.seq_len=128"}, {"train.seq_len (128)", "model.max_seq_len (64)"}},
       {{"optim.warmup_steps=30"}, {"optim.warmup_steps (30)", "train.max_steps = 20"}},
       {{"optim.warmup_steps=30", "optim.decay_steps=25"},
@@ -418,6 +425,12 @@ TEST(ConfigValidate, CrossFieldErrorsNameTheKeysAndNumbers) {
       EXPECT_NE(message.find(e), std::string::npos) << message;
     }
   }
+  // An explicit head dimension lifts the divisibility of model_dim by the heads.
+  Config kv = experiment("tiny-gpt");
+  ASSERT_TRUE(apply_override(&kv, "model.kv_channels=16").ok());
+  ASSERT_TRUE(apply_override(&kv, "model.model_dim=66").ok());
+  EXPECT_TRUE(validate(kv).ok()) << validate(kv).to_string();
+  EXPECT_EQ(kv.model.head_dim(), 16);
   // A GPT with RoPE is allowed, and RoPE lifts the position-table limit.
   Config c = experiment("tiny-gpt");
   ASSERT_TRUE(apply_override(&c, "model.position=rope").ok());
@@ -439,7 +452,7 @@ TEST(ConfigValidate, ChecksEveryKeyRangeOfAStructBuiltInCode) {
   c.optim.lr = 0;
   EXPECT_NE(invalid(validate(c)).find("optim.lr"), std::string::npos);
   c = experiment("tiny-gpt");
-  c.model.norm = "groupnorm";
+  c.model.norm = static_cast<NormKind>(7);
   EXPECT_NE(invalid(validate(c)).find("model.norm"), std::string::npos);
   c = experiment("tiny-gpt");
   c.mesh.dcn = "1,1";
@@ -525,7 +538,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 47);  // experiment + 46 keys
+  EXPECT_EQ(lines, 55);  // experiment + 54 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;
@@ -541,7 +554,7 @@ TEST(ConfigText, DescribeKeysListsEveryKey) {
     std::string key = line.substr(0, line.find(' '));
     EXPECT_NE(help.find(key + " "), std::string::npos) << key;
   }
-  EXPECT_NE(help.find("{gpt|llama}"), std::string::npos) << help;
+  EXPECT_NE(help.find("{gpt|llama|t5}"), std::string::npos) << help;
   EXPECT_NE(help.find("[Pax: PERCORE_BATCH_SIZE]"), std::string::npos) << help;
   EXPECT_NE(help.find("float"), std::string::npos);
   EXPECT_NE(help.find("bool"), std::string::npos);

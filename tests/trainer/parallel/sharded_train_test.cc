@@ -171,7 +171,7 @@ void expect_same_losses(const std::vector<double>& got, const std::vector<double
 // cpu-bf16: a layout changes where bf16 roundings happen (tensor-parallel partial sums are
 // rounded before they are added, a data-parallel replica's GEMMs see fewer rows), so losses of
 // different layouts differ by bf16 noise, not by f32 noise. Measured worst case over the layouts
-// below, 5 steps of tiny-gpt and tiny-llama: see docs/cuda-backend.md "The bf16 plan on the CPU".
+// below, 5 steps of tiny-gpt and tiny-llama: see docs/precision.md "Measured".
 constexpr double kBf16LayoutTolerance = 2e-4;
 
 std::vector<std::string> base_overrides(const std::string& experiment) {

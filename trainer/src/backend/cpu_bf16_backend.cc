@@ -7,7 +7,7 @@
 // rounded once, as the CUDA kernels' read-add-round does.
 //
 // It exists so that every path only the GPU takes through the model, FSDP, tensor parallelism,
-// checkpoints and the optimizer runs in CI (docs/cuda-backend.md "The bf16 plan on the CPU").
+// checkpoints and the optimizer runs in CI (docs/precision.md).
 #include <memory>
 #include <vector>
 

@@ -54,7 +54,8 @@ __device__ __forceinline__ bool visible(int64_t query, int64_t key, const Dims& 
 
 // rows × HD values of a head from a (B, T, stride) tensor into shared memory with row pitch
 // `pitch`, as f32; rows past T are zero.
-__device__ void load_tile(float* dst, int pitch, const bf16* src, int64_t stride, int64_t t0,
+template <typename Act>
+__device__ void load_tile(float* dst, int pitch, const Act* src, int64_t stride, int64_t t0,
                           int rows, const Dims& d) {
   for (int64_t i = threadIdx.x; i < rows * d.HD; i += blockDim.x) {
     int64_t r = i / d.HD, c = i % d.HD;
@@ -69,8 +70,9 @@ __device__ __forceinline__ float dot_row(const float* a, const float* b, int64_t
 }
 
 // grid (query tiles, NH, B).
+template <typename Act>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, Dims d) {
+    attention_forward_kernel(Act* out, float* lse, const Act* qkv, Dims d) {
   extern __shared__ float smem[];
   const int64_t HD = d.HD, q0 = int64_t{blockIdx.x} * kBr, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / d.group;
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   float* qs = smem;           // (kBr, HD)
   float* ks = qs + kBr * HD;  // (kBc, HD + 1)
   float* vs = ks + kBc * kp;  // (kBc, HD)
-  const bf16* base = qkv + b * d.T * d.R;
+  const Act* base = qkv + b * d.T * d.R;
   load_tile(qs, static_cast<int>(HD), base + h * HD, d.R, q0, kBr, d);
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -126,25 +128,26 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t = q0 + warp * kRowsPerWarp + rr;
     if (t >= d.T) continue;
     const float inv = 1.0f / l[rr];
-    bf16* orow = out + (b * d.T + t) * d.OC + h * HD;
+    Act* orow = out + (b * d.T + t) * d.OC + h * HD;
 #pragma unroll
     for (int i = 0; i < kCols; ++i) {
       const int64_t c = lane + i * kWarp;
-      if (c < HD) orow[c] = to_bf16(o[rr][i] * inv);
+      if (c < HD) store(&orow[c], o[rr][i] * inv);
     }
     if (lane == 0) lse[(b * d.NH + h) * d.T + t] = m[rr] + logf(l[rr]);
   }
 }
 
 // D[b, h, t] = Σ_c dout · out over the head's columns; one warp per (b, t, h).
-__global__ void attention_row_dot_kernel(float* D, const bf16* dout, const bf16* out, int64_t B,
+template <typename Act>
+__global__ void attention_row_dot_kernel(float* D, const Act* dout, const Act* out, int64_t B,
                                          Dims d) {
   const int64_t w = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (w >= B * d.T * d.NH) return;
   const int64_t h = w % d.NH, bt = w / d.NH, b = bt / d.T, t = bt % d.T;
-  const bf16* dy = dout + bt * d.OC + h * d.HD;
-  const bf16* y = out + bt * d.OC + h * d.HD;
+  const Act* dy = dout + bt * d.OC + h * d.HD;
+  const Act* y = out + bt * d.OC + h * d.HD;
   float s = 0.0f;
   for (int64_t c = lane; c < d.HD; c += kWarp) s += to_f32(dy[c]) * to_f32(y[c]);
   s = warp_sum(s);
@@ -152,9 +155,10 @@ __global__ void attention_row_dot_kernel(float* D, const bf16* dout, const bf16*
 }
 
 // grid (key tiles, KVH, B): dK, dV of kBc keys of one key/value head, over its query heads.
+template <typename Act>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_kv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* D,
-                                 const bf16* qkv, Dims d) {
+    attention_backward_kv_kernel(Act* dqkv, const Act* dout, const float* lse, const float* D,
+                                 const Act* qkv, Dims d) {
   extern __shared__ float smem[];
   const int64_t HD = d.HD, k0 = int64_t{blockIdx.x} * kBc, g = blockIdx.y, b = blockIdx.z;
   const int qp = static_cast<int>(HD) + 1;
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(kThreads)
   float* vs = ks + kBc * HD;    // (kBc, HD)
   float* lses = vs + kBc * HD;  // (kBr)
   float* Ds = lses + kBr;       // (kBr)
-  const bf16* base = qkv + b * d.T * d.R;
+  const Act* base = qkv + b * d.T * d.R;
   load_tile(ks, static_cast<int>(HD), base + (d.NH + g) * HD, d.R, k0, kBc, d);
   load_tile(vs, static_cast<int>(HD), base + (d.NH + d.KVH + g) * HD, d.R, k0, kBc, d);
 
@@ -218,8 +222,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kk = 0; kk < kRowsPerWarp; ++kk) {
     const int64_t key = k0 + warp * kRowsPerWarp + kk;
     if (key >= d.T) continue;
-    bf16* krow = dqkv + (b * d.T + key) * d.R + (d.NH + g) * HD;
-    bf16* vrow = krow + d.KVH * HD;
+    Act* krow = dqkv + (b * d.T + key) * d.R + (d.NH + g) * HD;
+    Act* vrow = krow + d.KVH * HD;
 #pragma unroll
     for (int i = 0; i < kCols; ++i) {
       const int64_t c = lane + i * kWarp;
@@ -232,9 +236,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // grid (query tiles, NH, B): dQ of kBr query rows of one head.
+template <typename Act>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_q_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* D,
-                                const bf16* qkv, Dims d) {
+    attention_backward_q_kernel(Act* dqkv, const Act* dout, const float* lse, const float* D,
+                                const Act* qkv, Dims d) {
   extern __shared__ float smem[];
   const int64_t HD = d.HD, q0 = int64_t{blockIdx.x} * kBr, h = blockIdx.y, b = blockIdx.z;
   const int64_t g = h / d.group;
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dos = qs + kBr * HD;  // (kBr, HD)
   float* ks = dos + kBr * HD;  // (kBc, HD + 1)
   float* vs = ks + kBc * kp;   // (kBc, HD + 1)
-  const bf16* base = qkv + b * d.T * d.R;
+  const Act* base = qkv + b * d.T * d.R;
   load_tile(qs, static_cast<int>(HD), base + h * HD, d.R, q0, kBr, d);
   load_tile(dos, static_cast<int>(HD), dout + b * d.T * d.OC + h * HD, d.OC, q0, kBr, d);
 
@@ -289,7 +294,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int64_t t = q0 + warp * kRowsPerWarp + rr;
     if (t >= d.T) continue;
-    bf16* qrow = dqkv + (b * d.T + t) * d.R + h * HD;
+    Act* qrow = dqkv + (b * d.T + t) * d.R + h * HD;
 #pragma unroll
     for (int i = 0; i < kCols; ++i) {
       const int64_t c = lane + i * kWarp;
@@ -311,17 +316,24 @@ size_t attention_shared_bytes(int64_t head_dim) {
       {forward_bytes(head_dim), backward_kv_bytes(head_dim), backward_q_bytes(head_dim)});
 }
 
-void attention_init(size_t max_shared_bytes) {
-  int bytes = static_cast<int>(std::min(max_shared_bytes, attention_shared_bytes(kAttnMaxHeadDim)));
-  AX_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel,
+template <typename Act>
+void allow_shared_bytes(int bytes) {
+  AX_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<Act>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  AX_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kv_kernel,
+  AX_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kv_kernel<Act>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  AX_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_q_kernel,
+  AX_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_q_kernel<Act>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s,
+void attention_init(size_t max_shared_bytes) {
+  int bytes = static_cast<int>(std::min(max_shared_bytes, attention_shared_bytes(kAttnMaxHeadDim)));
+  allow_shared_bytes<bf16>(bytes);
+  allow_shared_bytes<float>(bytes);
+}
+
+template <typename Act>
+void attention_forward(Act* out, float* lse, const Act* qkv, const AttnShape& s,
                        cudaStream_t stream) {
   if (s.B * s.T * s.NH == 0) return;
   Dims d = dims_of(s);
@@ -331,8 +343,9 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& 
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse,
-                        const bf16* qkv, float* scratch, const AttnShape& s, cudaStream_t stream) {
+template <typename Act>
+void attention_backward(Act* dqkv, const Act* dout, const Act* out, const float* lse,
+                        const Act* qkv, float* scratch, const AttnShape& s, cudaStream_t stream) {
   if (s.B * s.T * s.NH == 0) return;
   Dims d = dims_of(s);
   const int64_t warps = s.B * s.T * s.NH;
@@ -350,5 +363,14 @@ void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const flo
       dqkv, dout, lse, scratch, qkv, d);
   AX_CUDA_CHECK_LAUNCH();
 }
+
+// The launchers for both activation types (cuda_kernels.h).
+#define AX_ATTENTION_LAUNCHERS(Act)                                                                \
+  template void attention_forward(Act*, float*, const Act*, const AttnShape&, cudaStream_t);       \
+  template void attention_backward(Act*, const Act*, const Act*, const float*, const Act*, float*, \
+                                   const AttnShape&, cudaStream_t);
+AX_ATTENTION_LAUNCHERS(bf16)
+AX_ATTENTION_LAUNCHERS(float)
+#undef AX_ATTENTION_LAUNCHERS
 
 }  // namespace ax::train::cuda

@@ -3,46 +3,27 @@
 #include <cuda_runtime.h>  // the typed cudaMalloc
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "ax/common/device_check.h"
 #include "ax/common/strings.h"
 #include "ax/trainer/op_checks.h"
 #include "cuda_kernels.h"
+#include "gpu_peak.h"
 
 namespace ax::train {
 namespace cuda {
 namespace {
 
-bool contains(const char* haystack, const char* needle) {
-  return std::strstr(haystack, needle) != nullptr;
+std::string mode_name(const CudaBackendOptions& options) {
+  if (options.act == DType::kBF16) return "";
+  return options.allow_tf32 ? ", f32 activations, TF32 GEMMs" : ", f32 activations";
 }
 
 }  // namespace
 
-double peak_bf16_flops(const cudaDeviceProp& prop, int clock_khz) {
-  const char* name = prop.name;
-  if (prop.major == 9 && prop.minor == 0) {
-    // H100 SXM / H200 / GH200 / H800 (132 SMs at 1.83 GHz): 989.4 TFLOP/s dense.
-    if (contains(name, "PCIe")) return 756e12;
-    if (contains(name, "NVL")) return 835e12;
-    if (prop.multiProcessorCount >= 132) return 989.4e12;
-  }
-  if (prop.major == 8 && prop.minor == 0) {
-    if (contains(name, "A100") || contains(name, "A800")) return 312e12;
-    if (contains(name, "A30")) return 165e12;
-  }
-  // Dense bf16 FLOP per SM per clock with f32 accumulation.
-  double per_sm_clock = 0;
-  if (prop.major == 8 && prop.minor == 0) per_sm_clock = 2048;
-  if (prop.major == 8 && prop.minor >= 6) per_sm_clock = 1024;  // A10, L4, L40S
-  if (prop.major == 9) per_sm_clock = 4096;
-  if (prop.major == 10) per_sm_clock = 8192;  // B200 class: an estimate until measured
-  return per_sm_clock * prop.multiProcessorCount * clock_khz * 1e3;
-}
-
-StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
+StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
+                                                           const CudaBackendOptions& options) {
   cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -52,17 +33,20 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   internal::set_error_device(device);
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->device_ = device;
+  be->plan_.act = options.act;
   cudaDeviceProp prop;
   AX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   int clock_khz = 0;
   AX_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
-  be->peak_flops_ = peak_bf16_flops(prop, clock_khz);
+  be->peak_flops_ =
+      gpu_peak({prop.name, prop.major, prop.minor, prop.multiProcessorCount, clock_khz})
+          .for_mode(options.act, options.allow_tf32);
   be->max_shared_per_block_ = prop.sharedMemPerBlockOptin;
   be->name_ = str_cat("cuda:", device, " ", prop.name, " (", prop.multiProcessorCount, " SMs, ",
                       human_bytes(static_cast<double>(prop.totalGlobalMem)), ", sm_", prop.major,
-                      prop.minor, ")");
+                      prop.minor, ")", mode_name(options));
   AX_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
-  be->matmul_ = std::make_unique<LtMatmul>();
+  be->matmul_ = std::make_unique<LtMatmul>(options.allow_tf32);
   be->allocations_.on_alloc(be->matmul_->workspace(), LtMatmul::workspace_bytes());
   AX_CUDA_CHECK(cudaMalloc(&be->sum_scratch_, (kSumSquaresBlocks + 1) * sizeof(double)));
   be->allocations_.on_alloc(be->sum_scratch_, (kSumSquaresBlocks + 1) * sizeof(double));
@@ -158,8 +142,8 @@ const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, float theta) {
     double freq = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
     for (int64_t t = 0; t < T; ++t) {
       double angle = static_cast<double>(t) * freq;
-      host[t * half + j] = static_cast<float>(std::cos(angle));
-      host[(T + t) * half + j] = static_cast<float>(std::sin(angle));
+      host[2 * (t * half + j)] = static_cast<float>(std::cos(angle));
+      host[2 * (t * half + j) + 1] = static_cast<float>(std::sin(angle));
     }
   }
   if (host.size() > rope_table_floats_) {
@@ -205,7 +189,12 @@ int cuda_device_count() {
   return n;
 }
 
-StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, DType act) {
+StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device,
+                                                     const CudaBackendOptions& options) {
+  if (options.act != DType::kBF16 && options.act != DType::kF32) {
+    return InvalidArgument("CUDA backend with ", dtype_name(options.act),
+                           " activations: expected bf16 or f32");
+  }
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
@@ -217,11 +206,8 @@ StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, DType act) {
     return InvalidArgument("CUDA device ", device, " does not exist: ", n,
                            n == 1 ? " device answers" : " devices answer");
   }
-  if (act != DType::kBF16) {
-    return Unimplemented("CUDA backend with ", dtype_name(act),
-                         " activations: its kernels take bf16 only so far");
-  }
-  AX_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> be, cuda::CudaBackend::create(device));
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaBackend> be,
+                      cuda::CudaBackend::create(device, options));
   return std::unique_ptr<Backend>(std::move(be));
 }
 

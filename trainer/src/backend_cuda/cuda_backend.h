@@ -1,7 +1,8 @@
-// The CUDA backend: bf16 activations and compute weights, f32 statistics, parameter gradients,
-// master weights and optimizer state, all on one stream that the backend owns. Methods are
-// defined in cuda_backend.cc (device, memory, optimizer, the factory) and cuda_ops.cc (the ops'
-// view checks and launches); the kernels live in the .cu files (cuda_kernels.h).
+// The CUDA backend: bf16 (or f32, chosen at creation) activations and compute weights; f32
+// statistics, parameter gradients, master weights and optimizer state; all on one stream that
+// the backend owns. Methods are defined in cuda_backend.cc (device, memory, optimizer, the
+// factory) and cuda_ops.cc (the ops' view checks and launches); the kernels live in the .cu
+// files (cuda_kernels.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,8 +18,10 @@ namespace ax::train::cuda {
 
 class CudaBackend final : public Backend {
  public:
-  // `device` exists (make_cuda_backend checked); makes it current on the calling thread.
-  static StatusOr<std::unique_ptr<CudaBackend>> create(int device);
+  // `device` exists and options.act is bf16 or f32 (make_cuda_backend checked); makes the
+  // device current on the calling thread.
+  static StatusOr<std::unique_ptr<CudaBackend>> create(int device,
+                                                       const CudaBackendOptions& options);
   ~CudaBackend() override;
 
   std::string name() const override { return name_; }
@@ -76,8 +79,9 @@ class CudaBackend final : public Backend {
   // Device scratch of at least `bytes` (column partials, attention row sums). It grows, never
   // shrinks: after the first training step no op allocates.
   void* scratch(size_t bytes);
-  // cos then sin of t · theta^(-2j/HD), (T, HD/2) each, f32 on the device; rebuilt on the host
-  // in f64 (as the CPU backend does) when (T, HD, theta) changes.
+  // (cos, sin) of t · theta^(-2j/HD) at [2·(t·HD/2 + j)], f32 on the device, computed on the
+  // host in f64 as the CPU backend does. Rebuilt when HD or theta changes or T grows past the
+  // table's; a shorter T reads a prefix of the same layout.
   const float* rope_table(int64_t T, int64_t head_dim, float theta);
 
   int device_ = 0;
@@ -95,9 +99,5 @@ class CudaBackend final : public Backend {
   int64_t rope_T_ = 0, rope_head_dim_ = 0;
   float rope_theta_ = 0;
 };
-
-// The peak dense bf16 tensor-core FLOP/s of a device (0 when unknown): datasheet values for
-// the parts we train on, else SM count × clock × the architecture's rate per SM and clock.
-double peak_bf16_flops(const cudaDeviceProp& prop, int clock_khz);
 
 }  // namespace ax::train::cuda

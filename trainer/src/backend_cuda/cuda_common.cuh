@@ -1,5 +1,10 @@
-// Device helpers shared by the CUDA backend's kernels: bf16 loads and stores in f32, warp and
-// block reductions, launch checks.
+// Device helpers shared by the CUDA backend's kernels: loads and stores of the activation type in
+// f32, warp and block reductions, launch checks.
+//
+// Activations and compute weights are bf16 or f32 (the backend's dtype plan, chosen when it is
+// created). Kernels that touch them are templates on that type T, read it with to_f32 and write it
+// with store / add_to, so each kernel body is written once, computes in f32 for both types, and
+// rounds once (to nearest even) where it stores bf16.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +24,11 @@ inline constexpr int kWarp = 32;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A grid-stride loop: i runs over [0, n) in steps of the whole grid, in 64 bits.
+#define AX_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
+
 // Grid size for a grid-stride loop over n elements with `threads` per block.
 inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 16) {
   int64_t blocks = ceil_div(n, threads);
@@ -27,9 +37,29 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 
 }
 
 __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
-// dst += v, rounded once to bf16.
-__device__ __forceinline__ void add_to(bf16* dst, float v) { *dst = to_bf16(to_f32(*dst) + v); }
+
+// v as a T: rounded to nearest even for bf16, unchanged for f32.
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+  return to_bf16(v);
+}
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ void store(T* dst, float v) {
+  *dst = from_f32<T>(v);
+}
+// dst += v, added in f32 and rounded once.
+template <typename T>
+__device__ __forceinline__ void add_to(T* dst, float v) {
+  *dst = from_f32<T>(to_f32(*dst) + v);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -1,8 +1,11 @@
 // Host launchers of the CUDA backend's kernels (defined in the .cu files beside this one). Plain
-// pointers and sizes: the backend (cuda_backend.cc) has checked the views. Every launcher
-// enqueues on `stream` (last argument) and returns at once, except sum_squares, which waits for
-// its result. Activations and compute weights are bf16; statistics, parameter gradients and the
-// optimizer state are f32. Gradients accumulate (+=) as backend.h says.
+// pointers and sizes: the backend (cuda_ops.cc) has checked the views. Every launcher enqueues on
+// `stream` (last argument) and returns at once, except sum_squares, which waits for its result.
+//
+// Act is the activation type of the backend's dtype plan, bf16 or float (each .cu instantiates
+// both): activations, their gradients and compute weights are Act; statistics, parameter
+// gradients and the optimizer state are f32. Kernels compute in f32 and round once when they
+// store a bf16. Gradients accumulate (+=) as backend.h says.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,64 +22,84 @@ using bf16 = __nv_bfloat16;
 // ---- cuda_norms.cu: embedding, LayerNorm, RMSNorm, column reductions ----
 
 // out (B,T,C) = wte[tokens] (+ wpe[t]); a token < 0 gives a zero row (plus wpe).
-void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
-                       int64_t B, int64_t T, int64_t C, cudaStream_t stream);
-// dwte (Vp,C) += scatter of dout by token (f32 atomics); dwpe (maxT,C) += Σ_b dout[b,t] in
-// batch order (deterministic), when not null.
-void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens,
-                        int64_t B, int64_t T, int64_t C, cudaStream_t stream);
+template <typename Act>
+void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe, int64_t B,
+                       int64_t T, int64_t C, cudaStream_t stream);
+// dwte (Vp,C) += scatter of dout by token (f32 atomics); dwpe (maxT,C) += dout[b,t] for b in
+// order, as the CPU backend adds them (the same bits), when not null.
+template <typename Act>
+void embedding_backward(float* dwte, float* dwpe, const Act* dout, const int32_t* tokens, int64_t B,
+                        int64_t T, int64_t C, cudaStream_t stream);
 
 // One warp per row. mean == nullptr selects RMSNorm (and bias must be null).
-void norm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
-                  const bf16* bias, int64_t N, int64_t C, float eps, cudaStream_t stream);
+template <typename Act>
+void norm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
+                  const Act* bias, int64_t N, int64_t C, float eps, cudaStream_t stream);
 // dinp (N,C) += the input gradient of LayerNorm (mean != nullptr) or RMSNorm.
-void norm_backward_inputs(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* weight,
+template <typename Act>
+void norm_backward_inputs(Act* dinp, const Act* dout, const Act* inp, const Act* weight,
                           const float* mean, const float* rstd, int64_t N, int64_t C,
                           cudaStream_t stream);
-// Column sums over N rows, deterministic (fixed row chunks, then the chunks in order):
+// Column sums over N rows (any N), deterministic (fixed row chunks, then the chunks in order):
 //   dweight (C) += Σ_n dout · norm, norm = (inp - mean) · rstd (mean null: inp · rstd);
 //   dbias (C) += Σ_n dout.
 // Either output may be null (dweight null: inp, mean, rstd are not read). `scratch` holds
 // column_grads_scratch_floats(N, C) floats.
-void column_grads(float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                  const float* mean, const float* rstd, int64_t N, int64_t C, float* scratch,
-                  cudaStream_t stream);
+template <typename Act>
+void column_grads(float* dweight, float* dbias, const Act* dout, const Act* inp, const float* mean,
+                  const float* rstd, int64_t N, int64_t C, float* scratch, cudaStream_t stream);
 int64_t column_grads_scratch_floats(int64_t N, int64_t C);
+// The largest grid.y column_grads launches (CUDA's limit); more row chunks loop.
+inline constexpr int64_t kMaxGridY = 65535;
 
 // ---- cuda_pointwise.cu: casts, GELU, SwiGLU, add, RoPE, cross-entropy, optimizer ----
 
 void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream);
 void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream);
 
-void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t stream);
-void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t n, cudaStream_t stream);
+template <typename Act>
+void gelu_forward(Act* out, const Act* inp, int64_t n, cudaStream_t stream);
+template <typename Act>
+void gelu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t n, cudaStream_t stream);
 // out (N,F) = silu(inp[:, :F]) · inp[:, F:], inp (N,2F).
-void swiglu_forward(bf16* out, const bf16* inp, int64_t N, int64_t F, cudaStream_t stream);
-void swiglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N, int64_t F,
+template <typename Act>
+void swiglu_forward(Act* out, const Act* inp, int64_t N, int64_t F, cudaStream_t stream);
+template <typename Act>
+void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F,
                      cudaStream_t stream);
-void add_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream);
-// f32 (FSDP's reduce-scattered gradient shards).
-void add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream);
+// The residual stream (Act) and FSDP's reduce-scattered f32 gradient shards.
+template <typename Act>
+void add_forward(Act* out, const Act* a, const Act* b, int64_t n, cudaStream_t stream);
 
 // Rows of R = (NH + 2·KVH)·HD values; the first `rotated` heads turn by the table's angle of
-// their position (cos_sin: (T, HD/2) cos then (T, HD/2) sin, f32), the rest are copied
-// (forward) or passed through (backward, +=).
-void rope_forward(bf16* out, const bf16* inp, const float* cos_sin, int64_t B, int64_t T, int64_t R,
+// their position, the rest are copied (forward) or passed through (backward, +=). `cos_sin`
+// holds (cos, sin) pairs, f32, at [2·(t·HD/2 + j)]: its layout does not depend on the T of the
+// call, so one table serves every T up to the one it was built for.
+template <typename Act>
+void rope_forward(Act* out, const Act* inp, const float* cos_sin, int64_t B, int64_t T, int64_t R,
                   int64_t rotated, int64_t HD, cudaStream_t stream);
-void rope_backward(bf16* dinp, const bf16* dout, const float* cos_sin, int64_t B, int64_t T,
+template <typename Act>
+void rope_backward(Act* dinp, const Act* dout, const float* cos_sin, int64_t B, int64_t T,
                    int64_t R, int64_t rotated, int64_t HD, cudaStream_t stream);
 
-// One block per row of logits (N,Vp); the first V columns are real.
-void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
+// One block per row of logits (N,Vp); the first V columns are real. A target < 0 is ignored
+// (loss 0, a zero gradient row); a target >= V is never read: its row's loss and gradient are
+// NaN, so a bad id shows in the loss instead of reading past the row.
+template <typename Act>
+void cross_entropy_forward(float* losses, const Act* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp, cudaStream_t stream);
 // Overwrites dlogits; it may be logits itself.
-void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
+template <typename Act>
+void cross_entropy_backward(Act* dlogits, const Act* logits, const int32_t* targets, int64_t N,
                             int64_t V, int64_t Vp, float dloss, cudaStream_t stream);
-void ce_shard_max(float* rowmax, const bf16* logits, int64_t N, int64_t Vl, int64_t v_count,
+template <typename Act>
+void ce_shard_max(float* rowmax, const Act* logits, int64_t N, int64_t Vl, int64_t v_count,
                   cudaStream_t stream);
-void ce_shard_sums(float* sums, const bf16* logits, const float* rowmax, const int32_t* targets,
+template <typename Act>
+void ce_shard_sums(float* sums, const Act* logits, const float* rowmax, const int32_t* targets,
                    int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, cudaStream_t stream);
-void ce_shard_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+template <typename Act>
+void ce_shard_backward(Act* dlogits, const Act* logits, const float* lse, const int32_t* targets,
                        int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, float dloss,
                        cudaStream_t stream);
 
@@ -100,14 +123,16 @@ inline constexpr int64_t kAttnMaxHeadDim = 256;
 // Shared memory one block of the attention kernels needs for a head size (the largest of the
 // three kernels); the device must offer it per block.
 size_t attention_shared_bytes(int64_t head_dim);
-// Lets the kernels use up to `max_shared_bytes` of dynamic shared memory (the device's opt-in
-// limit). Once per device, before the first attention launch.
+// Lets the kernels (both activation types) use up to `max_shared_bytes` of dynamic shared
+// memory (the device's opt-in limit). Once per device, before the first attention launch.
 void attention_init(size_t max_shared_bytes);
-// out (B,T,NH·HD) bf16, lse (B,NH,T) f32, qkv (B,T,(NH+2KVH)·HD) bf16.
-void attention_forward(bf16* out, float* lse, const bf16* qkv, const AttnShape& s,
+// out (B,T,NH·HD), lse (B,NH,T) f32, qkv (B,T,(NH+2KVH)·HD).
+template <typename Act>
+void attention_forward(Act* out, float* lse, const Act* qkv, const AttnShape& s,
                        cudaStream_t stream);
 // dqkv += gradients; `scratch` holds B·NH·T floats (the row sums D = Σ dout·out).
-void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const float* lse,
-                        const bf16* qkv, float* scratch, const AttnShape& s, cudaStream_t stream);
+template <typename Act>
+void attention_backward(Act* dqkv, const Act* dout, const Act* out, const float* lse,
+                        const Act* qkv, float* scratch, const AttnShape& s, cudaStream_t stream);
 
 }  // namespace ax::train::cuda

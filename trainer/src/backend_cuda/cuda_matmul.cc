@@ -1,5 +1,7 @@
 #include "cuda_matmul.h"
 
+#include <algorithm>
+
 #include "ax/common/check.h"
 #include "ax/common/device_check.h"
 
@@ -24,6 +26,8 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   AX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
+cudaDataType_t cuda_type(DType t) { return t == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF; }
+
 template <typename T>
 void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
               const T& value) {
@@ -34,7 +38,7 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
 
 size_t LtMatmul::workspace_bytes() { return kWorkspaceBytes; }
 
-LtMatmul::LtMatmul() {
+LtMatmul::LtMatmul(bool allow_tf32) : allow_tf32_(allow_tf32) {
   AX_CUBLAS_CHECK(cublasLtCreate(&handle_));
   AX_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -59,7 +63,8 @@ LtMatmul::Plan& LtMatmul::plan_for(const GemmDesc& g) {
           g.lda,
           g.ldb,
           g.ldd,
-          g.d_f32,
+          g.in,
+          g.out,
           g.beta != 0,
           g.bias != nullptr,
           alignment_of(g.A),
@@ -70,8 +75,12 @@ LtMatmul::Plan& LtMatmul::plan_for(const GemmDesc& g) {
   if (it != plans_.end()) return it->second;
 
   Plan plan;
-  const cudaDataType_t d_type = g.d_f32 ? CUDA_R_32F : CUDA_R_16BF;
-  AX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cudaDataType_t in_type = cuda_type(g.in), d_type = cuda_type(g.out);
+  // bf16 inputs accumulate in f32 on tensor cores either way; f32 inputs stay f32 unless TF32
+  // was asked for.
+  const cublasComputeType_t compute =
+      g.in == DType::kF32 && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  AX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute, CUDA_R_32F));
   set_desc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   if (g.bias != nullptr) {
@@ -79,27 +88,28 @@ LtMatmul::Plan& LtMatmul::plan_for(const GemmDesc& g) {
     set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   }
   // Stored shapes: a transposed operand is stored with its dimensions swapped.
-  AX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, g.trans_a ? g.k : g.m,
+  AX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in_type, g.trans_a ? g.k : g.m,
                                              g.trans_a ? g.m : g.k, g.lda));
-  AX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, g.trans_b ? g.n : g.k,
+  AX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in_type, g.trans_b ? g.n : g.k,
                                              g.trans_b ? g.k : g.n, g.ldb));
   AX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, d_type, g.m, g.n, g.ldd));
 
   cublasLtMatmulPreference_t pref;
   AX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t(std::get<11>(key)));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, uint32_t(std::get<12>(key)));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, uint32_t(std::get<13>(key)));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(std::get<13>(key)));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t(std::get<12>(key)));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, uint32_t(std::get<13>(key)));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, uint32_t(std::get<14>(key)));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(std::get<14>(key)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   AX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d,
                                                  pref, 1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
-  AX_CHECK(found > 0) << "cuBLASLt has no algorithm for a bf16 GEMM m=" << g.m << " n=" << g.n
-                      << " k=" << g.k << " lda=" << g.lda << " ldb=" << g.ldb << " ldd=" << g.ldd
-                      << (g.d_f32 ? " (f32 out)" : "") << (g.bias ? " with bias" : "");
+  AX_CHECK(found > 0) << "cuBLASLt has no algorithm for a GEMM of " << dtype_name(g.in) << " into "
+                      << dtype_name(g.out) << " m=" << g.m << " n=" << g.n << " k=" << g.k
+                      << " lda=" << g.lda << " ldb=" << g.ldb << " ldd=" << g.ldd
+                      << (g.bias ? " with bias" : "");
   plan.algo = result.algo;
   return plans_.emplace(key, plan).first->second;
 }
@@ -110,10 +120,19 @@ void LtMatmul::run(const GemmDesc& g, cudaStream_t stream) {
     // An empty sum (cuBLASLt rejects k = 0): D = beta · D, and our callers pass beta 0 or 1.
     AX_CHECK(g.bias == nullptr && g.ldd == g.m) << "empty GEMM with a bias or strided output";
     if (g.beta == 0) {
-      AX_CUDA_CHECK(cudaMemsetAsync(g.D, 0, g.m * g.n * (g.d_f32 ? 4 : 2), stream));
+      AX_CUDA_CHECK(cudaMemsetAsync(g.D, 0, g.m * g.n * dtype_size(g.out), stream));
     }
     return;
   }
+  const GemmSpans spans = gemm_spans(g);
+  if (std::max({spans.a, spans.b, spans.d}) <= kMaxGemmSpan) {
+    run_piece(g, stream);
+    return;
+  }
+  for (const GemmDesc& piece : split_gemm(g)) run_piece(piece, stream);
+}
+
+void LtMatmul::run_piece(const GemmDesc& g, cudaStream_t stream) {
   Plan& plan = plan_for(g);
   if (g.bias != nullptr) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
   const float alpha = 1.0f;

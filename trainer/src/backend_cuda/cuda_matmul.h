@@ -1,6 +1,9 @@
-// GEMMs of the CUDA backend through cuBLASLt: bf16 inputs, f32 accumulation, bf16 or f32
-// output, an optional fused bias epilogue. Descriptors and the heuristic's algorithm are cached
-// per shape, so a training step queries the heuristic only on its first pass.
+// GEMMs of the CUDA backend through cuBLASLt: bf16 or f32 inputs, f32 accumulation, an output of
+// the input type or f32, an optional fused bias epilogue. f32 inputs multiply in full f32
+// (CUBLAS_COMPUTE_32F) unless TF32 tensor cores are allowed (train.allow_tf32). Descriptors and
+// the heuristic's algorithm are cached per shape, so a training step queries the heuristic only
+// on its first pass. A GEMM with an operand of 2^31 elements or more runs in pieces
+// (gemm_split.h).
 #pragma once
 
 #include <cublasLt.h>
@@ -10,27 +13,14 @@
 #include <map>
 #include <tuple>
 
-namespace ax::train::cuda {
+#include "gemm_split.h"
 
-// D = op(A) · op(B) + beta · D in cuBLAS's column-major terms: D is m × n (leading dimension
-// ldd), op(A) m × k, op(B) k × n; a transposed operand is stored k × m (or n × k).
-struct GemmDesc {
-  bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;
-  const void* A = nullptr;  // bf16
-  int64_t lda = 0;
-  const void* B = nullptr;  // bf16
-  int64_t ldb = 0;
-  void* D = nullptr;  // bf16 or f32 (d_f32)
-  int64_t ldd = 0;
-  bool d_f32 = false;
-  float beta = 0;
-  const void* bias = nullptr;  // bf16 (m), added to every column; forward only
-};
+namespace ax::train::cuda {
 
 class LtMatmul {
  public:
-  LtMatmul();
+  // allow_tf32: f32 GEMMs may round their inputs to TF32 (10-bit mantissas) on tensor cores.
+  explicit LtMatmul(bool allow_tf32);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
@@ -46,11 +36,13 @@ class LtMatmul {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // Everything the algorithm choice depends on, pointer alignments included.
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         bool, bool, int, int, int, int>;
+  // Everything the algorithm choice depends on, dtypes and pointer alignments included.
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, DType,
+                         DType, bool, bool, int, int, int, int>;
   Plan& plan_for(const GemmDesc& g);
+  void run_piece(const GemmDesc& g, cudaStream_t stream);
 
+  bool allow_tf32_ = false;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, Plan> plans_;

@@ -1,7 +1,8 @@
 // The ops of the CUDA backend: check the views (dtype and shape, aborting on a mismatch as
-// backend.h says), then launch. Activations and compute weights are bf16, statistics and
-// parameter gradients f32. Unlike the CPU backend, token and target ids are not range-checked
-// here: they live on the device (Model::forward checks them on the host).
+// backend.h says), then launch the kernels' instantiation for the plan's activation type (bf16
+// or f32); statistics and parameter gradients are f32 either way. Unlike the CPU backend, token
+// and target ids are not range-checked here: they live on the device (Model::forward checks them
+// on the host, and the cross-entropy kernels never read past a row: cuda_kernels.h).
 #include <cmath>
 #include <utility>
 
@@ -12,8 +13,24 @@
 namespace ax::train::cuda {
 namespace {
 
-bf16* act(const Tensor& t) { return static_cast<bf16*>(t.data); }
-const bf16* act_or_null(const Tensor& t) { return t.empty() ? nullptr : act(t); }
+// Calls f.template operator()<Act>() with Act the C++ type of `act` (bf16 or float).
+template <typename F>
+void with_act(DType act, F&& f) {
+  if (act == DType::kF32) {
+    f.template operator()<float>();
+  } else {
+    f.template operator()<bf16>();
+  }
+}
+
+template <typename Act>
+Act* ptr(const Tensor& t) {
+  return static_cast<Act*>(t.data);
+}
+template <typename Act>
+Act* ptr_or_null(const Tensor& t) {
+  return t.empty() ? nullptr : ptr<Act>(t);
+}
 float* f32(const Tensor& t) { return t.as<float>(); }
 float* f32_or_null(const Tensor& t) { return t.empty() ? nullptr : t.as<float>(); }
 
@@ -24,23 +41,29 @@ float* f32_or_null(const Tensor& t) { return t.empty() ? nullptr : t.as<float>()
 void CudaBackend::embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) {
   // out (B, T, C), tokens (B, T) i32, wte (Vp, C), wpe (maxT, C) or empty.
   auto [B, T, Vp, C] = check_embedding_forward(plan_, out, tokens, wte, wpe);
-  cuda::embedding_forward(act(out), tokens.as<int32_t>(), act(wte), act_or_null(wpe), B, T, C,
-                          stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::embedding_forward(ptr<Act>(out), tokens.as<int32_t>(), ptr<Act>(wte),
+                            ptr_or_null<Act>(wpe), B, T, C, stream_);
+  });
 }
 
 void CudaBackend::embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) {
   // dwte (Vp, C) f32, dwpe (maxT, C) f32 or empty, dout (B, T, C), tokens (B, T) i32.
   auto [B, T, Vp, C] = check_embedding_backward(plan_, dwte, dwpe, dout, tokens);
-  cuda::embedding_backward(f32(dwte), f32_or_null(dwpe), act(dout), tokens.as<int32_t>(), B, T, C,
-                           stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::embedding_backward(f32(dwte), f32_or_null(dwpe), ptr<Act>(dout), tokens.as<int32_t>(), B,
+                             T, C, stream_);
+  });
 }
 
 void CudaBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                                     Tensor bias, float eps) {
   // out (N, C), mean (N) f32, rstd (N) f32, inp (N, C), weight (C), bias (C) or empty.
   auto [N, C] = check_layernorm_forward(plan_, out, mean, rstd, inp, weight, bias);
-  norm_forward(act(out), f32(mean), f32(rstd), act(inp), act(weight), act_or_null(bias), N, C, eps,
-               stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    norm_forward(ptr<Act>(out), f32(mean), f32(rstd), ptr<Act>(inp), ptr<Act>(weight),
+                 ptr_or_null<Act>(bias), N, C, eps, stream_);
+  });
 }
 
 void CudaBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
@@ -49,28 +72,35 @@ void CudaBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, 
   // mean (N) f32, rstd (N) f32.
   auto [N, C] =
       check_layernorm_backward(plan_, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
-  norm_backward_inputs(act(dinp), act(dout), act(inp), act(weight), f32(mean), f32(rstd), N, C,
-                       stream_);
   auto* partials = static_cast<float*>(scratch(column_grads_scratch_floats(N, C) * sizeof(float)));
-  column_grads(f32(dweight), f32_or_null(dbias), act(dout), act(inp), f32(mean), f32(rstd), N, C,
-               partials, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    norm_backward_inputs(ptr<Act>(dinp), ptr<Act>(dout), ptr<Act>(inp), ptr<Act>(weight), f32(mean),
+                         f32(rstd), N, C, stream_);
+    column_grads(f32(dweight), f32_or_null(dbias), ptr<Act>(dout), ptr<Act>(inp), f32(mean),
+                 f32(rstd), N, C, partials, stream_);
+  });
 }
 
 void CudaBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight, float eps) {
   // out (N, C), rstd (N) f32, inp (N, C), weight (C).
   auto [N, C] = check_rmsnorm_forward(plan_, out, rstd, inp, weight);
-  norm_forward(act(out), nullptr, f32(rstd), act(inp), act(weight), nullptr, N, C, eps, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    norm_forward(ptr<Act>(out), nullptr, f32(rstd), ptr<Act>(inp), ptr<Act>(weight),
+                 static_cast<const Act*>(nullptr), N, C, eps, stream_);
+  });
 }
 
 void CudaBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp,
                                    Tensor weight, Tensor rstd) {
   // dinp (N, C), dweight (C) f32, dout (N, C), inp (N, C), weight (C), rstd (N) f32.
   auto [N, C] = check_rmsnorm_backward(plan_, dinp, dweight, dout, inp, weight, rstd);
-  norm_backward_inputs(act(dinp), act(dout), act(inp), act(weight), nullptr, f32(rstd), N, C,
-                       stream_);
   auto* partials = static_cast<float*>(scratch(column_grads_scratch_floats(N, C) * sizeof(float)));
-  column_grads(f32(dweight), nullptr, act(dout), act(inp), nullptr, f32(rstd), N, C, partials,
-               stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    norm_backward_inputs(ptr<Act>(dinp), ptr<Act>(dout), ptr<Act>(inp), ptr<Act>(weight), nullptr,
+                         f32(rstd), N, C, stream_);
+    column_grads(f32(dweight), nullptr, ptr<Act>(dout), ptr<Act>(inp), nullptr, f32(rstd), N, C,
+                 partials, stream_);
+  });
 }
 
 // ---- matmul ----
@@ -91,6 +121,7 @@ void CudaBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor b
   g.ldb = C;
   g.D = out.data;
   g.ldd = OC;
+  g.in = g.out = plan_.act;
   g.bias = bias.empty() ? nullptr : bias.data;
   matmul_->run(g, stream_);
 }
@@ -112,6 +143,7 @@ void CudaBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Ten
     g.ldb = OC;
     g.D = dinp.data;
     g.ldd = C;
+    g.in = g.out = plan_.act;
     g.beta = 1;
     matmul_->run(g, stream_);
   }
@@ -127,14 +159,17 @@ void CudaBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Ten
   g.ldb = OC;
   g.D = dweight.data;
   g.ldd = C;
-  g.d_f32 = true;
+  g.in = plan_.act;
+  g.out = DType::kF32;
   g.beta = 1;
   matmul_->run(g, stream_);
   if (!dbias.empty()) {
     auto* partials =
         static_cast<float*>(scratch(column_grads_scratch_floats(N, OC) * sizeof(float)));
-    column_grads(nullptr, f32(dbias), act(dout), nullptr, nullptr, nullptr, N, OC, partials,
-                 stream_);
+    with_act(plan_.act, [&]<typename Act>() {
+      column_grads(nullptr, f32(dbias), ptr<Act>(dout), static_cast<const Act*>(nullptr), nullptr,
+                   nullptr, N, OC, partials, stream_);
+    });
   }
 }
 
@@ -145,18 +180,21 @@ void CudaBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv
   // out, inp (B, T, (NH + 2·KVH)·HD).
   auto d = check_rope(plan_, out, inp, num_heads, num_kv_heads, "rope_forward", "out", "inp");
   const float* table = rope_table(d.T, d.HD, theta);
-  cuda::rope_forward(act(out), act(inp), table, d.B, d.T, d.R, num_heads + num_kv_heads, d.HD,
-                     stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::rope_forward(ptr<Act>(out), ptr<Act>(inp), table, d.B, d.T, d.R, num_heads + num_kv_heads,
+                       d.HD, stream_);
+  });
 }
 
 void CudaBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
                                 float theta) {
   // dinp, dout (B, T, (NH + 2·KVH)·HD).
-  auto d =
-      check_rope(plan_, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
+  auto d = check_rope(plan_, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
   const float* table = rope_table(d.T, d.HD, theta);
-  cuda::rope_backward(act(dinp), act(dout), table, d.B, d.T, d.R, num_heads + num_kv_heads, d.HD,
-                      stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::rope_backward(ptr<Act>(dinp), ptr<Act>(dout), table, d.B, d.T, d.R,
+                        num_heads + num_kv_heads, d.HD, stream_);
+  });
 }
 
 namespace {
@@ -183,8 +221,10 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
   constexpr const char* kOp = "attention_forward";
   const AttentionDims d = check_attention_forward(plan_, out, lse, q, kv, spec);
   expect_packed_self_attention(d, q, kv, spec, max_shared_per_block_, kOp);
-  cuda::attention_forward(act(out), f32(lse), act(q),
-                          {d.B, d.Tq, d.NH, d.KVH, d.HD, spec.causal}, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::attention_forward(ptr<Act>(out), f32(lse), ptr<Act>(q),
+                            {d.B, d.Tq, d.NH, d.KVH, d.HD, spec.causal}, stream_);
+  });
 }
 
 void CudaBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out,
@@ -196,41 +236,50 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor
   expect_packed_self_attention(d, q, kv, spec, max_shared_per_block_, kOp);
   AX_CHECK(dq.data == dkv.data) << kOp << ": the CUDA kernels take one packed dqkv so far";
   auto* row_dots = static_cast<float*>(scratch(d.B * d.NH * d.Tq * sizeof(float)));
-  cuda::attention_backward(act(dq), act(dout), act(out), f32(lse), act(q), row_dots,
-                           {d.B, d.Tq, d.NH, d.KVH, d.HD, spec.causal}, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::attention_backward(ptr<Act>(dq), ptr<Act>(dout), ptr<Act>(out), f32(lse), ptr<Act>(q),
+                             row_dots, {d.B, d.Tq, d.NH, d.KVH, d.HD, spec.causal}, stream_);
+  });
 }
 
 // ---- point-wise ----
 
 void CudaBackend::gelu_forward(Tensor out, Tensor inp) {
   check_gelu_forward(plan_, out, inp);
-  cuda::gelu_forward(act(out), act(inp), inp.numel(), stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::gelu_forward(ptr<Act>(out), ptr<Act>(inp), inp.numel(), stream_);
+  });
 }
 
 void CudaBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   check_gelu_backward(plan_, dinp, dout, inp);
-  cuda::gelu_backward(act(dinp), act(dout), act(inp), inp.numel(), stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::gelu_backward(ptr<Act>(dinp), ptr<Act>(dout), ptr<Act>(inp), inp.numel(), stream_);
+  });
 }
 
 void CudaBackend::swiglu_forward(Tensor out, Tensor inp) {
   // out (N, F), inp (N, 2F).
   auto [N, F] = check_swiglu_forward(plan_, out, inp);
-  cuda::swiglu_forward(act(out), act(inp), N, F, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::swiglu_forward(ptr<Act>(out), ptr<Act>(inp), N, F, stream_);
+  });
 }
 
 void CudaBackend::swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   // dinp (N, 2F), dout (N, F), inp (N, 2F).
   auto [N, F] = check_swiglu_backward(plan_, dinp, dout, inp);
-  cuda::swiglu_backward(act(dinp), act(dout), act(inp), N, F, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::swiglu_backward(ptr<Act>(dinp), ptr<Act>(dout), ptr<Act>(inp), N, F, stream_);
+  });
 }
 
 void CudaBackend::add_forward(Tensor out, Tensor a, Tensor b) {
+  // The residual stream (the activation dtype) or FSDP's f32 gradient shards.
   check_add(plan_, out, a, b);
-  if (out.dtype == DType::kF32) {
-    cuda::add_forward(f32(out), f32(a), f32(b), out.numel(), stream_);
-  } else {
-    cuda::add_forward(act(out), act(a), act(b), out.numel(), stream_);
-  }
+  with_act(out.dtype, [&]<typename Act>() {
+    cuda::add_forward(ptr<Act>(out), ptr<Act>(a), ptr<Act>(b), out.numel(), stream_);
+  });
 }
 
 // ---- cross-entropy ----
@@ -238,35 +287,45 @@ void CudaBackend::add_forward(Tensor out, Tensor a, Tensor b) {
 void CudaBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) {
   // losses (N) f32, logits (N, Vp), targets (N) i32.
   auto [N, Vp] = check_cross_entropy_forward(plan_, losses, logits, targets, V);
-  cuda::cross_entropy_forward(f32(losses), act(logits), targets.as<int32_t>(), N, V, Vp, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::cross_entropy_forward(f32(losses), ptr<Act>(logits), targets.as<int32_t>(), N, V, Vp,
+                                stream_);
+  });
 }
 
 void CudaBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
                                          float dloss) {
   // dlogits (N, Vp) (may be logits itself), logits (N, Vp), targets (N) i32.
   auto [N, Vp] = check_cross_entropy_backward(plan_, dlogits, logits, targets, V);
-  cuda::cross_entropy_backward(act(dlogits), act(logits), targets.as<int32_t>(), N, V, Vp, dloss,
-                               stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::cross_entropy_backward(ptr<Act>(dlogits), ptr<Act>(logits), targets.as<int32_t>(), N, V,
+                                 Vp, dloss, stream_);
+  });
 }
-
 
 void CudaBackend::ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) {
   auto [N, Vl] = check_ce_shard_max(plan_, rowmax, logits, v_count);
-  cuda::ce_shard_max(f32(rowmax), act(logits), N, Vl, v_count, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::ce_shard_max(f32(rowmax), ptr<Act>(logits), N, Vl, v_count, stream_);
+  });
 }
 
 void CudaBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
                                 int64_t v_begin, int64_t v_count) {
   auto [N, Vl] = check_ce_shard_sums(plan_, sums, logits, rowmax, targets, v_count);
-  cuda::ce_shard_sums(f32(sums), act(logits), f32(rowmax), targets.as<int32_t>(), N, Vl, v_begin,
-                      v_count, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::ce_shard_sums(f32(sums), ptr<Act>(logits), f32(rowmax), targets.as<int32_t>(), N, Vl,
+                        v_begin, v_count, stream_);
+  });
 }
 
 void CudaBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                     int64_t v_begin, int64_t v_count, float dloss) {
   auto [N, Vl] = check_ce_shard_backward(plan_, dlogits, logits, lse, targets, v_count);
-  cuda::ce_shard_backward(act(dlogits), act(logits), f32(lse), targets.as<int32_t>(), N, Vl,
-                          v_begin, v_count, dloss, stream_);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::ce_shard_backward(ptr<Act>(dlogits), ptr<Act>(logits), f32(lse), targets.as<int32_t>(), N,
+                            Vl, v_begin, v_count, dloss, stream_);
+  });
 }
 
 }  // namespace ax::train::cuda

@@ -12,10 +12,6 @@ constexpr int kRowThreads = 512;             // cross-entropy: one block per row
 constexpr float kGeluScale = 0.7978845608f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
-#define AX_GRID_STRIDE(i, n)                                                \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
-       i += int64_t{gridDim.x} * blockDim.x)
-
 __global__ void cast_f32_to_bf16_kernel(bf16* dst, const float* src, int64_t n) {
   AX_GRID_STRIDE(i, n) dst[i] = to_bf16(src[i]);
 }
@@ -24,15 +20,17 @@ __global__ void cast_bf16_to_f32_kernel(float* dst, const bf16* src, int64_t n) 
   AX_GRID_STRIDE(i, n) dst[i] = to_f32(src[i]);
 }
 
-__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
+template <typename Act>
+__global__ void gelu_forward_kernel(Act* out, const Act* inp, int64_t n) {
   AX_GRID_STRIDE(i, n) {
     float x = to_f32(inp[i]);
     float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = to_bf16(0.5f * x * (1.0f + tanhf(u)));
+    store(&out[i], 0.5f * x * (1.0f + tanhf(u)));
   }
 }
 
-__global__ void gelu_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, int64_t n) {
+template <typename Act>
+__global__ void gelu_backward_kernel(Act* dinp, const Act* dout, const Act* inp, int64_t n) {
   AX_GRID_STRIDE(i, n) {
     float x = to_f32(inp[i]);
     float u = kGeluScale * (x + kGeluCubic * x * x * x);
@@ -45,15 +43,17 @@ __global__ void gelu_backward_kernel(bf16* dinp, const bf16* dout, const bf16* i
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__global__ void swiglu_forward_kernel(bf16* out, const bf16* inp, int64_t N, int64_t F) {
+template <typename Act>
+__global__ void swiglu_forward_kernel(Act* out, const Act* inp, int64_t N, int64_t F) {
   AX_GRID_STRIDE(i, N * F) {
     int64_t n = i / F, f = i % F;
     float gate = to_f32(inp[n * 2 * F + f]), up = to_f32(inp[n * 2 * F + F + f]);
-    out[i] = to_bf16(gate * sigmoid(gate) * up);
+    store(&out[i], gate * sigmoid(gate) * up);
   }
 }
 
-__global__ void swiglu_backward_kernel(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N,
+template <typename Act>
+__global__ void swiglu_backward_kernel(Act* dinp, const Act* dout, const Act* inp, int64_t N,
                                        int64_t F) {
   AX_GRID_STRIDE(i, N * F) {
     int64_t n = i / F, f = i % F;
@@ -64,25 +64,23 @@ __global__ void swiglu_backward_kernel(bf16* dinp, const bf16* dout, const bf16*
   }
 }
 
-__global__ void add_kernel(bf16* out, const bf16* a, const bf16* b, int64_t n) {
-  AX_GRID_STRIDE(i, n) out[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
-}
-
-__global__ void add_f32_kernel(float* out, const float* a, const float* b, int64_t n) {
-  AX_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+template <typename Act>
+__global__ void add_kernel(Act* out, const Act* a, const Act* b, int64_t n) {
+  AX_GRID_STRIDE(i, n) store(&out[i], to_f32(a[i]) + to_f32(b[i]));
 }
 
 // One thread per rotated pair (j, j + HD/2) or per passed-through value element, so that the
-// rotation may run in place.
-template <bool kBackward>
-__global__ void rope_kernel(bf16* y, const bf16* x, const float* cos_sin, int64_t rows, int64_t T,
+// rotation may run in place. The table's (cos, sin) of (t, j) sit side by side at t·half + j
+// whatever T the table was built for (a layout that depended on T read the sines of a shorter
+// call from the cosines of a longer one).
+template <bool kBackward, typename Act>
+__global__ void rope_kernel(Act* y, const Act* x, const float2* cos_sin, int64_t rows, int64_t T,
                             int64_t R, int64_t rotated, int64_t HD) {
   int64_t half = HD / 2, pairs = rotated * half, slots = pairs + (R - rotated * HD);
-  const float* sin_table = cos_sin + T * half;
   AX_GRID_STRIDE(i, rows * slots) {
     int64_t n = i / slots, slot = i % slots;
-    const bf16* xr = x + n * R;
-    bf16* yr = y + n * R;
+    const Act* xr = x + n * R;
+    Act* yr = y + n * R;
     if (slot >= pairs) {
       int64_t e = rotated * HD + (slot - pairs);
       if (kBackward) {
@@ -93,21 +91,23 @@ __global__ void rope_kernel(bf16* y, const bf16* x, const float* cos_sin, int64_
       continue;
     }
     int64_t h = slot / half, j = slot % half, t = n % T;
-    float c = cos_sin[t * half + j], s = sin_table[t * half + j];
+    const float2 cs = cos_sin[t * half + j];
+    const float c = cs.x, s = cs.y;
     int64_t e0 = h * HD + j, e1 = e0 + half;
     float x0 = to_f32(xr[e0]), x1 = to_f32(xr[e1]);
     if (kBackward) {
       add_to(&yr[e0], x0 * c + x1 * s);
       add_to(&yr[e1], x1 * c - x0 * s);
     } else {
-      yr[e0] = to_bf16(x0 * c - x1 * s);
-      yr[e1] = to_bf16(x0 * s + x1 * c);
+      store(&yr[e0], x0 * c - x1 * s);
+      store(&yr[e1], x0 * s + x1 * c);
     }
   }
 }
 
 // (max, Σ e^(x - max)) over x[0, count), for the whole block.
-__device__ void row_max_sum(const bf16* x, int64_t count, float* shared, float* m_out,
+template <typename Act>
+__device__ void row_max_sum(const Act* x, int64_t count, float* shared, float* m_out,
                             float* s_out) {
   float m = -INFINITY, s = 0.0f;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
@@ -124,33 +124,38 @@ __device__ void row_max_sum(const bf16* x, int64_t count, float* shared, float* 
   *s_out = s;
 }
 
-__global__ void cross_entropy_forward_kernel(float* losses, const bf16* logits,
+// A target >= V is not a column of the row: it is never read, and the row's loss is NaN.
+template <typename Act>
+__global__ void cross_entropy_forward_kernel(float* losses, const Act* logits,
                                              const int32_t* targets, int64_t V, int64_t Vp) {
   __shared__ float shared[2 * kWarp];
   int64_t n = blockIdx.x;
   int32_t target = targets[n];
-  if (target < 0) {
-    if (threadIdx.x == 0) losses[n] = 0.0f;
+  if (target < 0 || target >= V) {
+    if (threadIdx.x == 0) losses[n] = target < 0 ? 0.0f : NAN;
     return;
   }
-  const bf16* x = logits + n * Vp;
+  const Act* x = logits + n * Vp;
   float m, s;
   row_max_sum(x, V, shared, &m, &s);
   if (threadIdx.x == 0) losses[n] = m + logf(s) - to_f32(x[target]);
 }
 
 // d = (softmax(x) - onehot) · dloss over the first V columns, 0 beyond; each thread reads the
-// elements it writes, after the whole block has read the row, so d may be x.
-__global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits,
+// elements it writes, after the whole block has read the row, so d may be x. A target >= V
+// gives NaN over the first V columns.
+template <typename Act>
+__global__ void cross_entropy_backward_kernel(Act* dlogits, const Act* logits,
                                               const int32_t* targets, int64_t V, int64_t Vp,
                                               float dloss) {
   __shared__ float shared[2 * kWarp];
   int64_t n = blockIdx.x;
   int32_t target = targets[n];
-  const bf16* x = logits + n * Vp;
-  bf16* d = dlogits + n * Vp;
-  if (target < 0) {
-    for (int64_t i = threadIdx.x; i < Vp; i += blockDim.x) d[i] = to_bf16(0.0f);
+  const Act* x = logits + n * Vp;
+  Act* d = dlogits + n * Vp;
+  if (target < 0 || target >= V) {
+    const float fill = target < 0 ? 0.0f : NAN;
+    for (int64_t i = threadIdx.x; i < Vp; i += blockDim.x) store(&d[i], i < V ? fill : 0.0f);
     return;
   }
   float m, s;
@@ -162,26 +167,27 @@ __global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits,
       v = expf(to_f32(x[i]) - m) * scale;
       if (i == target) v -= dloss;
     }
-    d[i] = to_bf16(v);
+    store(&d[i], v);
   }
 }
 
-__global__ void ce_shard_max_kernel(float* rowmax, const bf16* logits, int64_t Vl,
-                                    int64_t v_count) {
+template <typename Act>
+__global__ void ce_shard_max_kernel(float* rowmax, const Act* logits, int64_t Vl, int64_t v_count) {
   __shared__ float shared[kWarp];
-  const bf16* x = logits + blockIdx.x * Vl;
+  const Act* x = logits + blockIdx.x * Vl;
   float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < v_count; i += blockDim.x) m = fmaxf(m, to_f32(x[i]));
   m = block_max(m, shared);
   if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
 }
 
-__global__ void ce_shard_sums_kernel(float* sums, const bf16* logits, const float* rowmax,
+template <typename Act>
+__global__ void ce_shard_sums_kernel(float* sums, const Act* logits, const float* rowmax,
                                      const int32_t* targets, int64_t Vl, int64_t v_begin,
                                      int64_t v_count) {
   __shared__ float shared[kWarp];
   int64_t n = blockIdx.x;
-  const bf16* x = logits + n * Vl;
+  const Act* x = logits + n * Vl;
   float m = rowmax[n], s = 0.0f;
   for (int64_t i = threadIdx.x; i < v_count; i += blockDim.x) s += expf(to_f32(x[i]) - m);
   s = block_sum(s, shared);
@@ -192,12 +198,13 @@ __global__ void ce_shard_sums_kernel(float* sums, const bf16* logits, const floa
   }
 }
 
-__global__ void ce_shard_backward_kernel(bf16* dlogits, const bf16* logits, const float* lse,
+template <typename Act>
+__global__ void ce_shard_backward_kernel(Act* dlogits, const Act* logits, const float* lse,
                                          const int32_t* targets, int64_t Vl, int64_t v_begin,
                                          int64_t v_count, float dloss) {
   int64_t n = blockIdx.x;
-  const bf16* x = logits + n * Vl;
-  bf16* d = dlogits + n * Vl;
+  const Act* x = logits + n * Vl;
+  Act* d = dlogits + n * Vl;
   int32_t target = targets[n];
   int64_t local = static_cast<int64_t>(target) - v_begin;
   float l = lse[n];
@@ -207,7 +214,7 @@ __global__ void ce_shard_backward_kernel(bf16* dlogits, const bf16* logits, cons
       v = expf(to_f32(x[i]) - l) * dloss;
       if (i == local) v -= dloss;
     }
-    d[i] = to_bf16(v);
+    store(&d[i], v);
   }
 }
 
@@ -265,62 +272,66 @@ void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t strea
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t stream) {
+template <typename Act>
+void gelu_forward(Act* out, const Act* inp, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t n, cudaStream_t stream) {
+template <typename Act>
+void gelu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dinp, dout, inp, n);
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_forward(bf16* out, const bf16* inp, int64_t N, int64_t F, cudaStream_t stream) {
+template <typename Act>
+void swiglu_forward(Act* out, const Act* inp, int64_t N, int64_t F, cudaStream_t stream) {
   if (N * F == 0) return;
   swiglu_forward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(out, inp, N, F);
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_backward(bf16* dinp, const bf16* dout, const bf16* inp, int64_t N, int64_t F,
+template <typename Act>
+void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F,
                      cudaStream_t stream) {
   if (N * F == 0) return;
   swiglu_backward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void add_forward(bf16* out, const bf16* a, const bf16* b, int64_t n, cudaStream_t stream) {
+template <typename Act>
+void add_forward(Act* out, const Act* a, const Act* b, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  add_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, a, b, n);
+template <bool kBackward, typename Act>
+void launch_rope(Act* y, const Act* x, const float* cos_sin, int64_t B, int64_t T, int64_t R,
+                 int64_t rotated, int64_t HD, cudaStream_t stream) {
+  int64_t work = B * T * (rotated * HD / 2 + (R - rotated * HD));
+  if (work == 0) return;
+  rope_kernel<kBackward><<<grid_for(work, kThreads), kThreads, 0, stream>>>(
+      y, x, reinterpret_cast<const float2*>(cos_sin), B * T, T, R, rotated, HD);
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void rope_forward(bf16* out, const bf16* inp, const float* cos_sin, int64_t B, int64_t T, int64_t R,
+template <typename Act>
+void rope_forward(Act* out, const Act* inp, const float* cos_sin, int64_t B, int64_t T, int64_t R,
                   int64_t rotated, int64_t HD, cudaStream_t stream) {
-  int64_t work = B * T * (rotated * HD / 2 + (R - rotated * HD));
-  if (work == 0) return;
-  rope_kernel<false><<<grid_for(work, kThreads), kThreads, 0, stream>>>(out, inp, cos_sin, B * T, T,
-                                                                        R, rotated, HD);
-  AX_CUDA_CHECK_LAUNCH();
+  launch_rope<false>(out, inp, cos_sin, B, T, R, rotated, HD, stream);
 }
 
-void rope_backward(bf16* dinp, const bf16* dout, const float* cos_sin, int64_t B, int64_t T,
+template <typename Act>
+void rope_backward(Act* dinp, const Act* dout, const float* cos_sin, int64_t B, int64_t T,
                    int64_t R, int64_t rotated, int64_t HD, cudaStream_t stream) {
-  int64_t work = B * T * (rotated * HD / 2 + (R - rotated * HD));
-  if (work == 0) return;
-  rope_kernel<true><<<grid_for(work, kThreads), kThreads, 0, stream>>>(dinp, dout, cos_sin, B * T,
-                                                                       T, R, rotated, HD);
-  AX_CUDA_CHECK_LAUNCH();
+  launch_rope<true>(dinp, dout, cos_sin, B, T, R, rotated, HD, stream);
 }
 
-void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t N,
+template <typename Act>
+void cross_entropy_forward(float* losses, const Act* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vp, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
@@ -328,7 +339,8 @@ void cross_entropy_forward(float* losses, const bf16* logits, const int32_t* tar
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, int64_t N,
+template <typename Act>
+void cross_entropy_backward(Act* dlogits, const Act* logits, const int32_t* targets, int64_t N,
                             int64_t V, int64_t Vp, float dloss, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
@@ -336,7 +348,8 @@ void cross_entropy_backward(bf16* dlogits, const bf16* logits, const int32_t* ta
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void ce_shard_max(float* rowmax, const bf16* logits, int64_t N, int64_t Vl, int64_t v_count,
+template <typename Act>
+void ce_shard_max(float* rowmax, const Act* logits, int64_t N, int64_t Vl, int64_t v_count,
                   cudaStream_t stream) {
   if (N == 0) return;
   ce_shard_max_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(rowmax, logits, Vl,
@@ -344,7 +357,8 @@ void ce_shard_max(float* rowmax, const bf16* logits, int64_t N, int64_t Vl, int6
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void ce_shard_sums(float* sums, const bf16* logits, const float* rowmax, const int32_t* targets,
+template <typename Act>
+void ce_shard_sums(float* sums, const Act* logits, const float* rowmax, const int32_t* targets,
                    int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, cudaStream_t stream) {
   if (N == 0) return;
   ce_shard_sums_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
@@ -352,7 +366,8 @@ void ce_shard_sums(float* sums, const bf16* logits, const float* rowmax, const i
   AX_CUDA_CHECK_LAUNCH();
 }
 
-void ce_shard_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+template <typename Act>
+void ce_shard_backward(Act* dlogits, const Act* logits, const float* lse, const int32_t* targets,
                        int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, float dloss,
                        cudaStream_t stream) {
   if (N == 0) return;
@@ -380,5 +395,29 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
   adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(params, grads, m, v, n, s);
   AX_CUDA_CHECK_LAUNCH();
 }
+
+// The launchers for both activation types (cuda_kernels.h).
+#define AX_POINTWISE_LAUNCHERS(Act)                                                               \
+  template void gelu_forward(Act*, const Act*, int64_t, cudaStream_t);                            \
+  template void gelu_backward(Act*, const Act*, const Act*, int64_t, cudaStream_t);               \
+  template void swiglu_forward(Act*, const Act*, int64_t, int64_t, cudaStream_t);                 \
+  template void swiglu_backward(Act*, const Act*, const Act*, int64_t, int64_t, cudaStream_t);    \
+  template void add_forward(Act*, const Act*, const Act*, int64_t, cudaStream_t);                 \
+  template void rope_forward(Act*, const Act*, const float*, int64_t, int64_t, int64_t, int64_t,  \
+                             int64_t, cudaStream_t);                                              \
+  template void rope_backward(Act*, const Act*, const float*, int64_t, int64_t, int64_t, int64_t, \
+                              int64_t, cudaStream_t);                                             \
+  template void cross_entropy_forward(float*, const Act*, const int32_t*, int64_t, int64_t,       \
+                                      int64_t, cudaStream_t);                                     \
+  template void cross_entropy_backward(Act*, const Act*, const int32_t*, int64_t, int64_t,        \
+                                       int64_t, float, cudaStream_t);                             \
+  template void ce_shard_max(float*, const Act*, int64_t, int64_t, int64_t, cudaStream_t);        \
+  template void ce_shard_sums(float*, const Act*, const float*, const int32_t*, int64_t, int64_t, \
+                              int64_t, int64_t, cudaStream_t);                                    \
+  template void ce_shard_backward(Act*, const Act*, const float*, const int32_t*, int64_t,        \
+                                  int64_t, int64_t, int64_t, float, cudaStream_t);
+AX_POINTWISE_LAUNCHERS(bf16)
+AX_POINTWISE_LAUNCHERS(float)
+#undef AX_POINTWISE_LAUNCHERS
 
 }  // namespace ax::train::cuda

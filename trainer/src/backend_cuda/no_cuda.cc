@@ -6,7 +6,7 @@ namespace ax::train {
 
 int cuda_device_count() { return 0; }
 
-StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int, DType) {
+StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int, const CudaBackendOptions&) {
   return FailedPrecondition("no CUDA device (this build has no CUDA backend: configure with ",
                             "-DAX_ENABLE_CUDA=ON and the CUDA toolkit)");
 }

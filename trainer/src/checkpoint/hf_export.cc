@@ -96,19 +96,21 @@ struct Exported {
   }
 };
 
-Status check_architecture(const ModelConfig& m, const char* norm, const char* activation,
-                          const char* position) {
+Status check_architecture(const ModelConfig& m, NormKind norm, Activation activation,
+                          PositionKind position) {
   if (m.norm != norm || m.activation != activation || m.position != position) {
-    return FailedPrecondition("Hugging Face export of model.family=", m.family,
-                              " needs model.norm=", norm, ", model.activation=", activation,
-                              " and model.position=", position, "; this model has ", m.norm, ", ",
-                              m.activation, " and ", m.position);
+    return FailedPrecondition(
+        "Hugging Face export of model.family=", name_of(m.family),
+        " needs model.norm=", name_of(norm), ", model.activation=", name_of(activation),
+        " and model.position=", name_of(position), "; this model has ", name_of(m.norm), ", ",
+        name_of(m.activation), " and ", name_of(m.position));
   }
   return Status::Ok();
 }
 
 StatusOr<Json> export_gpt2(const ModelConfig& m, Params* p, Exported* out) {
-  AX_RETURN_IF_ERROR(check_architecture(m, "layernorm", "gelu", "learned"));
+  AX_RETURN_IF_ERROR(
+      check_architecture(m, NormKind::kLayerNorm, Activation::kGelu, PositionKind::kLearned));
   if (m.num_kv_heads != m.num_heads) {
     return FailedPrecondition(
         "Hugging Face GPT-2 has no grouped-query attention: "
@@ -178,7 +180,8 @@ StatusOr<Json> export_gpt2(const ModelConfig& m, Params* p, Exported* out) {
 }
 
 StatusOr<Json> export_llama(const ModelConfig& m, Params* p, Exported* out) {
-  AX_RETURN_IF_ERROR(check_architecture(m, "rmsnorm", "swiglu", "rope"));
+  AX_RETURN_IF_ERROR(
+      check_architecture(m, NormKind::kRmsNorm, Activation::kSwiglu, PositionKind::kRope));
   const int64_t C = m.model_dim, F = m.hidden_dim, HD = m.head_dim();
   const int64_t Q = m.num_heads * HD, KV = m.num_kv_heads * HD;
   auto plain = [&](const std::string& name, const std::string& hf,
@@ -252,14 +255,11 @@ StatusOr<Json> export_llama(const ModelConfig& m, Params* p, Exported* out) {
 Status export_hugging_face(const CheckpointState& state, const Config& config,
                            const std::string& out_dir) {
   const ModelConfig& m = config.model;
-  if (m.family != "gpt" && m.family != "llama") {
-    return InvalidArgument("Hugging Face export: model.family '", m.family,
-                           "' has no mapping (known: gpt, llama)");
-  }
   Params params(state);
   Exported exported;
-  AX_ASSIGN_OR_RETURN(Json hf_config, m.family == "gpt" ? export_gpt2(m, &params, &exported)
-                                                        : export_llama(m, &params, &exported));
+  AX_ASSIGN_OR_RETURN(Json hf_config, m.family == ModelFamily::kGpt
+                                          ? export_gpt2(m, &params, &exported)
+                                          : export_llama(m, &params, &exported));
   AX_RETURN_IF_ERROR(params.check_all_used());
 
   std::error_code ec;

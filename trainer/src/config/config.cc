@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <variant>
@@ -28,8 +29,9 @@ enum class KeyType { kInt, kFloat, kBool, kString, kEnum, kMesh };
 // The range a numeric key must lie in; checked by apply_override, from_json and validate().
 enum class Bound { kAny, kPositive, kNonNegative, kUnit, kUnitOpen };
 
-// Where a key lives in Config. Readers reach it through a const_cast and never write.
-using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>;
+// Where a key lives in Config. Readers reach it through a const_cast and never write. A typed
+// enum (config.h) is reached as its one-byte value: the index of its name in KeyDef::allowed.
+using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, uint8_t*>;
 
 struct KeyDef {
   std::string_view name;
@@ -56,6 +58,20 @@ constexpr Alias kAliases[] = {
 };
 
 #define AX_FIELD(path) [](Config& c) -> FieldPtr { return &c.path; }
+#define AX_ENUM_FIELD(path)                     \
+  [](Config& c) -> FieldPtr {                   \
+    static_assert(sizeof(c.path) == 1);         \
+    return reinterpret_cast<uint8_t*>(&c.path); \
+  }
+
+// The names of the typed enums, in the order of their values.
+constexpr std::string_view kFamilyNames[] = {"gpt", "llama", "t5"};
+constexpr std::string_view kNormNames[] = {"layernorm", "rmsnorm"};
+constexpr std::string_view kActivationNames[] = {"gelu", "swiglu"};
+constexpr std::string_view kPositionNames[] = {"learned", "rope", "relative"};
+std::vector<std::string_view> names(std::span<const std::string_view> all) {
+  return {all.begin(), all.end()};
+}
 
 std::vector<KeyDef> build_key_table() {
   using K = KeyType;
@@ -63,16 +79,20 @@ std::vector<KeyDef> build_key_table() {
   // One key per entry reads better than clang-format's one field per line.
   // clang-format off
   std::vector<KeyDef> keys = {
-      {"model.family", K::kEnum, AX_FIELD(model.family), B::kAny, {"gpt", "llama"},
-       "architecture family (GPT-2/Pax style or LLaMA/Fuji style)"},
+      {"model.family", K::kEnum, AX_ENUM_FIELD(model.family), B::kAny, names(kFamilyNames),
+       "architecture family (GPT-2/Pax style, LLaMA/Fuji style, or T5 v1.1 encoder-decoder)"},
       {"model.num_layers", K::kInt, AX_FIELD(model.num_layers), B::kPositive, {},
-       "transformer blocks"},
+       "transformer blocks (t5: of the encoder)"},
+      {"model.num_decoder_layers", K::kInt, AX_FIELD(model.num_decoder_layers), B::kNonNegative, {},
+       "t5: decoder blocks; 0 = model.num_layers"},
       {"model.model_dim", K::kInt, AX_FIELD(model.model_dim), B::kPositive, {},
        "residual stream width"},
       {"model.num_heads", K::kInt, AX_FIELD(model.num_heads), B::kPositive, {},
        "attention (query) heads; head_dim = model_dim / num_heads"},
       {"model.num_kv_heads", K::kInt, AX_FIELD(model.num_kv_heads), B::kPositive, {},
        "key/value heads; fewer than num_heads is grouped-query attention"},
+      {"model.kv_channels", K::kInt, AX_FIELD(model.kv_channels), B::kNonNegative, {},
+       "dimension of each head (T5's d_kv); 0 = model_dim / num_heads"},
       {"model.hidden_dim", K::kInt, AX_FIELD(model.hidden_dim), B::kPositive, {},
        "MLP inner width (per SwiGLU branch)"},
       {"model.vocab_size", K::kInt, AX_FIELD(model.vocab_size), B::kNonNegative, {},
@@ -81,14 +101,22 @@ std::vector<KeyDef> build_key_table() {
        "padding of the embedding table when vocab_size is 0"},
       {"model.max_seq_len", K::kInt, AX_FIELD(model.max_seq_len), B::kPositive, {},
        "rows of the learned position table"},
-      {"model.norm", K::kEnum, AX_FIELD(model.norm), B::kAny, {"layernorm", "rmsnorm"},
+      {"model.norm", K::kEnum, AX_ENUM_FIELD(model.norm), B::kAny, names(kNormNames),
        "normalisation layer"},
-      {"model.activation", K::kEnum, AX_FIELD(model.activation), B::kAny, {"gelu", "swiglu"},
+      {"model.activation", K::kEnum, AX_ENUM_FIELD(model.activation), B::kAny,
+       names(kActivationNames),
        "MLP activation (gelu is the tanh approximation)"},
-      {"model.position", K::kEnum, AX_FIELD(model.position), B::kAny, {"learned", "rope"},
+      {"model.position", K::kEnum, AX_ENUM_FIELD(model.position), B::kAny,
+       names(kPositionNames),
        "position encoding"},
       {"model.rope_theta", K::kFloat, AX_FIELD(model.rope_theta), B::kPositive, {},
        "RoPE base frequency"},
+      {"model.relative_buckets", K::kInt, AX_FIELD(model.relative_buckets), B::kPositive, {},
+       "position=relative: buckets of T5's relative position bias"},
+      {"model.relative_max_distance", K::kInt, AX_FIELD(model.relative_max_distance),
+       B::kPositive, {}, "position=relative: distance at which the buckets end"},
+      {"model.dropout", K::kFloat, AX_FIELD(model.dropout), B::kUnitOpen, {},
+       "dropout probability (only 0 is implemented so far)"},
       {"model.tied_embeddings", K::kBool, AX_FIELD(model.tied_embeddings), B::kAny, {},
        "the LM head reuses the token embedding"},
       {"model.bias", K::kBool, AX_FIELD(model.bias), B::kAny, {},
@@ -127,6 +155,9 @@ std::vector<KeyDef> build_key_table() {
        {"auto", "bfloat16", "float32"},
        "activations and compute weights: auto = the device's own (bfloat16 on CUDA, float32 on "
        "the CPU); master weights and optimizer state are always float32"},
+      {"train.allow_tf32", K::kBool, AX_FIELD(train.allow_tf32), B::kAny, {},
+       "float32 activations on CUDA: GEMMs may use TF32 tensor cores (10-bit mantissas); "
+       "no effect in bfloat16 or on the CPU"},
       {"train.recompute", K::kEnum, AX_FIELD(train.recompute), B::kAny, {"none", "layer"},
        "activation recomputation: layer = keep only each layer's output, recompute the rest"},
       {"train.fsdp_prefetch", K::kBool, AX_FIELD(train.fsdp_prefetch), B::kAny, {},
@@ -134,7 +165,11 @@ std::vector<KeyDef> build_key_table() {
       {"train.comm_timeout_s", K::kFloat, AX_FIELD(train.comm_timeout_s), B::kPositive, {},
        "seconds a collective or bootstrap step may take before the run fails naming the rank"},
       {"train.seq_len", K::kInt, AX_FIELD(train.seq_len), B::kPositive, {},
-       "tokens per training sequence"},
+       "tokens per training sequence (t5: of the decoder, DEC_SL)"},
+      {"train.encoder_seq_len", K::kInt, AX_FIELD(train.encoder_seq_len), B::kNonNegative, {},
+       "t5: encoder tokens per sequence (ENC_SL)"},
+      {"train.z_loss", K::kFloat, AX_FIELD(train.z_loss), B::kNonNegative, {},
+       "z-loss coefficient: adds z_loss * (log sum exp logits)^2 per token (T5x uses 1e-4)"},
       {"train.seed", K::kInt, AX_FIELD(train.seed), B::kNonNegative, {},
        "seed of the initial weights and the data order"},
       {"train.log_every", K::kInt, AX_FIELD(train.log_every), B::kPositive, {},
@@ -175,9 +210,11 @@ std::vector<KeyDef> build_key_table() {
         ok = std::holds_alternative<bool*>(f);
         break;
       case KeyType::kString:
-      case KeyType::kEnum:
       case KeyType::kMesh:
         ok = std::holds_alternative<std::string*>(f);
+        break;
+      case KeyType::kEnum:
+        ok = std::holds_alternative<std::string*>(f) || std::holds_alternative<uint8_t*>(f);
         break;
     }
     AX_CHECK(ok) << "config key " << key.name << ": type does not match its field";
@@ -187,6 +224,7 @@ std::vector<KeyDef> build_key_table() {
 }
 
 #undef AX_FIELD
+#undef AX_ENUM_FIELD
 
 const std::vector<KeyDef>& key_table() {
   static const std::vector<KeyDef> keys = build_key_table();
@@ -311,6 +349,16 @@ std::optional<uint64_t> parse_uint64(std::string_view s) {
   return static_cast<uint64_t>(v);
 }
 
+// A typed enum's value: the index of `text` among the key's names.
+StatusOr<uint8_t> enum_index(const KeyDef& key, std::string_view who, std::string_view text) {
+  auto it = std::find(key.allowed.begin(), key.allowed.end(), text);
+  if (it == key.allowed.end()) {
+    return InvalidArgument("config key ", who, ": '", text, "' is not one of ",
+                           join(key.allowed, ", "));
+  }
+  return static_cast<uint8_t>(it - key.allowed.begin());
+}
+
 // A string key's value as stored: enums must be in their set, meshes are normalised.
 StatusOr<std::string> string_value(const KeyDef& key, std::string_view who, std::string_view text) {
   if (key.type == KeyType::kMesh) return normalize_mesh(who, text);
@@ -347,6 +395,8 @@ Status set_from_text(const KeyDef& key, std::string_view who, std::string_view t
     std::optional<bool> v = parse_bool(text);
     if (!v) return not_a("a boolean (true/false, 1/0, yes/no, on/off)");
     **p = *v;
+  } else if (auto* p = std::get_if<uint8_t*>(&field)) {
+    AX_ASSIGN_OR_RETURN(**p, enum_index(key, who, text));
   } else {
     AX_ASSIGN_OR_RETURN(std::string v, string_value(key, who, text));
     *std::get<std::string*>(field) = std::move(v);
@@ -381,6 +431,9 @@ Status set_from_json(const KeyDef& key, std::string_view who, const Json& value,
   } else if (auto* p = std::get_if<bool*>(&field)) {
     if (!value.is_boolean()) return wrong_type();
     **p = value.get<bool>();
+  } else if (auto* p = std::get_if<uint8_t*>(&field)) {
+    if (!value.is_string()) return wrong_type();
+    AX_ASSIGN_OR_RETURN(**p, enum_index(key, who, value.get_ref<const std::string&>()));
   } else {
     if (!value.is_string()) return wrong_type();
     AX_ASSIGN_OR_RETURN(std::string v, string_value(key, who, value.get_ref<const std::string&>()));
@@ -391,6 +444,7 @@ Status set_from_json(const KeyDef& key, std::string_view who, const Json& value,
 
 std::string value_text(const KeyDef& key, const Config& config) {
   FieldPtr field = key.field(const_cast<Config&>(config));
+  if (auto* p = std::get_if<uint8_t*>(&field)) return std::string(key.allowed.at(**p));
   return std::visit(
       [](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
@@ -409,6 +463,7 @@ std::string value_text(const KeyDef& key, const Config& config) {
 
 Json value_json(const KeyDef& key, const Config& config) {
   FieldPtr field = key.field(const_cast<Config&>(config));
+  if (auto* p = std::get_if<uint8_t*>(&field)) return Json(key.allowed.at(**p));
   return std::visit([](auto* p) { return Json(*p); }, field);
 }
 
@@ -425,6 +480,9 @@ Status check_key(const KeyDef& key, const Config& config) {
   }
   if (auto* p = std::get_if<std::string*>(&field)) {
     return string_value(key, name, **p).status();
+  }
+  if (auto* p = std::get_if<uint8_t*>(&field)) {
+    if (**p >= key.allowed.size()) return InvalidArgument("config key ", name, " out of range");
   }
   return Status::Ok();
 }
@@ -534,19 +592,32 @@ Status validate(const Config& config) {
   const ModelConfig& m = config.model;
   const OptimConfig& o = config.optim;
   const TrainConfig& t = config.train;
-  if (m.model_dim % m.num_heads != 0) {
+  if (m.kv_channels == 0 && m.model_dim % m.num_heads != 0) {
     return InvalidArgument("model.model_dim (", m.model_dim, ") must be divisible by ",
-                           "model.num_heads (", m.num_heads, ")");
+                           "model.num_heads (", m.num_heads, ") when model.kv_channels is 0");
+  }
+  if (m.dropout > 0) {
+    return InvalidArgument("model.dropout=", m.dropout,
+                           ": dropout is not implemented yet; use 0 (docs/t5.md)");
+  }
+  if ((m.family == ModelFamily::kT5) != (m.position == PositionKind::kRelative)) {
+    return InvalidArgument("model.position=relative goes with model.family=t5 and only with it; "
+                           "this config has model.family=", name_of(m.family),
+                           " and model.position=", name_of(m.position));
+  }
+  if (m.family == ModelFamily::kT5 && t.encoder_seq_len < 1) {
+    return InvalidArgument("model.family=t5 needs train.encoder_seq_len (ENC_SL) > 0");
   }
   if (m.num_kv_heads > m.num_heads || m.num_heads % m.num_kv_heads != 0) {
     return InvalidArgument("model.num_heads (", m.num_heads, ") must be a multiple of ",
                            "model.num_kv_heads (", m.num_kv_heads, ")");
   }
-  if (m.position == "rope" && m.head_dim() % 2 != 0) {
-    return InvalidArgument("model.position=rope needs an even head dim, but model.model_dim (",
-                           m.model_dim, ") / model.num_heads (", m.num_heads, ") = ", m.head_dim());
+  if (m.position == PositionKind::kRope && m.head_dim() % 2 != 0) {
+    return InvalidArgument("model.position=rope needs an even head dim, but it is ",
+                           m.head_dim(), " (model.kv_channels, else model.model_dim (", m.model_dim,
+                           ") / model.num_heads (", m.num_heads, "))");
   }
-  if (m.position == "learned" && t.seq_len > m.max_seq_len) {
+  if (m.position == PositionKind::kLearned && t.seq_len > m.max_seq_len) {
     return InvalidArgument("train.seq_len (", t.seq_len, ") exceeds model.max_seq_len (",
                            m.max_seq_len, "), the size of the learned position table");
   }
@@ -653,5 +724,10 @@ std::string describe_keys() {
       "auto.\n";
   return out;
 }
+
+std::string_view name_of(ModelFamily v) { return kFamilyNames[static_cast<size_t>(v)]; }
+std::string_view name_of(NormKind v) { return kNormNames[static_cast<size_t>(v)]; }
+std::string_view name_of(Activation v) { return kActivationNames[static_cast<size_t>(v)]; }
+std::string_view name_of(PositionKind v) { return kPositionNames[static_cast<size_t>(v)]; }
 
 }  // namespace ax::train

@@ -19,7 +19,7 @@ namespace {
 Config pax_gpt(int64_t layers, int64_t dim, int64_t heads, int64_t hidden) {
   Config c;
   ModelConfig& m = c.model;
-  m.family = "gpt";
+  m.family = ModelFamily::kGpt;
   m.num_layers = layers;
   m.model_dim = dim;
   m.num_heads = heads;
@@ -28,9 +28,9 @@ Config pax_gpt(int64_t layers, int64_t dim, int64_t heads, int64_t hidden) {
   m.vocab_size = 0;
   m.vocab_multiple = 128;
   m.max_seq_len = 2048;
-  m.norm = "layernorm";
-  m.activation = "gelu";
-  m.position = "learned";
+  m.norm = NormKind::kLayerNorm;
+  m.activation = Activation::kGelu;
+  m.position = PositionKind::kLearned;
   m.tied_embeddings = true;
   m.bias = true;
   m.norm_eps = 1e-5;
@@ -97,10 +97,10 @@ enum class FujiVersion { kV1, kV2, kV3 };
 Config fuji(FujiSize size, FujiVersion version) {
   Config c;
   ModelConfig& m = c.model;
-  m.family = "llama";
-  m.norm = "rmsnorm";
-  m.activation = "swiglu";
-  m.position = "rope";
+  m.family = ModelFamily::kLlama;
+  m.norm = NormKind::kRmsNorm;
+  m.activation = Activation::kSwiglu;
+  m.position = PositionKind::kRope;
   m.bias = false;
   m.norm_eps = 1e-5;
   // The reference gives no init std for Fuji; 0.02 is the usual GPT/LLaMA choice.
@@ -227,12 +227,12 @@ Config tiny_gpt() {
 Config tiny_llama() {
   Config c = tiny_gpt();
   ModelConfig& m = c.model;
-  m.family = "llama";
+  m.family = ModelFamily::kLlama;
   m.num_kv_heads = 2;
   m.hidden_dim = 128;
-  m.norm = "rmsnorm";
-  m.activation = "swiglu";
-  m.position = "rope";
+  m.norm = NormKind::kRmsNorm;
+  m.activation = Activation::kSwiglu;
+  m.position = PositionKind::kRope;
   m.rope_theta = 1e4;
   m.tied_embeddings = false;
   m.bias = false;

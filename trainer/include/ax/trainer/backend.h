@@ -1,7 +1,7 @@
 // The backend interface: memory, a queue, and every op as a forward/backward pair. Model code
 // calls these and never tests #ifdefs. The CPU backend is the fp32 reference (and, as cpu-bf16,
-// runs the CUDA backend's bf16 dtype plan); the CUDA backend computes in bf16 with fp32 master
-// weights and optimizer state, on its stream.
+// runs the CUDA backend's bf16 dtype plan); the CUDA backend computes with bf16 (or, when asked,
+// f32) activations and fp32 master weights and optimizer state, on its stream.
 //
 // Conventions (as in llm.c):
 //   - shapes: B batch, T sequence, C channels, N = B*T rows, OC output channels, Vp padded
@@ -71,9 +71,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu (2 threads, OpenBLAS)", "cuda:0 NVIDIA H100"
-  // The dtype activations and compute weights use (f32 on CPU, bf16 on CUDA).
+  // The dtype activations and compute weights use (f32 on CPU, bf16 or f32 on CUDA).
   virtual DType compute_dtype() const = 0;
-  // Peak dense FLOP/s of the device for MFU (0 when unknown).
+  // Peak dense FLOP/s of the device for MFU, for the math this backend's GEMMs use (bf16 or
+  // TF32 tensor cores, or f32 on CUDA cores); 0 when unknown.
   virtual double peak_flops() const = 0;
   // FLOPs of the matrix products (GEMMs, attention products) this backend has executed so far,
   // where it counts them (the CPU backends do; 0 otherwise): what MFU's model FLOPs must not
@@ -151,7 +152,9 @@ class Backend {
   virtual void add_forward(Tensor out, Tensor a, Tensor b) = 0;
 
   // Softmax cross-entropy over the first V columns of logits (N,Vp); targets (N) i32, a target
-  // < 0 is ignored (loss 0, no gradient). losses (N) f32.
+  // < 0 is ignored (loss 0, no gradient). A target >= V is a bug Model::forward refuses on the
+  // host; should one reach a backend, the CPU aborts and CUDA (whose ids live on the device)
+  // never reads it and gives its row a NaN loss and NaN gradients. losses (N) f32.
   virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) = 0;
   // dlogits (N,Vp) = (softmax(logits) - onehot(target)) * dloss for the first V columns, 0 for
   // padded columns. Overwrites (does not accumulate) and may alias logits, so the full logits are
@@ -194,9 +197,20 @@ std::unique_ptr<Backend> make_cpu_bf16_backend(int threads = 0);
 
 // CUDA devices that answer; 0 when this build has no CUDA backend or no GPU (or driver) answers.
 int cuda_device_count();
-// The CUDA backend on one device, with bf16 (the default) or f32 activations and compute weights.
-// FailedPrecondition "no CUDA device (...)" when none answers or the build has no CUDA backend;
-// InvalidArgument for an ordinal that does not exist.
-StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device, DType act = DType::kBF16);
+// How the CUDA backend computes (docs/cuda-backend.md "Dtype plans").
+struct CudaBackendOptions {
+  // Activations, their gradients and compute weights: kBF16 (the default) or kF32
+  // (train.precision=float32). Statistics, parameter gradients, masters and optimizer state are
+  // f32 either way.
+  DType act = DType::kBF16;
+  // With f32 activations, GEMMs may round their inputs to TF32 on tensor cores
+  // (train.allow_tf32); otherwise they multiply in full f32. No effect with bf16 activations.
+  bool allow_tf32 = false;
+};
+// The CUDA backend on one device. FailedPrecondition "no CUDA device (...)" when none answers or
+// the build has no CUDA backend; InvalidArgument for an ordinal that does not exist or an
+// activation dtype other than bf16 and f32.
+StatusOr<std::unique_ptr<Backend>> make_cuda_backend(int device,
+                                                     const CudaBackendOptions& options = {});
 
 }  // namespace ax::train

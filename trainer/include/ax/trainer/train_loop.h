@@ -49,11 +49,13 @@ struct DeviceSpec {
 StatusOr<DeviceSpec> parse_device(const std::string& device);
 
 // The backend for --device and train.precision (auto|bfloat16|float32: the activations' dtype;
-// auto = bfloat16 on CUDA, float32 on the CPU, and bfloat16 on the CPU is cpu-bf16).
-// threads = 0: AX_CPU_THREADS, else all cores. Writes one line saying what was chosen to `log`.
+// auto = bfloat16 on CUDA, float32 on the CPU, and bfloat16 on the CPU is cpu-bf16);
+// allow_tf32 is train.allow_tf32 (CUDA with float32 only). threads = 0: AX_CPU_THREADS, else all
+// cores. Writes one line saying what was chosen to `log`.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
                                                 std::ostream& log,
-                                                const std::string& precision = "auto");
+                                                const std::string& precision = "auto",
+                                                bool allow_tf32 = false);
 
 struct StepResult {
   int64_t step = 0;  // 1-based: the update just applied

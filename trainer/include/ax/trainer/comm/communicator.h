@@ -119,6 +119,15 @@ struct MeshGroups {
   std::unique_ptr<Communicator> fsdp_prefetch;
 };
 
+// The training loop's policy for a collective that failed (docs/comm.md "Timeouts and
+// failures"): a half-finished step cannot be recovered, so print the failure (whose message names
+// the rank that went missing) as "ax-train: <what> failed: ..." and end the process with status
+// 1; the run resumes from its last checkpoint. Nothing to do when `status` is ok.
+void collective_or_die(const Status& status, const char* what);
+// How long collective_or_die waits before exiting: the rank that hosts the store stays a little
+// longer, so that the other ranks can still find out through it which rank went missing.
+void set_failure_linger(int milliseconds);
+
 enum class CommBackend : uint8_t { kGloo, kNccl };
 StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCoords& coords,
                                       CommBackend backend, const CommOptions& options);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ax/trainer/comm/communicator.h"
+
 namespace ax::train::layers {
 namespace {
 
@@ -44,17 +46,9 @@ void split_blocks(ParamSpec* spec, int dim, const std::vector<int64_t>& blocks,
 
 }  // namespace
 
-Weights ParamBinder::get(const std::string& name) const {
-  if (name.empty()) return {};
-  const ParamSpec* spec = layout_.find(name);
-  AX_CHECK(spec != nullptr) << "no parameter " << name << " in the layout";
-  if (!unit_base_) {
-    return {param_view(*spec, weights_, weight_dtype_), param_view(*spec, grads_, DType::kF32)};
-  }
-  ParamSpec rel = *spec;
-  rel.offset -= layout_.units().at(static_cast<size_t>(spec->unit)).begin;
-  return {param_view(rel, unit_base_(spec->unit, false), weight_dtype_),
-          param_view(rel, unit_base_(spec->unit, true), DType::kF32)};
+void TensorGroup::all_reduce(Tensor t) const {
+  if (size == 1) return;
+  comm::collective_or_die(comm->all_reduce(t, comm::ReduceOp::kSum), "tensor-parallel all-reduce");
 }
 
 // ---- Linear ----
@@ -78,14 +72,13 @@ void Linear::declare(ParamLayout* layout, const std::string& prefix, int64_t out
   if (has_bias) layout->add(std::move(b));
 }
 
-void Linear::bind(const ParamBinder& binder) {
-  weight = binder.get(weight_name);
-  bias = binder.get(bias_name);
+void Linear::bind(const ParamStore& store) {
+  weight = store.views(weight_name);
+  bias = store.views(bias_name);
 }
 
 void Linear::forward(Backend& be, Tensor out, Tensor inp) const {
-  be.matmul_forward(rows_view(out), rows_view(inp), weight.w,
-                    bias_in_forward ? bias.w : Tensor());
+  be.matmul_forward(rows_view(out), rows_view(inp), weight.w, bias_in_forward ? bias.w : Tensor());
 }
 
 void Linear::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const {
@@ -105,9 +98,9 @@ void Norm::declare(ParamLayout* layout, const std::string& prefix, int64_t dim, 
   if (!bias_name.empty()) add_param(layout, bias_name, {dim}, false, ParamInit::kZeros, 0);
 }
 
-void Norm::bind(const ParamBinder& binder) {
-  weight = binder.get(weight_name);
-  bias = binder.get(bias_name);
+void Norm::bind(const ParamStore& store) {
+  weight = store.views(weight_name);
+  bias = store.views(bias_name);
 }
 
 void Norm::plan(Arena* arena, DType dtype, int64_t rows, int64_t dim, Acts* acts) const {
@@ -136,34 +129,53 @@ void Norm::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Act
 
 // ---- SelfAttention ----
 
-void SelfAttention::declare(ParamLayout* layout, const std::string& prefix,
-                            const ModelConfig& config, double proj_std, const TensorGroup& group) {
-  tp = group;
-  num_heads = static_cast<int>(config.num_heads / tp.size);
-  num_kv_heads = static_cast<int>(config.num_kv_heads / tp.size);
-  head_dim = config.head_dim();
-  rope = config.position == "rope";
-  rope_theta = static_cast<float>(config.rope_theta);
-  const int64_t q = config.num_heads * head_dim, kv = config.num_kv_heads * head_dim;
-  qkv.declare(layout, prefix + ".qkv", q + 2 * kv, config.model_dim, config.bias, config.init_std,
-              tp, {LinearSplit::kColumn, {q, kv, kv}});
-  proj.declare(layout, prefix + ".proj", config.model_dim, q, config.bias, proj_std, tp,
-               {LinearSplit::kRow, {}});
+BlockOptions BlockOptions::of(const ModelConfig& config) {
+  BlockOptions o;
+  o.dim = config.model_dim;
+  o.num_heads = config.num_heads;
+  o.num_kv_heads = config.num_kv_heads;
+  o.head_dim = config.head_dim();
+  o.hidden = config.hidden_dim;
+  o.rms_norm = config.norm == NormKind::kRmsNorm;
+  o.norm_eps = config.norm_eps;
+  o.swiglu = config.activation == Activation::kSwiglu;
+  o.rope = config.position == PositionKind::kRope;
+  o.rope_theta = config.rope_theta;
+  o.bias = config.bias;
+  o.init_std = config.init_std;
+  // GPT-2's scaled init of the projections that write into the residual stream.
+  o.proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  return o;
 }
 
-AttentionSpec SelfAttention::spec() const {
+void SelfAttention::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                            const TensorGroup& group) {
+  tp = group;
+  num_heads = static_cast<int>(o.num_heads / tp.size);
+  num_kv_heads = static_cast<int>(o.num_kv_heads / tp.size);
+  head_dim = o.head_dim;
+  rope = o.rope;
+  rope_theta = static_cast<float>(o.rope_theta);
+  const int64_t q = o.num_heads * head_dim, kv = o.num_kv_heads * head_dim;
+  qkv.declare(layout, prefix + ".qkv", q + 2 * kv, o.dim, o.bias, o.init_std, tp,
+              {LinearSplit::kColumn, {q, kv, kv}});
+  proj.declare(layout, prefix + ".proj", o.dim, q, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
+}
+
+AttentionSpec SelfAttention::spec(Tensor segments) const {
   AttentionSpec s;
   s.num_heads = num_heads;
   s.num_kv_heads = num_kv_heads;
   s.causal = causal;
   s.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   s.k_offset = num_heads * head_dim;
+  s.q_segments = s.k_segments = segments;
   return s;
 }
 
-void SelfAttention::bind(const ParamBinder& binder) {
-  qkv.bind(binder);
-  proj.bind(binder);
+void SelfAttention::bind(const ParamStore& store) {
+  qkv.bind(store);
+  proj.bind(store);
 }
 
 void SelfAttention::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const {
@@ -181,24 +193,24 @@ void SelfAttention::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64
 }
 
 void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
-                            const Scratch& scratch) const {
+                            const Scratch& scratch, Tensor segments) const {
   if (rope) {
     qkv.forward(be, scratch.qkv_pre, inp);
     be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta);
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
-  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec());
+  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec(segments));
   proj.forward(be, out, acts.out);
 }
 
 void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                             const Scratch& scratch) const {
+                             const Scratch& scratch, Tensor segments) const {
   be.zero(scratch.dout);
   proj.backward(be, scratch.dout, dout, acts.out);
   be.zero(scratch.dqkv);
   be.attention_backward(scratch.dqkv, scratch.dqkv, Tensor(), scratch.dout, acts.out, acts.lse,
-                        acts.qkv, acts.qkv, spec());
+                        acts.qkv, acts.qkv, spec(segments));
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);
@@ -210,22 +222,21 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
 
 // ---- Mlp ----
 
-void Mlp::declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-                  double proj_std, const TensorGroup& group) {
+void Mlp::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                  const TensorGroup& group) {
   tp = group;
-  swiglu = config.activation == "swiglu";
-  const int64_t F = config.hidden_dim;
+  swiglu = o.swiglu;
+  const int64_t F = o.hidden;
   hidden = F / tp.size;
   std::vector<int64_t> blocks = swiglu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
-  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, config.model_dim, config.bias,
-             config.init_std, tp, {LinearSplit::kColumn, blocks});
-  proj.declare(layout, prefix + ".proj", config.model_dim, F, config.bias, proj_std, tp,
-               {LinearSplit::kRow, {}});
+  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, o.dim, o.bias, o.init_std, tp,
+             {LinearSplit::kColumn, blocks});
+  proj.declare(layout, prefix + ".proj", o.dim, F, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
 }
 
-void Mlp::bind(const ParamBinder& binder) {
-  fc.bind(binder);
-  proj.bind(binder);
+void Mlp::bind(const ParamStore& store) {
+  fc.bind(store);
+  proj.bind(store);
 }
 
 void Mlp::plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const {
@@ -263,23 +274,20 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
 
 // ---- DecoderLayer ----
 
-void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix,
-                           const ModelConfig& config, const TensorGroup& group) {
+void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                           const TensorGroup& group) {
   tp = group;
-  const bool rms = config.norm == "rmsnorm";
-  // GPT-2's scaled init of the projections that write into the residual stream.
-  const double proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
-  ln1.declare(layout, prefix + ".ln1", config.model_dim, rms, config.bias, config.norm_eps);
-  attn.declare(layout, prefix + ".attn", config, proj_std, tp);
-  ln2.declare(layout, prefix + ".ln2", config.model_dim, rms, config.bias, config.norm_eps);
-  mlp.declare(layout, prefix + ".mlp", config, proj_std, tp);
+  ln1.declare(layout, prefix + ".ln1", o.dim, o.rms_norm, o.bias, o.norm_eps);
+  attn.declare(layout, prefix + ".attn", o, tp);
+  ln2.declare(layout, prefix + ".ln2", o.dim, o.rms_norm, o.bias, o.norm_eps);
+  mlp.declare(layout, prefix + ".mlp", o, tp);
 }
 
-void DecoderLayer::bind(const ParamBinder& binder) {
-  ln1.bind(binder);
-  attn.bind(binder);
-  ln2.bind(binder);
-  mlp.bind(binder);
+void DecoderLayer::bind(const ParamStore& store) {
+  ln1.bind(store);
+  attn.bind(store);
+  ln2.bind(store);
+  mlp.bind(store);
 }
 
 void DecoderLayer::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
@@ -301,12 +309,12 @@ void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_
   mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp);
 }
 
-void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts,
-                           const Scratch& scratch) const {
+void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
+                           Tensor segments) const {
   // Tensor parallelism: each branch ends in a row-parallel projection whose partial outputs are
   // summed over the group before the residual add (Megatron's g).
   ln1.forward(be, acts.ln1, res_in);
-  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn);
+  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn, segments);
   tp.all_reduce(scratch.branch);
   be.add_forward(acts.res_mid, res_in, scratch.branch);
   ln2.forward(be, acts.ln2, acts.res_mid);
@@ -316,7 +324,7 @@ void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts,
 }
 
 void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts,
-                            const Scratch& scratch) const {
+                            const Scratch& scratch, Tensor segments) const {
   // The skip connections pass dres through unchanged; each branch adds its part through its
   // norm's backward, which accumulates into dres.
   // Tensor parallelism: a branch starts with a column-parallel projection, whose input gradient
@@ -326,7 +334,7 @@ void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts&
   tp.all_reduce(scratch.dln);
   ln2.backward(be, dres, scratch.dln, acts.res_mid, acts.ln2);
   be.zero(scratch.dln);
-  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn);
+  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn, segments);
   tp.all_reduce(scratch.dln);
   ln1.backward(be, dres, scratch.dln, res_in, acts.ln1);
 }

@@ -16,8 +16,8 @@
 #include "ax/trainer/sampler.h"
 #include "model_test_util.h"
 #include "test_util.h"
-#include "distributed.h"
-#include "train_state.h"
+#include "ax/trainer/distributed.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {
@@ -291,23 +291,23 @@ TEST(RestoreState, IsAllOrNothing) {
     return std::move(*model);
   };
   auto source = make(1);
-  auto source_opt = AdamW::create(config.optim, 10, source.get());
+  auto source_opt = AdamW::create(config.optim, 10, &source->store());
   ASSERT_TRUE(source_opt.ok());
   TrainProgress progress;
   progress.step = 5;
   progress.tokens_seen = 640;
   progress.loader = {1, 17};
-  CheckpointState state = capture_state(config, *source, **source_opt, progress);
+  CheckpointState state = capture_state(config, source->store(), **source_opt, progress);
 
   auto target = make(2);
-  auto target_opt = AdamW::create(config.optim, 10, target.get());
+  auto target_opt = AdamW::create(config.optim, 10, &target->store());
   ASSERT_TRUE(target_opt.ok());
   const std::vector<float> before = param(*target, "wte");
   TrainProgress restored;
 
   CheckpointState missing = state;
   missing.tensors.pop_back();  // adam_v of the last parameter
-  Status s = restore_state(missing, config, target.get(), target_opt->get(), &restored);
+  Status s = restore_state(missing, config, &target->store(), target_opt->get(), &restored);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("adam_v/"), std::string::npos) << s.message();
   EXPECT_EQ(param(*target, "wte"), before);
@@ -315,18 +315,18 @@ TEST(RestoreState, IsAllOrNothing) {
 
   CheckpointState bad_blob = state;
   bad_blob.blobs["loader.json"] = "{\"epoch\": -1}";
-  EXPECT_EQ(restore_state(bad_blob, config, target.get(), target_opt->get(), &restored).code(),
+  EXPECT_EQ(restore_state(bad_blob, config, &target->store(), target_opt->get(), &restored).code(),
             StatusCode::kDataLoss);
   EXPECT_EQ(param(*target, "wte"), before);
 
   Config other = config;
   other.model.num_layers = 3;
-  CheckpointState other_model = capture_state(other, *source, **source_opt, progress);
-  s = restore_state(other_model, config, target.get(), target_opt->get(), &restored);
+  CheckpointState other_model = capture_state(other, source->store(), **source_opt, progress);
+  s = restore_state(other_model, config, &target->store(), target_opt->get(), &restored);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("model.num_layers"), std::string::npos);
 
-  ASSERT_TRUE(restore_state(state, config, target.get(), target_opt->get(), &restored).ok());
+  ASSERT_TRUE(restore_state(state, config, &target->store(), target_opt->get(), &restored).ok());
   EXPECT_EQ(param(*target, "wte"), param(*source, "wte"));
   EXPECT_EQ(restored.step, 5);
   EXPECT_EQ(restored.tokens_seen, 640);

@@ -21,7 +21,7 @@ double matmul_params(const ModelConfig& m) {
   const double HD = static_cast<double>(m.head_dim());
   const double NH = static_cast<double>(m.num_heads), KVH = static_cast<double>(m.num_kv_heads);
   const double F = static_cast<double>(m.hidden_dim);
-  const double mlp = (m.activation == "swiglu" ? 3 : 2) * C * F;
+  const double mlp = (m.activation == Activation::kSwiglu ? 3 : 2) * C * F;
   const double attn = C * (NH + 2 * KVH) * HD + NH * HD * C;
   return static_cast<double>(m.num_layers) * (attn + mlp) + static_cast<double>(m.vocab_size) * C;
 }
@@ -45,7 +45,7 @@ TEST(FlopsPerToken, Llama31_8BAt8192Tokens) {
   m.num_kv_heads = 8;
   m.hidden_dim = 14336;
   m.vocab_size = 128256;
-  m.activation = "swiglu";
+  m.activation = Activation::kSwiglu;
   double per_token = flops_per_token(static_cast<int64_t>(matmul_params(m)), m.num_layers,
                                      m.num_heads, m.head_dim(), 8192, /*causal=*/false);
   // dgxc-benchmarking (PaLM's whole attention count): 4.74e14 FLOPs per 8192-token sequence.

@@ -1,6 +1,6 @@
-#include "train_state.h"
+#include "ax/trainer/train_state.h"
 
-#include "param_boxes.h"
+#include "ax/trainer/param_boxes.h"
 
 #include <algorithm>
 #include <map>
@@ -24,10 +24,10 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 
 // Appends this rank's part of one group (params, adam_m or adam_v), read from `flat` (a shard
 // buffer), as slices of the logical tensors. A whole tensor keeps an empty offset.
-void append_group(const std::string& group, const Model& model, Tensor flat, bool skip_replicated,
+void append_group(const std::string& group, const ParamStore& store, Tensor flat, bool skip_replicated,
                   std::vector<HostTensor>* out) {
-  Backend* be = model.backend();
-  for (const OwnedRange& r : model.owned()) {
+  Backend* be = store.backend();
+  for (const OwnedRange& r : store.owned()) {
     if (skip_replicated && r.spec->split_dim < 0) continue;
     std::vector<float> run(static_cast<size_t>(r.length));
     be->copy_to_host(run.data(), Tensor(static_cast<float*>(flat.data) + r.shard_offset,
@@ -74,12 +74,12 @@ bool extract_box(const HostTensor& t, const std::vector<int64_t>& logical_shape,
 
 // This rank's part of one group, assembled on the host in shard order (index = shard offset).
 // DataLoss when a box is in none of the state's tensors.
-Status gather_group(const CheckpointState& state, const Model& model, const char* group,
+Status gather_group(const CheckpointState& state, const ParamStore& store, const char* group,
                     std::vector<float>* shard) {
   std::map<std::string, std::vector<const HostTensor*>> by_name;
   for (const HostTensor& t : state.tensors) by_name[t.name].push_back(&t);
-  shard->assign(static_cast<size_t>(model.params().numel()), 0.f);
-  for (const OwnedRange& r : model.owned()) {
+  shard->assign(static_cast<size_t>(store.params().numel()), 0.f);
+  for (const OwnedRange& r : store.owned()) {
     const std::string name = str_cat(group, "/", r.spec->name);
     auto it = by_name.find(name);
     if (it == by_name.end()) {
@@ -135,15 +135,15 @@ void flatten(const Json& j, const std::string& prefix, std::map<std::string, Jso
 
 }  // namespace
 
-CheckpointState capture_state(const Config& config, const Model& model, const AdamW& optimizer,
+CheckpointState capture_state(const Config& config, const ParamStore& store, const AdamW& optimizer,
                               const TrainProgress& progress) {
   CheckpointState state;
   state.step = progress.step;
   // Tensor ranks other than 0 hold copies of the parameters that are not split.
-  const bool skip_replicated = model.parallel().tensor_rank != 0;
-  const Tensor flats[] = {model.params(), optimizer.m(), optimizer.v()};
+  const bool skip_replicated = store.parallel().tensor_rank != 0;
+  const Tensor flats[] = {store.params(), optimizer.m(), optimizer.v()};
   for (int g = 0; g < 3; ++g) {
-    append_group(kGroups[g], model, flats[g], skip_replicated, &state.tensors);
+    append_group(kGroups[g], store, flats[g], skip_replicated, &state.tensors);
   }
   state.blobs["config.json"] = to_json(config);
   state.blobs["loader.json"] =
@@ -157,7 +157,7 @@ CheckpointState capture_state(const Config& config, const Model& model, const Ad
   return state;
 }
 
-Status restore_state(const CheckpointState& state, const Config& config, Model* model,
+Status restore_state(const CheckpointState& state, const Config& config, ParamStore* store,
                      AdamW* optimizer, TrainProgress* progress) {
   const std::string where = str_cat("checkpoint of step ", state.step);
   // 1. Check everything.
@@ -184,29 +184,29 @@ Status restore_state(const CheckpointState& state, const Config& config, Model* 
 
   std::vector<float> shards[3];
   for (int g = 0; g < 3; ++g) {
-    AX_RETURN_IF_ERROR(gather_group(state, *model, kGroups[g], &shards[g]));
+    AX_RETURN_IF_ERROR(gather_group(state, *store, kGroups[g], &shards[g]));
   }
 
   // 2. Apply.
-  const Tensor flats[] = {model->params(), optimizer->m(), optimizer->v()};
-  for (int g = 0; g < 3; ++g) model->backend()->copy_from_host(flats[g], shards[g].data());
-  model->sync_compute_weights();
+  const Tensor flats[] = {store->params(), optimizer->m(), optimizer->v()};
+  for (int g = 0; g < 3; ++g) store->backend()->copy_from_host(flats[g], shards[g].data());
+  store->sync_compute_weights();
   *progress = restored;
   return Status::Ok();
 }
 
-Status restore_parameters(const CheckpointState& state, Model* model) {
+Status restore_parameters(const CheckpointState& state, ParamStore* store) {
   std::vector<float> shard;
-  AX_RETURN_IF_ERROR(gather_group(state, *model, "params", &shard));
-  model->backend()->copy_from_host(model->params(), shard.data());
-  model->sync_compute_weights();
+  AX_RETURN_IF_ERROR(gather_group(state, *store, "params", &shard));
+  store->backend()->copy_from_host(store->params(), shard.data());
+  store->sync_compute_weights();
   return Status::Ok();
 }
 
-std::vector<TensorRegion> owned_regions(const Model& model) {
+std::vector<TensorRegion> owned_regions(const ParamStore& store) {
   std::vector<TensorRegion> out;
   for (const char* group : kGroups) {
-    for (const OwnedRange& r : model.owned()) {
+    for (const OwnedRange& r : store.owned()) {
       for (const LogicalBox& box : logical_boxes(*r.spec, r.local_begin, r.length)) {
         out.push_back({str_cat(group, "/", r.spec->name), box.offset, box.shape});
       }

@@ -17,8 +17,8 @@
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
-#include "distributed.h"
-#include "train_state.h"
+#include "ax/trainer/distributed.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {
@@ -228,13 +228,13 @@ Status Trainer::resume() {
     model_->init(config_.train.seed);
     return Status::Ok();
   }
-  StatusOr<CheckpointState> state = checkpoints_.load(*latest, owned_regions(*model_));
+  StatusOr<CheckpointState> state = checkpoints_.load(*latest, owned_regions(model_->store()));
   if (!state.ok()) {
     return state.status().with_context(
         str_cat("resuming from ", checkpoints_.step_dir(*latest),
                 " (remove that directory to resume from an older checkpoint)"));
   }
-  AX_RETURN_IF_ERROR(restore_state(*state, config_, model_.get(), optimizer_.get(), &progress_));
+  AX_RETURN_IF_ERROR(restore_state(*state, config_, &model_->store(), optimizer_.get(), &progress_));
   AX_RETURN_IF_ERROR(loader_->restore(progress_.loader));
   saved_step_ = progress_.step;
   resumed_ = true;
@@ -254,7 +254,8 @@ Status Trainer::setup() {
   if (device == "auto" && parse_int64(ctx_.device).has_value() && cuda_device_count() > 0) {
     device = "cuda:" + ctx_.device;
   }
-  AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision));
+  AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision,
+                                             config_.train.allow_tf32));
   AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
   AX_RETURN_IF_ERROR(open_data());
   AX_ASSIGN_OR_RETURN(model_,
@@ -262,7 +263,7 @@ Status Trainer::setup() {
                                     config_.train.seq_len, backend_.get(), dist_->model_parallel(),
                                     {config_.train.recompute == "layer"}));
   AX_ASSIGN_OR_RETURN(optimizer_,
-                      AdamW::create(config_.optim, config_.train.max_steps, model_.get()));
+                      AdamW::create(config_.optim, config_.train.max_steps, &model_->store()));
   AX_RETURN_IF_ERROR(resume());
   if (leader()) {
     AX_RETURN_IF_ERROR(
@@ -278,7 +279,7 @@ void Trainer::print_summary() const {
   const ModelConfig& m = config_.model;
   out_ << to_text(config_);
   out_ << "backend: " << backend_->name() << "\n";
-  out_ << "model: " << m.family << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
+  out_ << "model: " << name_of(m.family) << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
        << fixed(static_cast<double>(layout.num_parameters()) / 1e6, 2) << "M parameters ("
        << fixed(static_cast<double>(layout.num_matmul_parameters()) / 1e6, 2)
        << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size
@@ -368,7 +369,7 @@ Status Trainer::evaluate(int64_t step) {
 Status Trainer::save_checkpoint() {
   if (saved_step_ == progress_.step) return Status::Ok();
   const auto t0 = Clock::now();
-  CheckpointState state = capture_state(config_, *model_, *optimizer_, progress_);
+  CheckpointState state = capture_state(config_, model_->store(), *optimizer_, progress_);
   // Data-parallel replicas hold the same values: the first replica writes them.
   if (dist_->coords.d != 0) state.tensors.clear();
   Status s = checkpoints_.save(state, dist_->checkpoint_group(progress_.step));

@@ -1,4 +1,4 @@
-#include "distributed.h"
+#include "ax/trainer/distributed.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 
 #include "ax/common/strings.h"
 #include "ax/topology/mesh.h"
-#include "layers.h"
+#include "ax/trainer/comm/communicator.h"
 
 namespace ax::train {
 StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const MeshConfig& mesh) {
@@ -73,7 +73,7 @@ double Distributed::all_reduce(comm::Communicator* group, double value, comm::Re
   Tensor t(scratch, DType::kF32, {1});
   const float v = static_cast<float>(value);
   backend->copy_from_host(t, &v);
-  layers::collective_or_die(group->all_reduce(t, op), "a reduction of the train loop");
+  comm::collective_or_die(group->all_reduce(t, op), "a reduction of the train loop");
   float out = 0;
   backend->copy_to_host(&out, t);
   return out;
@@ -132,7 +132,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   // A collective that fails ends every process; rank 0 hosts the store through which the
   // others learn which rank went missing (a round of a few seconds, docs/comm.md), so it waits
   // for them before it exits.
-  if (ctx.rank == 0) layers::set_failure_linger(8000);
+  if (ctx.rank == 0) comm::set_failure_linger(8000);
   comm::CommOptions co;
   co.timeout = d->timeout;
   co.coordinator = ctx.coordinator;
@@ -141,7 +141,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   // A GPU collective that hangs or fails is found by the communicator's watchdog while this
   // thread waits for the stream elsewhere: the process ends there, like a failed call.
   co.on_async_failure = [](const Status& s) {
-    layers::collective_or_die(s, "a collective on the GPU");
+    comm::collective_or_die(s, "a collective on the GPU");
   };
   const bool cuda = backend->device_ordinal() >= 0;  // NCCL needs a device; cpu-bf16 is Gloo
   StatusOr<comm::MeshGroups> groups = comm::make_mesh_groups(

@@ -27,22 +27,22 @@ double learning_rate(const OptimConfig& optim, int64_t max_steps, int64_t step) 
   return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
 }
 
-AdamW::AdamW(const OptimConfig& optim, int64_t max_steps, Model* model)
-    : optim_(optim), max_steps_(max_steps), model_(model) {}
+AdamW::AdamW(const OptimConfig& optim, int64_t max_steps, ParamStore* store)
+    : optim_(optim), max_steps_(max_steps), store_(store) {}
 
 AdamW::~AdamW() {
-  Backend* be = model_->backend();
+  Backend* be = store_->backend();
   if (m_ != nullptr) be->free(m_);
   if (v_ != nullptr) be->free(v_);
 }
 
 StatusOr<std::unique_ptr<AdamW>> AdamW::create(const OptimConfig& optim, int64_t max_steps,
-                                               Model* model) {
-  std::unique_ptr<AdamW> opt(new AdamW(optim, max_steps, model));
+                                               ParamStore* store) {
+  std::unique_ptr<AdamW> opt(new AdamW(optim, max_steps, store));
   // The ranges of this rank's shard with and without weight decay, in shard order; a gap of
   // less than one alignment (64 bytes) between two ranges of the same kind is padding, which
   // stays zero under AdamW, so they merge (an unsharded model has exactly two groups).
-  std::vector<OwnedRange> owned = model->owned();
+  std::vector<OwnedRange> owned = store->owned();
   std::sort(owned.begin(), owned.end(), [](const OwnedRange& a, const OwnedRange& b) {
     return a.shard_offset < b.shard_offset;
   });
@@ -55,16 +55,16 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::create(const OptimConfig& optim, int64_t
       opt->groups_.push_back({r.shard_offset, r.shard_offset + r.length, decay});
     }
   }
-  const size_t bytes = static_cast<size_t>(model->params().numel()) * sizeof(float);
-  AX_ASSIGN_OR_RETURN(opt->m_, model->backend()->alloc(bytes));
-  AX_ASSIGN_OR_RETURN(opt->v_, model->backend()->alloc(bytes));
+  const size_t bytes = static_cast<size_t>(store->params().numel()) * sizeof(float);
+  AX_ASSIGN_OR_RETURN(opt->m_, store->backend()->alloc(bytes));
+  AX_ASSIGN_OR_RETURN(opt->v_, store->backend()->alloc(bytes));
   return opt;
 }
 
-Tensor AdamW::m() const { return Tensor(m_, DType::kF32, {model_->params().numel()}); }
-Tensor AdamW::v() const { return Tensor(v_, DType::kF32, {model_->params().numel()}); }
+Tensor AdamW::m() const { return Tensor(m_, DType::kF32, {store_->params().numel()}); }
+Tensor AdamW::v() const { return Tensor(v_, DType::kF32, {store_->params().numel()}); }
 
-double AdamW::grad_norm() const { return std::sqrt(model_->grad_sum_squares()); }
+double AdamW::grad_norm() const { return std::sqrt(store_->grad_sum_squares()); }
 
 double AdamW::apply(int64_t step, double grad_norm) {
   AdamWArgs args;
@@ -77,14 +77,14 @@ double AdamW::apply(int64_t step, double grad_norm) {
   if (optim_.grad_clip > 0 && grad_norm > optim_.grad_clip) {
     args.grad_scale = static_cast<float>(optim_.grad_clip / grad_norm);
   }
-  const Tensor p = model_->params(), g = model_->grads(), m = this->m(), v = this->v();
-  Backend* be = model_->backend();
+  const Tensor p = store_->params(), g = store_->grads(), m = this->m(), v = this->v();
+  Backend* be = store_->backend();
   for (const Group& group : groups_) {
     args.weight_decay = group.decay ? static_cast<float>(optim_.weight_decay) : 0.f;
     be->adamw_update(range(p, group.begin, group.end), range(g, group.begin, group.end),
                      range(m, group.begin, group.end), range(v, group.begin, group.end), args);
   }
-  model_->sync_compute_weights();
+  store_->sync_compute_weights();
   return args.lr;
 }
 

@@ -63,7 +63,7 @@ TEST(AdamW, NoWeightDecayOnNormsAndBiases) {
   auto model = tiny_model(be.get());
   OptimConfig o = constant_lr(0.1);
   o.weight_decay = 0.5;
-  auto opt = AdamW::create(o, 100, model.get());
+  auto opt = AdamW::create(o, 100, &model->store());
   ASSERT_TRUE(opt.ok());
   std::map<std::string, std::vector<float>> before;
   for (const ParamSpec& s : model->layout().specs()) {
@@ -102,13 +102,13 @@ TEST(AdamW, GlobalNormClipping) {
   OptimConfig o = constant_lr(0.01);
   o.eps = 1.0;
   o.weight_decay = 0;
-  auto opt = AdamW::create(o, 100, model.get());
+  auto opt = AdamW::create(o, 100, &model->store());
   ASSERT_TRUE(opt.ok());
   const double norm = (*opt)->grad_norm();
   EXPECT_NEAR(norm, std::sqrt(sum), 1e-6 * norm);
 
   o.grad_clip = norm / 4;  // scale 1/4
-  auto clipped = AdamW::create(o, 100, model.get());
+  auto clipped = AdamW::create(o, 100, &model->store());
   ASSERT_TRUE(clipped.ok());
   std::map<std::string, std::vector<float>> p0, g;
   for (const ParamSpec& s : model->layout().specs()) {

@@ -115,7 +115,8 @@ StatusOr<DeviceSpec> parse_device(const std::string& device) {
 // never a silent fall-back to the CPU), else the CPU; the choice is printed either way.
 // `precision` is train.precision: auto keeps the device's own activation dtype.
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
-                                                std::ostream& log, const std::string& precision) {
+                                                std::ostream& log, const std::string& precision,
+                                                bool allow_tf32) {
   AX_ASSIGN_OR_RETURN(DeviceSpec spec, parse_device(device));
   if (precision != "auto" && precision != "bfloat16" && precision != "float32") {
     return InvalidArgument("train.precision='", precision, "': expected auto|bfloat16|float32");
@@ -125,8 +126,8 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
   }
   if (spec.kind == DeviceSpec::Kind::kCuda ||
       (spec.kind == DeviceSpec::Kind::kAuto && cuda_device_count() > 0)) {
-    auto cuda =
-        make_cuda_backend(spec.ordinal, precision == "float32" ? DType::kF32 : DType::kBF16);
+    auto cuda = make_cuda_backend(
+        spec.ordinal, {precision == "float32" ? DType::kF32 : DType::kBF16, allow_tf32});
     if (!cuda.ok()) return cuda.status().with_context("--device " + device);
     log << "device: " << (*cuda)->name() << "\n";
     return cuda;

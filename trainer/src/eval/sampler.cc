@@ -10,7 +10,7 @@
 #include "ax/trainer/model.h"
 #include "ax/trainer/train_loop.h"
 #include "ax/common/rng.h"
-#include "train_state.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 
@@ -76,7 +76,7 @@ StatusOr<std::string> sample_text(const SampleOptions& options, std::ostream& lo
                                                  config.train.precision));
   AX_ASSIGN_OR_RETURN(auto model,
                       Model::create(config.model, tok.vocab_size(), 1, window, backend.get()));
-  AX_RETURN_IF_ERROR(restore_parameters(state, model.get()));
+  AX_RETURN_IF_ERROR(restore_parameters(state, &model->store()));
   log << "sampling from " << checkpoints.step_dir(*latest) << "\n";
 
   SplitMix64 rng(options.seed);

@@ -1,4 +1,5 @@
-// What a checkpoint of a run holds and how it maps to the model, the optimizer and the loader:
+// What a checkpoint of a run holds and how it maps to the parameter store, the optimizer and
+// the loader:
 // params/<name>, adam_m/<name>, adam_v/<name> tensors and the blobs config.json, loader.json,
 // rng.json and trainer.json (docs/trainer.md).
 #pragma once
@@ -11,7 +12,7 @@
 #include "ax/datasets/token_loader.h"
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/config.h"
-#include "ax/trainer/model.h"
+#include "ax/trainer/param_store.h"
 #include "ax/trainer/optimizer.h"
 
 namespace ax::train {
@@ -23,22 +24,22 @@ struct TrainProgress {
   data::LoaderState loader;
 };
 
-CheckpointState capture_state(const Config& config, const Model& model, const AdamW& optimizer,
+CheckpointState capture_state(const Config& config, const ParamStore& store, const AdamW& optimizer,
                               const TrainProgress& progress);
 
 // Checks everything in `state` first (every tensor present with its shape, the blobs parse, the
-// model config matches) and only then writes into model, optimizer and progress: an error leaves
+// model config matches) and only then writes into store, optimizer and progress: an error leaves
 // them untouched.
-Status restore_state(const CheckpointState& state, const Config& config, Model* model,
+Status restore_state(const CheckpointState& state, const Config& config, ParamStore* store,
                      AdamW* optimizer, TrainProgress* progress);
 
 // The regions of params/*, adam_m/* and adam_v/* this rank needs to resume (its own parts of
 // the logical tensors, whatever mesh wrote them): what CheckpointManager::load(step, regions)
 // reads.
-std::vector<TensorRegion> owned_regions(const Model& model);
+std::vector<TensorRegion> owned_regions(const ParamStore& store);
 
 // Only the parameters (for sampling and evaluation), with the same all-or-nothing checks.
-Status restore_parameters(const CheckpointState& state, Model* model);
+Status restore_parameters(const CheckpointState& state, ParamStore* store);
 
 // The first model.* key whose value differs between two configs ("" when none), with both
 // values as JSON text.

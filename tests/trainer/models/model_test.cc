@@ -30,10 +30,10 @@ ModelConfig small_config(bool llama) {
   m.vocab_multiple = 16;
   m.max_seq_len = 8;
   if (llama) {
-    m.family = "llama";
-    m.norm = "rmsnorm";
-    m.activation = "swiglu";
-    m.position = "rope";
+    m.family = ModelFamily::kLlama;
+    m.norm = NormKind::kRmsNorm;
+    m.activation = Activation::kSwiglu;
+    m.position = PositionKind::kRope;
     m.tied_embeddings = false;
     m.bias = false;
   }
@@ -97,6 +97,43 @@ TEST(ModelFlops, NeverExceedTheMatrixProductsTheBackendExecutes) {
     // The shapes are attention-heavy enough that the whole count would exceed it.
     EXPECT_GT(counted(false), executed) << (llama ? "llama" : "gpt");
   }
+}
+
+// Packing (Batch::segment_ids): a token never attends to another segment's. With RoPE attention
+// depends only on relative positions, so an example's logits are the same wherever it sits in a
+// row; without the segments its logits depend on what precedes it.
+TEST(Packing, SegmentsKeepPackedExamplesApart) {
+  auto be = make_cpu_backend(2);
+  ModelConfig config = small_config(true);
+  auto model = make_model(config, be.get(), 2, 8);
+  ASSERT_TRUE(model);
+  model->init(3);
+  // Row 0: A (3 tokens) then B (5 tokens); row 1: B then C (3 tokens).
+  const std::vector<int32_t> A = {5, 9, 2}, Bx = {11, 4, 30, 7, 19}, Cx = {1, 8, 22};
+  std::vector<int32_t> tokens = A;
+  tokens.insert(tokens.end(), Bx.begin(), Bx.end());
+  tokens.insert(tokens.end(), Bx.begin(), Bx.end());
+  tokens.insert(tokens.end(), Cx.begin(), Cx.end());
+  const std::vector<int32_t> segments = {1, 1, 1, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2, 2};
+  auto b_logits = [&](bool packed) {
+    Batch batch{tokens, {}};
+    if (packed) batch.segment_ids = segments;
+    model->forward(batch);
+    std::vector<std::vector<float>> rows[2];
+    for (int64_t t = 0; t < 5; ++t) {
+      rows[0].push_back(model->logits(0, 3 + t));
+      rows[1].push_back(model->logits(1, t));
+    }
+    double worst = 0;
+    for (size_t t = 0; t < 5; ++t) {
+      for (size_t v = 0; v < rows[0][t].size(); ++v) {
+        worst = std::max(worst, static_cast<double>(std::abs(rows[0][t][v] - rows[1][t][v])));
+      }
+    }
+    return worst;
+  };
+  EXPECT_LT(b_logits(true), 1e-5);
+  EXPECT_GT(b_logits(false), 1e-3);
 }
 
 TEST(ParamLayout, GptNamesShapesAndWeightDecay) {

@@ -1,7 +1,7 @@
 // The building blocks of the models: each block declares its parameters in a ParamLayout
-// (under a name prefix), plans its activations in an Arena, and runs forward / backward on a
-// Backend. A decoder-only model stacks them (model.cc); an encoder-decoder can reuse the same
-// norms, attention and MLPs.
+// (under a name prefix), binds their views from the ParamStore, plans its activations in an
+// Arena, and runs forward / backward on a Backend. A decoder-only model stacks them (model.cc); an
+// encoder-decoder can reuse the same norms, attention and MLPs.
 //
 // Gradient convention (backend.h): parameter gradients and `dinp` are accumulated (+=); a caller
 // zeroes a scratch gradient before handing it to a block.
@@ -14,16 +14,10 @@
 
 #include "ax/trainer/backend.h"
 #include "ax/trainer/model.h"
+#include "ax/trainer/param_store.h"
 #include "ax/trainer/tensor.h"
 
 namespace ax::train::layers {
-
-// A collective that failed ends the process (exit status 1) with its message, which names the
-// rank that went missing: a half-finished step cannot be recovered (the run resumes from its
-// last checkpoint).
-void collective_or_die(const Status& status, const char* what);
-// How long collective_or_die waits before exiting (the store host: see distributed.cc).
-void set_failure_linger(int milliseconds);
 
 // The tensor-parallel group as the layers see it: this rank's index, the group size and an
 // in-place sum over the group (nothing to do when alone; a failure ends the process).
@@ -31,6 +25,20 @@ struct TensorGroup {
   int rank = 0, size = 1;
   comm::Communicator* comm = nullptr;
   void all_reduce(Tensor t) const;
+};
+
+// What the blocks of a transformer read from the model config, resolved once (BlockOptions::of).
+struct BlockOptions {
+  int64_t dim = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, hidden = 0;
+  bool rms_norm = false;
+  double norm_eps = 1e-5;
+  bool swiglu = false;
+  bool rope = false;
+  double rope_theta = 10000;
+  bool bias = true;
+  double init_std = 0.02;
+  double proj_std = 0.02;  // the projections into the residual stream
+  static BlockOptions of(const ModelConfig& config);
 };
 
 // How a Linear is split over the tensor group (Megatron): kColumn splits the output features
@@ -42,44 +50,17 @@ struct LinearSplit {
   std::vector<int64_t> blocks;  // kColumn: logical sizes of the blocks of the output features
 };
 
-// A parameter's compute-dtype weights and f32 gradient; both empty when the parameter is absent
-// (a linear layer without bias).
-struct Weights {
-  Tensor w;
-  Tensor dw;
-};
-
-// Resolves parameter names to views once the buffers exist: either one flat buffer per kind
-// laid out as the whole layout, or (FSDP) one buffer per unit from `unit_base`, in which a
-// parameter sits at its offset relative to its unit's start.
-class ParamBinder {
- public:
-  ParamBinder(const ParamLayout& layout, void* weights, DType weight_dtype, void* grads)
-      : layout_(layout), weights_(weights), weight_dtype_(weight_dtype), grads_(grads) {}
-  using UnitBase = std::function<void*(int unit, bool grad)>;
-  ParamBinder(const ParamLayout& layout, UnitBase unit_base, DType weight_dtype)
-      : layout_(layout), weight_dtype_(weight_dtype), unit_base_(std::move(unit_base)) {}
-  Weights get(const std::string& name) const;  // empty for ""
-
- private:
-  const ParamLayout& layout_;
-  void* weights_ = nullptr;
-  DType weight_dtype_;
-  void* grads_ = nullptr;
-  UnitBase unit_base_;
-};
-
 // y = x · Wᵀ + b. W (out, in), b (out). `out` and `in` are logical sizes; with a split, this
 // rank's weight is its part of them.
 struct Linear {
   std::string weight_name, bias_name;  // bias_name "" = no bias
-  Weights weight, bias;
+  ParamViews weight, bias;
   bool bias_in_forward = true;  // false on row-parallel ranks other than 0
 
   void declare(ParamLayout* layout, const std::string& prefix, int64_t out, int64_t in,
                bool has_bias, double init_std, const TensorGroup& tp = {},
                const LinearSplit& split = {});
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void forward(Backend& be, Tensor out, Tensor inp) const;  // out (N,out), inp (N,in)
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp) const;
 };
@@ -94,11 +75,11 @@ struct Norm {
   bool rms = false;
   float eps = 1e-5f;
   std::string weight_name, bias_name;
-  Weights weight, bias;
+  ParamViews weight, bias;
 
   void declare(ParamLayout* layout, const std::string& prefix, int64_t dim, bool rms, bool has_bias,
                double eps);
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t rows, int64_t dim, Acts* acts) const;
   void forward(Backend& be, const Acts& acts, Tensor inp) const;
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts) const;
@@ -127,17 +108,20 @@ struct SelfAttention {
   Linear qkv, proj;
 
   int64_t qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
-  // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op.
-  AttentionSpec spec() const;
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-               double proj_std, const TensorGroup& tp);
-  void bind(const ParamBinder& binder);
+  // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op, with
+  // the batch's segment ids (B, T) i32 or none.
+  AttentionSpec spec(Tensor segments) const;
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
+               const TensorGroup& tp);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, Scratch* scratch) const;
-  // out (N, C) = proj(attention(qkv(inp))); inp (N, C).
-  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts, const Scratch& scratch) const;
+  // out (N, C) = proj(attention(qkv(inp))); inp (N, C). segments (B, T) i32 or empty: tokens of
+  // different segments never attend.
+  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts, const Scratch& scratch,
+               Tensor segments = {}) const;
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                const Scratch& scratch) const;
+                const Scratch& scratch, Tensor segments = {}) const;
 };
 
 // fc → GELU or SwiGLU → proj.
@@ -155,9 +139,9 @@ struct Mlp {
   TensorGroup tp;
   Linear fc, proj;
 
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
-               double proj_std, const TensorGroup& tp);
-  void bind(const ParamBinder& binder);
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
+               const TensorGroup& tp);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const;
   void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const;
@@ -186,16 +170,17 @@ struct DecoderLayer {
   TensorGroup tp;
 
   // With a tensor group, each branch's input gradient and output are summed over the group.
-  void declare(ParamLayout* layout, const std::string& prefix, const ModelConfig& config,
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
                const TensorGroup& tp = {});
-  void bind(const ParamBinder& binder);
+  void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
                     Scratch* scratch) const;
-  void forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch) const;
+  void forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
+               Tensor segments = {}) const;
   // On entry dres holds d(res_out); on return d(res_in).
-  void backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts,
-                const Scratch& scratch) const;
+  void backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts, const Scratch& scratch,
+                Tensor segments = {}) const;
 };
 
 }  // namespace ax::train::layers

@@ -1,0 +1,156 @@
+// The fixture of the CUDA backend's parity suites (label gpu; every test skips without a GPU):
+// cuda_parity_test.cc runs every op, cuda_limits_test.cc sizes and ids at the edges. Each test
+// runs once per dtype plan (kModes) against the CPU backend that plan is held to:
+//   bf16  the CUDA backend's default plan, against cpu-bf16 (the same plan on the CPU: bf16
+//         storage, f32 math, one rounding to nearest even per store);
+//   f32   train.precision=float32, against the f32 CPU reference: the tightest check, as only
+//         summation order and exp/tanh implementations differ;
+//   tf32  float32 with train.allow_tf32: the same, GEMMs on TF32 tensor cores.
+// Both sides get the same input bits. How each output is compared, and why, is one table
+// (kOutputs); docs/cuda-backend.md "Tests and tolerances" explains it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ax/trainer/backend.h"
+
+namespace ax::train::parity {
+
+inline constexpr DType kBF16 = DType::kBF16;
+inline constexpr DType kF32 = DType::kF32;
+
+// A dtype plan of the CUDA backend and the reference it is checked against.
+struct Mode {
+  const char* name;
+  DType act;        // activations and compute weights
+  bool allow_tf32;  // f32 GEMMs on TF32 tensor cores
+  bool cpu_bf16;    // reference: make_cpu_bf16_backend, else make_cpu_backend (f32)
+  double rel;       // f32 noise allowed: summation order, expf / tanhf implementations
+  double gemm_rel;  // the same for GEMM outputs (TF32 keeps 10 of the inputs' 23 mantissa bits)
+};
+
+inline constexpr Mode kModes[] = {
+    {"bf16", kBF16, false, true, 1e-4, 1e-4},
+    {"f32", kF32, false, false, 1e-4, 1e-4},
+    {"tf32", kF32, true, false, 1e-4, 1e-2},
+};
+
+inline void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
+
+enum class Compare {
+  kSame,     // the same IEEE operations in the same order on both sides: equal values
+  kRounded,  // f32 math differing in order or exp/tanh, then the output's one rounding: within
+             // one step (ulp) of the output's dtype plus mode.rel · (|ref| + rms(ref))
+  kGemm,     // as kRounded, with mode.gemm_rel
+};
+
+struct OutputSpec {
+  const char* output;
+  Compare compare;
+  const char* why;
+};
+
+// Every output the suites compare: the one table of what the CUDA backend is held to.
+inline constexpr OutputSpec kOutputs[] = {
+    {"copy", Compare::kSame, "a cast rounds once to nearest even on both; a copy moves bits"},
+    {"zero", Compare::kSame, "zero bytes"},
+    {"embedding_forward", Compare::kSame, "one f32 add of the wte and wpe rows, rounded once"},
+    {"embedding_backward dwpe", Compare::kSame, "dout added into dwpe batch by batch, in order"},
+    {"embedding_backward dwte", Compare::kRounded, "f32 atomics: repeated tokens add in any order"},
+    {"layernorm_forward out", Compare::kRounded, "warp-shuffle row sums"},
+    {"layernorm_forward mean", Compare::kRounded, "warp-shuffle row sums"},
+    {"layernorm_forward rstd", Compare::kRounded, "warp-shuffle row sums"},
+    {"layernorm_backward dinp", Compare::kRounded, "warp-shuffle row sums"},
+    {"layernorm_backward dweight", Compare::kRounded, "column sums in 256-row chunks"},
+    {"layernorm_backward dbias", Compare::kRounded, "column sums in 256-row chunks"},
+    {"rmsnorm_forward out", Compare::kRounded, "warp-shuffle row sums"},
+    {"rmsnorm_forward rstd", Compare::kRounded, "warp-shuffle row sums"},
+    {"rmsnorm_backward dinp", Compare::kRounded, "warp-shuffle row sums"},
+    {"rmsnorm_backward dweight", Compare::kRounded, "column sums in 256-row chunks"},
+    {"matmul_forward", Compare::kGemm, "cuBLASLt's summation order (and TF32 when allowed)"},
+    {"matmul_backward dinp", Compare::kGemm, "cuBLASLt's summation order (and TF32)"},
+    {"matmul_backward dweight", Compare::kGemm, "cuBLASLt's summation order (and TF32)"},
+    {"matmul_backward dbias", Compare::kRounded, "column sums in 256-row chunks"},
+    {"matmul_backward integers", Compare::kSame,
+     "integer products and sums below 2^24: exact in any order, in bf16, TF32 and f32"},
+    {"rope_forward", Compare::kRounded, "the same f32 table; nvcc and GCC fuse other mul-adds"},
+    {"rope_backward", Compare::kRounded, "the same f32 table; nvcc and GCC fuse other mul-adds"},
+    {"attention_forward out", Compare::kRounded, "online softmax over key tiles, expf"},
+    {"attention_forward lse", Compare::kRounded, "online softmax over key tiles, expf, logf"},
+    {"attention_backward dqkv", Compare::kRounded, "tile products recomputed, expf"},
+    {"gelu_forward", Compare::kRounded, "tanhf"},
+    {"gelu_backward", Compare::kRounded, "tanhf"},
+    {"swiglu_forward", Compare::kRounded, "expf"},
+    {"swiglu_backward", Compare::kRounded, "expf"},
+    {"add_forward", Compare::kSame, "one f32 add, rounded once"},
+    {"add_forward f32", Compare::kSame, "one f32 add (FSDP's gradient shards)"},
+    {"cross_entropy_forward", Compare::kRounded, "online max and Σ exp over 512 threads, expf"},
+    {"cross_entropy_backward", Compare::kRounded, "online max and Σ exp over 512 threads, expf"},
+    {"ce_shard_max", Compare::kSame, "a maximum is exact"},
+    {"ce_shard_sums", Compare::kRounded, "Σ exp over 512 threads, expf"},
+    {"ce_shard_backward", Compare::kRounded, "expf"},
+    {"adamw", Compare::kSame, "the reference's float operations in its order, none fused"},
+};
+
+// One tensor on both backends, of one dtype, holding the same values.
+struct Pair {
+  std::vector<int64_t> shape;
+  DType dtype = kF32;
+  Tensor ref, gpu;
+};
+
+// A view of `count` rows of a matrix (or elements of a vector) from row `first`.
+Tensor rows_of(const Tensor& t, int64_t first, int64_t count = 1);
+
+class ParityTest : public ::testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  const Mode& mode() const { return GetParam(); }
+  DType act() const { return mode().act; }
+
+  // A tensor of `dtype` on one backend (zeroed); an allocation failure is returned, not fatal.
+  StatusOr<Tensor> try_make(Backend& be, DType dtype, const std::vector<int64_t>& shape);
+  Tensor make(Backend& be, DType dtype, const std::vector<int64_t>& shape);
+
+  // Values uniform in [-scale, scale] as `dtype` holds them.
+  std::vector<float> uniform(int64_t n, DType dtype, float scale = 1.0f);
+  // Integers uniform in [-bound, bound].
+  std::vector<float> small_ints(int64_t n, int bound);
+  Pair random(std::vector<int64_t> shape, DType dtype, float scale = 1.0f);
+  Pair zeros(std::vector<int64_t> shape, DType dtype);
+  Pair upload(std::vector<int64_t> shape, DType dtype, const std::vector<float>& values);
+  Pair ints(std::vector<int64_t> shape, const std::vector<int32_t>& values);
+  // n ids in [0, vocab), about one in `ignore_every` replaced by -1 (0: none).
+  std::vector<int32_t> ids(int64_t n, int64_t vocab, int ignore_every = 0);
+
+  static std::vector<float> read(Backend& be, const Tensor& t);
+  static void write(Backend& be, const Tensor& t, const std::vector<float>& values);
+  std::vector<float> ref_values(const Pair& p) { return read(*ref_, p.ref); }
+  std::vector<float> gpu_values(const Pair& p) { return read(*gpu_, p.gpu); }
+  // The reference's values into the GPU tensor (saved statistics, a saved output), or back.
+  void give_gpu_the_ref(const Pair& p) { write(*gpu_, p.gpu, ref_values(p)); }
+  void give_ref_the_gpu(const Pair& p) { write(*ref_, p.ref, gpu_values(p)); }
+
+  // Compares p as kOutputs says for `output` in this mode; an output missing from the table
+  // fails the test.
+  void expect(const Pair& p, const std::string& output);
+
+  std::unique_ptr<Backend> ref_, gpu_;
+  std::mt19937 rng_;
+
+ private:
+  std::vector<std::pair<Backend*, void*>> allocations_;
+};
+
+}  // namespace ax::train::parity
