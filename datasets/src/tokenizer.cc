@@ -218,14 +218,14 @@ Status append_sentinels(const std::string& prefix, int count) {
     varint(piece.size(), &message);
     message += piece;
     message.append("\x15\0\0\0\0", 5);  // field 2, fixed32: score 0.0f
-    message.append("\x18\x04", 2);         // field 3, varint: type USER_DEFINED
-    model_tail.push_back('\x0a');           // ModelProto field 1: one more piece
+    message.append("\x18\x04", 2);      // field 3, varint: type USER_DEFINED
+    model_tail.push_back('\x0a');       // ModelProto field 1: one more piece
     varint(message.size(), &model_tail);
     model_tail += message;
     vocab_tail += str_cat(piece, "\t0\n");
   }
-  for (const auto& [path, tail] : {std::pair{prefix + ".model", &model_tail},
-                                   std::pair{prefix + ".vocab", &vocab_tail}}) {
+  for (const auto& [path, tail] :
+       {std::pair{prefix + ".model", &model_tail}, std::pair{prefix + ".vocab", &vocab_tail}}) {
     std::ofstream f(path, std::ios::binary | std::ios::app);
     f << *tail;
     f.flush();

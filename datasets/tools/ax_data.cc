@@ -198,7 +198,8 @@ const CommandSpec kTrainTokenizer = {
         {"no-byte-fallback", Arity::kFlag, "", "unknown characters become <unk>"},
         {"user-symbols", Arity::kValue, "a,b,...", "pieces kept whole"},
         {"extra-ids", Arity::kValue, "N",
-         "T5 sentinels: the top N ids of --vocab-size are <extra_id_0> (highest) .. <extra_id_N-1>"},
+         "T5 sentinels: the top N ids of --vocab-size are <extra_id_0> (highest) .. "
+         "<extra_id_N-1>"},
         {"character-coverage", Arity::kValue, "F", "share of characters covered (default 0.9995)"},
         {"max-sentences", Arity::kValue, "N", "sentences sampled for training (0 = all; 2000000)"},
         {"field", Arity::kValue, "NAME", "JSON field holding the text (default text; a.b nests)"},
