@@ -16,10 +16,10 @@ namespace ax::train {
 
 // The typed choices of a model config; each enum's values in the order of its names (as config
 // keys and config.json spell them: name_of()).
-enum class ModelFamily : uint8_t { kGpt, kLlama };       // gpt | llama
-enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };  // layernorm | rmsnorm
-enum class Activation : uint8_t { kGelu, kSwiglu };      // gelu | swiglu
-enum class PositionKind : uint8_t { kLearned, kRope };   // learned | rope
+enum class ModelFamily : uint8_t { kGpt, kLlama };           // gpt | llama
+enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };      // layernorm | rmsnorm
+enum class Activation : uint8_t { kGelu, kSwiglu, kGeglu };  // gelu | swiglu | geglu
+enum class PositionKind : uint8_t { kLearned, kRope };       // learned | rope
 std::string_view name_of(ModelFamily v);
 std::string_view name_of(NormKind v);
 std::string_view name_of(Activation v);
@@ -31,7 +31,7 @@ struct ModelConfig {
   int64_t model_dim = 64;
   int64_t num_heads = 4;
   int64_t num_kv_heads = 4;      // < num_heads: grouped-query attention
-  int64_t hidden_dim = 256;      // MLP inner width (per SwiGLU branch for llama)
+  int64_t hidden_dim = 256;      // MLP inner width (per branch of a gated MLP: swiglu, geglu)
   int64_t vocab_size = 0;        // 0: the tokenizer's size rounded up to vocab_multiple
   int64_t vocab_multiple = 128;  // padding of the embedding table
   int64_t max_seq_len = 256;     // learned position table size (gpt)
