@@ -89,8 +89,7 @@ TEST(ModelFlops, NeverExceedTheMatrixProductsTheBackendExecutes) {
     const double executed = be->executed_matmul_flops() - before;
     const int64_t N = model->layout().num_matmul_parameters();
     auto counted = [&](bool causal) {
-      return flops_per_token(N, config.num_layers, config.num_heads, config.head_dim(), T,
-                             causal) *
+      return flops_per_token(N, config.num_layers, config.num_heads, config.head_dim(), T, causal) *
              static_cast<double>(B * T);
     };
     EXPECT_LE(counted(true), executed) << (llama ? "llama" : "gpt");
@@ -295,10 +294,10 @@ Batch random_batch(uint64_t seed, int64_t n, int64_t vocab) {
 }
 
 // Central differences for the largest gradients and a few random entries of every tensor.
-void check_gradients(bool llama) {
+void check_gradients(const ModelConfig& config) {
   auto be = make_cpu_backend(2);
   const int64_t B = 2, T = 6;
-  auto model = make_model(small_config(llama), be.get(), B, T);
+  auto model = make_model(config, be.get(), B, T);
   ASSERT_TRUE(model);
   randomize(model.get(), 7);
   const Batch batch = random_batch(11, B * T, kVocab);
@@ -336,8 +335,14 @@ void check_gradients(bool llama) {
   EXPECT_EQ(checked, 5 * static_cast<int>(model->layout().specs().size()));
 }
 
-TEST(ModelGradients, GptMatchesFiniteDifferences) { check_gradients(false); }
-TEST(ModelGradients, LlamaWithGqaMatchesFiniteDifferences) { check_gradients(true); }
+TEST(ModelGradients, GptMatchesFiniteDifferences) { check_gradients(small_config(false)); }
+TEST(ModelGradients, LlamaWithGqaMatchesFiniteDifferences) { check_gradients(small_config(true)); }
+// T5 v1.1's gated-GELU MLP (model.activation=geglu): a packed fc of 2F rows, as SwiGLU's.
+TEST(ModelGradients, GegluMlpMatchesFiniteDifferences) {
+  ModelConfig config = small_config(true);
+  config.activation = Activation::kGeglu;
+  check_gradients(config);
+}
 
 TEST(Model, PositionsAreCausal) {
   for (bool llama : {false, true}) {

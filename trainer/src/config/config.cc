@@ -67,7 +67,7 @@ constexpr Alias kAliases[] = {
 // The names of the typed enums, in the order of their values.
 constexpr std::string_view kFamilyNames[] = {"gpt", "llama", "t5"};
 constexpr std::string_view kNormNames[] = {"layernorm", "rmsnorm"};
-constexpr std::string_view kActivationNames[] = {"gelu", "swiglu"};
+constexpr std::string_view kActivationNames[] = {"gelu", "swiglu", "geglu"};
 constexpr std::string_view kPositionNames[] = {"learned", "rope", "relative"};
 std::vector<std::string_view> names(std::span<const std::string_view> all) {
   return {all.begin(), all.end()};
@@ -94,7 +94,7 @@ std::vector<KeyDef> build_key_table() {
       {"model.kv_channels", K::kInt, AX_FIELD(model.kv_channels), B::kNonNegative, {},
        "dimension of each head (T5's d_kv); 0 = model_dim / num_heads"},
       {"model.hidden_dim", K::kInt, AX_FIELD(model.hidden_dim), B::kPositive, {},
-       "MLP inner width (per SwiGLU branch)"},
+       "MLP inner width (per branch of a gated MLP: swiglu, geglu)"},
       {"model.vocab_size", K::kInt, AX_FIELD(model.vocab_size), B::kNonNegative, {},
        "embedding rows; 0 = the tokenizer's size rounded up to vocab_multiple"},
       {"model.vocab_multiple", K::kInt, AX_FIELD(model.vocab_multiple), B::kPositive, {},
@@ -105,7 +105,8 @@ std::vector<KeyDef> build_key_table() {
        "normalisation layer"},
       {"model.activation", K::kEnum, AX_ENUM_FIELD(model.activation), B::kAny,
        names(kActivationNames),
-       "MLP activation (gelu is the tanh approximation)"},
+       "MLP activation: gelu (the tanh approximation), or the gated units swiglu (SiLU gate) and "
+       "geglu (T5 v1.1's gated GELU, tanh approximation)"},
       {"model.position", K::kEnum, AX_ENUM_FIELD(model.position), B::kAny,
        names(kPositionNames),
        "position encoding"},

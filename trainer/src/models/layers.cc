@@ -138,7 +138,8 @@ BlockOptions BlockOptions::of(const ModelConfig& config) {
   o.hidden = config.hidden_dim;
   o.rms_norm = config.norm == NormKind::kRmsNorm;
   o.norm_eps = config.norm_eps;
-  o.swiglu = config.activation == Activation::kSwiglu;
+  if (config.activation == Activation::kSwiglu) o.glu = Glu::kSwiGlu;
+  if (config.activation == Activation::kGeglu) o.glu = Glu::kGeGlu;
   o.rope = config.position == PositionKind::kRope;
   o.rope_theta = config.rope_theta;
   o.bias = config.bias;
@@ -225,11 +226,11 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
 void Mlp::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
                   const TensorGroup& group) {
   tp = group;
-  swiglu = o.swiglu;
+  glu = o.glu;
   const int64_t F = o.hidden;
   hidden = F / tp.size;
-  std::vector<int64_t> blocks = swiglu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
-  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, o.dim, o.bias, o.init_std, tp,
+  std::vector<int64_t> blocks = glu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
+  fc.declare(layout, prefix + ".fc", glu ? 2 * F : F, o.dim, o.bias, o.init_std, tp,
              {LinearSplit::kColumn, blocks});
   proj.declare(layout, prefix + ".proj", o.dim, F, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
 }
@@ -240,19 +241,19 @@ void Mlp::bind(const ParamStore& store) {
 }
 
 void Mlp::plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const {
-  acts->fch = arena->take(dtype, {rows, swiglu ? 2 * hidden : hidden});
+  acts->fch = arena->take(dtype, {rows, glu ? 2 * hidden : hidden});
   acts->act = arena->take(dtype, {rows, hidden});
 }
 
 void Mlp::plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const {
-  scratch->dfch = arena->take(dtype, {rows, swiglu ? 2 * hidden : hidden});
+  scratch->dfch = arena->take(dtype, {rows, glu ? 2 * hidden : hidden});
   scratch->dact = arena->take(dtype, {rows, hidden});
 }
 
 void Mlp::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const {
   fc.forward(be, acts.fch, inp);
-  if (swiglu) {
-    be.swiglu_forward(acts.act, acts.fch);
+  if (glu) {
+    be.glu_forward(acts.act, acts.fch, *glu);
   } else {
     be.gelu_forward(acts.act, acts.fch);
   }
@@ -264,8 +265,8 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
   be.zero(scratch.dact);
   proj.backward(be, scratch.dact, dout, acts.act);
   be.zero(scratch.dfch);
-  if (swiglu) {
-    be.swiglu_backward(scratch.dfch, scratch.dact, acts.fch);
+  if (glu) {
+    be.glu_backward(scratch.dfch, scratch.dact, acts.fch, *glu);
   } else {
     be.gelu_backward(scratch.dfch, scratch.dact, acts.fch);
   }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ struct BlockOptions {
   int64_t dim = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, hidden = 0;
   bool rms_norm = false;
   double norm_eps = 1e-5;
-  bool swiglu = false;
+  std::optional<Glu> glu;  // a gated MLP (SwiGLU, GeGLU); none: GELU
   bool rope = false;
   double rope_theta = 10000;
   bool bias = true;
@@ -42,7 +43,7 @@ struct BlockOptions {
 };
 
 // How a Linear is split over the tensor group (Megatron): kColumn splits the output features
-// (its weight's rows and its bias), in blocks: packed qkv has three (q, k, v), SwiGLU's fc two
+// (its weight's rows and its bias), in blocks: packed qkv has three (q, k, v), a gated fc two
 // (gate, up), each split evenly; kRow splits the input features (the weight's columns); its bias
 // is whole on every rank and added by rank 0 only, so the sum over the group adds it once.
 struct LinearSplit {
@@ -124,18 +125,18 @@ struct SelfAttention {
                 const Scratch& scratch, Tensor segments = {}) const;
 };
 
-// fc → GELU or SwiGLU → proj.
+// fc → GELU, or a gated linear unit (SwiGLU, GeGLU) over fc's two halves → proj.
 struct Mlp {
   struct Acts {
-    Tensor fch;  // (N, F) GELU or (N, 2F) SwiGLU
+    Tensor fch;  // (N, F) GELU or (N, 2F) gated: the gate, then the up projection
     Tensor act;  // (N, F)
   };
   struct Scratch {
     Tensor dfch;  // (N, F or 2F)
     Tensor dact;  // (N, F)
   };
-  bool swiglu = false;
-  int64_t hidden = 0;  // this rank's width (hidden_dim / tensor group size)
+  std::optional<Glu> glu;  // none: GELU
+  int64_t hidden = 0;      // this rank's width (hidden_dim / tensor group size)
   TensorGroup tp;
   Linear fc, proj;
 
