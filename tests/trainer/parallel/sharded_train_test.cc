@@ -225,7 +225,7 @@ TEST_P(ShardedEquivalence, EveryLayoutTrainsTheLossesOfOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
-                         ::testing::Combine(::testing::Values("tiny-gpt", "tiny-llama"),
+                         ::testing::Combine(::testing::Values("tiny-gpt", "tiny-llama", "tiny-t5"),
                                             ::testing::Values("cpu", "cpu-bf16")),
                          [](const auto& info) {
                            std::string n =
@@ -236,15 +236,15 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
 
 // Stopped after 3 steps on one layout (a checkpoint is written), resumed on others: steps 4-6
 // match an uninterrupted run.
-TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
-  std::vector<std::string> o = base_overrides("tiny-llama");
+void expect_resume_on(const std::string& experiment, const std::vector<Layout>& layouts) {
+  std::vector<std::string> o = base_overrides(experiment);
   o.push_back("train.max_steps=6");
-  const Config config = corpus_config("tiny-llama", o);
-  const std::string root = data::testing::temp_dir("reshard");
+  const Config config = corpus_config(experiment, o);
+  const std::string root = data::testing::temp_dir("reshard-" + experiment);
   RunResult reference = run_ranks(config, {1, 1, 1}, root + "/reference");
   ASSERT_EQ(reference.losses.size(), 6u) << reference.errs[0];
 
-  for (const Layout& to : std::vector<Layout>{{1, 4, 1}, {2, 1, 2}, {1, 1, 1}}) {
+  for (const Layout& to : layouts) {
     const std::string dir = root + "/from_d2f2_to_" + to.name();
     Fault stop;
     stop.stop_after = 3;
@@ -260,6 +260,14 @@ TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
     EXPECT_EQ(b.losses.size(), 3u) << to.name();
     expect_same_losses(b.losses, reference.losses, 3, "resumed on " + to.name());
   }
+}
+
+TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
+  expect_resume_on("tiny-llama", {{1, 4, 1}, {2, 1, 2}, {1, 1, 1}});
+}
+
+TEST(ShardedCheckpoint, T5ResumesOnAnotherLayoutWithTheSameLosses) {
+  expect_resume_on("tiny-t5", {{1, 1, 4}});
 }
 
 // One rank killed or stopped mid-run: every other rank exits non-zero within the collective

@@ -58,7 +58,8 @@ struct ModelConfig {
 struct OptimConfig {
   double lr = 6e-4;
   int64_t warmup_steps = 100;
-  int64_t decay_steps = 0;    // cosine decay ends here (0: train.max_steps)
+  std::string schedule = "cosine";  // after warmup: cosine | linear (T5x's linear_decay)
+  int64_t decay_steps = 0;    // the decay ends here (0: train.max_steps)
   double min_lr_ratio = 0.1;  // lr at the end of the decay, as a fraction of lr
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -84,6 +85,7 @@ struct TrainConfig {
   int64_t seq_len = 256;           // decoder tokens per sequence (T5x's DEC_SL for t5)
   int64_t encoder_seq_len = 0;     // t5: encoder tokens per sequence (ENC_SL)
   double z_loss = 0;               // T5x's z-loss: z_loss · (log Σ exp logits)² per token
+  int64_t pack_examples = 1;       // t5: span-corruption examples packed per row (segment ids)
   uint64_t seed = 1234;
   int64_t log_every = 10;
   int64_t eval_every = 100;  // 0 = never
