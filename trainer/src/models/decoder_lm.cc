@@ -72,9 +72,6 @@ class DecoderLm final : public Model {
 
   Tensor segments;  // (B, T) i32, the batch's segment ids (when it has them)
   bool use_segments = false;
-  // The decoder LM trains without T5x's z-loss (z_loss · lse² per token); 0 skips the term in
-  // the cross-entropy ops and in split_vocab_loss.
-  float z_loss = 0;
 
   // The network's parameters, unit by unit: 0 = embeddings, final norm and head; 1 + i = layer i.
   ParamLayout declare() {
@@ -182,7 +179,7 @@ class DecoderLm final : public Model {
       l[n] = m[n] + std::log(sm[2 * n]);
       if (host_targets[n] < 0) continue;
       total += static_cast<double>(l[n]) - sm[2 * n + 1];
-      if (z_loss != 0) total += static_cast<double>(z_loss) * l[n] * l[n];
+      if (options.z_loss != 0) total += static_cast<double>(options.z_loss) * l[n] * l[n];
     }
     be->copy_from_host(lse, l.data());
     return total;
@@ -251,7 +248,7 @@ double DecoderLm::forward_impl(const Batch& batch) {
 
   be->copy_from_host(targets, batch.targets.data());
   if (tp.size > 1) return split_vocab_loss(batch.targets);
-  be->cross_entropy_forward(losses, logits_, targets, V, z_loss);
+  be->cross_entropy_forward(losses, logits_, targets, V, options.z_loss);
   std::vector<float> host(static_cast<size_t>(N));
   be->copy_to_host(host.data(), losses);
   double sum = 0;
@@ -265,9 +262,9 @@ void DecoderLm::backward_impl(float dloss) {
   const Tensor seg = use_segments ? segments : Tensor();
   // dlogits overwrite the logits in place.
   if (tp.size > 1) {
-    be->ce_shard_backward(logits_, logits_, lse, targets, v_begin, v_count, dloss, z_loss);
+    be->ce_shard_backward(logits_, logits_, lse, targets, v_begin, v_count, dloss, options.z_loss);
   } else {
-    be->cross_entropy_backward(logits_, logits_, targets, V, dloss, z_loss);
+    be->cross_entropy_backward(logits_, logits_, targets, V, dloss, options.z_loss);
   }
   Tensor dlnf = scratch.dln;
   be->zero(dlnf);

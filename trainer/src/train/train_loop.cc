@@ -261,7 +261,8 @@ Status Trainer::setup() {
   AX_ASSIGN_OR_RETURN(model_,
                       Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
                                     config_.train.seq_len, backend_.get(), dist_->model_parallel(),
-                                    {config_.train.recompute == "layer"}));
+                                    {.recompute_layers = config_.train.recompute == "layer",
+                                     .z_loss = static_cast<float>(config_.train.z_loss)}));
   AX_ASSIGN_OR_RETURN(optimizer_,
                       AdamW::create(config_.optim, config_.train.max_steps, &model_->store()));
   AX_RETURN_IF_ERROR(resume());

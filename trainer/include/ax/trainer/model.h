@@ -18,12 +18,15 @@
 
 namespace ax::train {
 
-// How a model trades memory for compute.
+// How a model trains beyond what its config describes (train.* keys that reach the network).
 struct ModelOptions {
   // Activation recomputation per layer: keep only each layer's output (the residual stream) and
   // run a layer's forward pass again just before its backward pass, so the other activations of
   // all layers share one layer's worth of memory. Same results, about one more forward pass.
   bool recompute_layers = false;
+  // T5x's auxiliary z-loss (train.z_loss): z_loss · lse² per token is added to the loss, lse =
+  // log Σ exp of the token's logits. 0 skips the term: the loss has the bits it had without it.
+  float z_loss = 0;
 };
 
 // One micro-batch as any model family reads it: host memory, row-major (batch, length). A loss
