@@ -234,6 +234,31 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
                            return n;
                          });
 
+// T5x's z-loss (train.z_loss) through the vocabulary-parallel cross-entropy: tensor-parallel
+// layouts (the host adds z · lse² from the combined shard sums, the shards scale their softmax)
+// train the losses of one process, which are above those of the same run without the term.
+TEST(ShardedZLoss, TensorParallelLayoutsTrainTheLossesOfOneProcess) {
+  std::vector<std::string> o = base_overrides("tiny-gpt");
+  const Config plain = corpus_config("tiny-gpt", o);
+  o.push_back("train.z_loss=0.1");
+  const Config config = corpus_config("tiny-gpt", o);
+  const std::string root = data::testing::temp_dir("sharded-zloss");
+  RunResult without = run_ranks(plain, {1, 1, 1}, root + "/without", {}, "cpu");
+  RunResult one = run_ranks(config, {1, 1, 1}, root + "/one", {}, "cpu");
+  ASSERT_EQ(one.exit_codes[0], 0) << one.errs[0];
+  ASSERT_EQ(one.losses.size(), 5u);
+  ASSERT_EQ(without.losses.size(), 5u);
+  EXPECT_GT(one.losses[0], without.losses[0] + 0.1) << "z · lse² is in the loss";
+  for (const Layout& layout : std::vector<Layout>{{1, 1, 4}, {2, 1, 2}, {1, 2, 2}}) {
+    RunResult r = run_ranks(config, layout, root + "/" + layout.name(), {}, "cpu");
+    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
+    }
+    EXPECT_EQ(r.losses.size(), 5u) << layout.name();
+    expect_same_losses(r.losses, one.losses, 0, "z-loss " + layout.name());
+  }
+}
+
 // Stopped after 3 steps on one layout (a checkpoint is written), resumed on others: steps 4-6
 // match an uninterrupted run.
 void expect_resume_on(const std::string& experiment, const std::vector<Layout>& layouts) {

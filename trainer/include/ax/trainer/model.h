@@ -19,7 +19,7 @@
 
 namespace ax::train {
 
-// How a model trades memory for compute.
+// How a model trains beyond what its config describes (train.* keys that reach the network).
 struct ModelOptions {
   // Activation recomputation per layer: keep only each layer's output (the residual stream) and
   // run a layer's forward pass again just before its backward pass, so the other activations of
@@ -28,7 +28,8 @@ struct ModelOptions {
   // Encoder-decoder models: the encoder's input length (train.encoder_seq_len); the decoder's is
   // the model's seq_len.
   int64_t encoder_seq_len = 0;
-  // T5x's auxiliary z-loss (train.z_loss): each token's loss += z_loss · (log Σ exp logits)².
+  // T5x's auxiliary z-loss (train.z_loss): z_loss · lse² per token is added to the loss, lse =
+  // log Σ exp of the token's logits. 0 skips the term: the loss has the bits it had without it.
   float z_loss = 0;
 };
 
