@@ -167,6 +167,13 @@ Status Trainer::open_data() {
       data::ShardSet::open(config_.data.train_dir, tokenizer_->hash());
   if (!train.ok()) return train.status().with_context("training data");
   train_set_ = *train;
+  if (train_set_->index().kind != data::ShardKind::kLm) {
+    return FailedPrecondition(
+        "training data ", config_.data.train_dir,
+        " is seq2seq (input/target pairs from `ax-data tokenize --format seq2seq`); pretraining "
+        "reads text shards (`ax-data tokenize` without --format; model.family=t5 makes its own "
+        "inputs and targets from them by span corruption)");
+  }
 
   const int64_t devices = ctx_.world;
   const double global = config_.train.global_batch > 0
