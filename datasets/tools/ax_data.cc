@@ -19,10 +19,12 @@
 #include <vector>
 
 #include "ax/common/env.h"
+#include "ax/common/rng.h"
 #include "ax/common/status.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/dataset_index.h"
 #include "ax/datasets/shard_reader.h"
+#include "ax/datasets/span_corruption.h"
 #include "ax/datasets/tokenize.h"
 #include "ax/datasets/tokenize_job.h"
 #include "ax/datasets/tokenizer.h"
@@ -506,13 +508,17 @@ int run_verify(const Args& args) {
 
 const CommandSpec kInspect = {
     "inspect",
-    "DIR [--tokenizer spm.model] [--samples N]",
+    "DIR [--tokenizer spm.model] [--samples N] [--span-corruption ENC_SL [--seed N]]",
     "Prints the counts of a shard set from its index.json; with --tokenizer, also the first\n"
-    "documents decoded back to text.",
+    "documents decoded back to text; with --span-corruption, the first windows of the token\n"
+    "stream as T5 pretraining sees them (inputs and targets decoded, docs/t5.md).",
     1,
     {
         {"tokenizer", Arity::kValue, "spm.model", "decode sample documents with this model"},
         {"samples", Arity::kValue, "N", "documents to decode (default 3)"},
+        {"span-corruption", Arity::kValue, "ENC_SL",
+         "show T5 span corruption for this encoder length (needs a tokenizer with sentinels)"},
+        {"seed", Arity::kValue, "N", "span-corruption seed, as train.seed (default 1234)"},
     }};
 
 // Text on one line, at most max_bytes, cut at a character boundary.
@@ -548,6 +554,36 @@ Status print_samples(const ShardSet& set, const Tokenizer& tok, uint64_t samples
       AX_ASSIGN_OR_RETURN(std::string targets, decode_doc(set, tok, i * 2 + 1));
       std::cout << "      targets " << targets << "\n";
     }
+  }
+  return Status::Ok();
+}
+
+// The first windows of the token stream span-corrupted as the T5 trainer does (its loader's
+// window i starts at token i·(raw - 1) and holds raw tokens; SpanCorruptionRows seeds it with
+// mix64(seed ^ mix64(i))), decoded: exactly what training example i is.
+Status print_span_corruption(const ShardSet& set, const Tokenizer& tok, uint64_t samples,
+                             int64_t encoder_length, uint64_t seed) {
+  if (tok.num_sentinels() == 0) {
+    return FailedPrecondition("--span-corruption: ", tok.path(), " has no sentinels (train one "
+                              "with `ax-data train-tokenizer --extra-ids 100`)");
+  }
+  AX_ASSIGN_OR_RETURN(SpanLengths lengths, span_lengths(encoder_length));
+  std::cout << "span corruption (ENC_SL " << encoder_length << ": windows of " << lengths.raw
+            << " tokens -> " << lengths.inputs << " inputs, " << lengths.targets
+            << " targets; seed " << seed << "):\n";
+  std::vector<uint32_t> raw(static_cast<size_t>(lengths.raw)), inputs, targets;
+  for (uint64_t i = 0; i < samples; ++i) {
+    const uint64_t begin = i * static_cast<uint64_t>(lengths.raw - 1);
+    if (begin + raw.size() > set.num_tokens()) break;
+    AX_RETURN_IF_ERROR(set.read(begin, raw));
+    AX_RETURN_IF_ERROR(span_corrupt(raw, SpanCorruption{}, mix64(seed ^ mix64(i)),
+                                    tok.vocab_size() - 1, tok.num_sentinels(),
+                                    static_cast<uint32_t>(std::max(0, tok.eos_id())), &inputs,
+                                    &targets));
+    AX_ASSIGN_OR_RETURN(std::string in, tok.decode(inputs));
+    AX_ASSIGN_OR_RETURN(std::string out, tok.decode(targets));
+    std::cout << "  [" << i << "] inputs  (" << inputs.size() << ") " << one_line(in, 300) << "\n"
+              << "      targets (" << targets.size() << ") " << one_line(out, 300) << "\n";
   }
   return Status::Ok();
 }
@@ -591,8 +627,13 @@ void print_counts(const std::string& dir, const DatasetIndex& idx) {
 int run_inspect(const Args& parsed) {
   Args args = parsed;
   const CommandSpec& cmd = kInspect;
-  uint64_t samples = 3;
+  uint64_t samples = 3, encoder_length = 0, seed = 1234;
   args.integer("samples", &samples, 0, 1000000);
+  args.integer("span-corruption", &encoder_length, 0, 1 << 20);
+  args.integer("seed", &seed, 0, std::numeric_limits<int64_t>::max());
+  if (args.has("span-corruption") && !args.has("tokenizer")) {
+    args.error = "--span-corruption needs --tokenizer";
+  }
   if (!args.error.empty()) return usage_error(cmd, args.error);
   const std::string& dir = args.positional[0];
   StatusOr<DatasetIndex> idx = read_dataset_index(dir);
@@ -610,7 +651,10 @@ int run_inspect(const Args& parsed) {
   }
   print_counts(dir, *idx);
   if (set && samples > 0) {
-    Status st = print_samples(*set, *tok, samples);
+    Status st = encoder_length > 0
+                    ? print_span_corruption(*set, *tok, samples,
+                                            static_cast<int64_t>(encoder_length), seed)
+                    : print_samples(*set, *tok, samples);
     if (!st.ok()) return failed(cmd, st);
   }
   return 0;

@@ -149,6 +149,11 @@ ls -d "$nan"/checkpoints/step_* >/dev/null 2>&1 || fail "NaN: the last good chec
 "$axdata" tokenize --tokenizer "$work/t5.model" --input "$work/train.txt" \
   --output "$work/t5shards/train" >/dev/null 2>&1 || fail "T5 tokenize"
 t5=(--experiment tiny-t5 --data "$work/t5shards/train" --tokenizer "$work/t5.model")
+expect_status 0 "inspect span corruption" -- "$axdata" inspect "$work/t5shards/train" \
+  --tokenizer "$work/t5.model" --span-corruption 64 --samples 2
+expect_output "windows of 70 tokens -> 64 inputs, 14 targets"
+expect_output "^  \[1\] inputs  (64) .*<extra_id_0>"
+expect_output "^      targets (14) <extra_id_0>"
 expect_status 0 "tiny-t5 trains" -- "$axtrain" "${t5[@]}" --run-dir "$work/t5run" --max-steps 12 \
   --set train.eval_every=0 --set train.log_every=1
 expect_output "^model: t5, 2+2 encoder+decoder layers"
