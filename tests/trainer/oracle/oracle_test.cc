@@ -19,6 +19,7 @@
 
 #include "ax/common/strings.h"
 #include "ax/trainer/backend.h"
+#include "ax/trainer/checkpoint.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/model.h"
 #include "test_util.h"
@@ -143,6 +144,21 @@ void dump_model(const std::string& experiment, const fs::path& dir, bool packed 
                    {"loss", loss},
                    {"num_targets", model.num_targets()},
                    {"tensors", tensors}};
+  if (t5 && !packed) {
+    // The Hugging Face export of the same weights: the oracle runs it with Hugging Face's T5
+    // semantics (no 1/sqrt(d_kv) on the logits, its names) and expects the same loss.
+    CheckpointState state;
+    for (const ParamSpec& spec : model.layout().specs()) {
+      StatusOr<std::vector<float>> p = model.parameter(spec.name);
+      ASSERT_TRUE(p.ok()) << spec.name;
+      state.tensors.push_back({"params/" + spec.name, spec.shape, *p, {}, {}});
+    }
+    Config exported = *config;
+    exported.model.vocab_size = model.config().vocab_size;
+    Status s = export_hugging_face(state, exported, (dir / "hf").string());
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    manifest["hf_export"] = "hf";
+  }
   std::ofstream(dir / "manifest.json") << manifest.dump(2) << "\n";
 }
 

@@ -199,6 +199,78 @@ def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab):
     return (loss + m["z_loss"] * lse * lse).mean()
 
 
+def read_safetensors(path):
+    """The float32 tensors of a .safetensors file by name (its format: an 8-byte little-endian
+    header length, a JSON header of dtype/shape/offsets, then the data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        assert e["dtype"] == "F32", (name, e["dtype"])
+        begin, end = e["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + begin:8 + n + end], "<f4").reshape(e["shape"])
+    return out
+
+
+def hf_t5_loss(hf, hf_config, tokens, targets, enc_tokens, z_loss, vocab):
+    """T5ForConditionalGeneration's function from its own names and config.json: logits not
+    divided by sqrt(d_kv), q, k, v separate, wi_0 / wi_1, one bias table per stack in block 0."""
+    p = {n: torch.tensor(w, dtype=torch.float64) for n, w in hf.items()}
+    NH, HD, eps = hf_config["num_heads"], hf_config["d_kv"], hf_config["layer_norm_epsilon"]
+    m = {"relative_buckets": hf_config["relative_attention_num_buckets"],
+         "relative_max_distance": hf_config["relative_attention_max_distance"]}
+    B, Td = tokens.shape
+    Te = enc_tokens.shape[1]
+    enc_mask = torch.ones(B, Te, Te, dtype=torch.bool)
+    dec_mask = torch.ones(Td, Td, dtype=torch.bool).tril()[None].expand(B, Td, Td)
+    cross_mask = torch.ones(B, Td, Te, dtype=torch.bool)
+
+    def attend(x, kv_in, pre, bias, mask):
+        q, k, v = (t.reshape(B, -1, NH, HD).transpose(1, 2) for t in (
+            x @ p[pre + "q.weight"].T, kv_in @ p[pre + "k.weight"].T, kv_in @ p[pre + "v.weight"].T))
+        scores = q @ k.transpose(-1, -2)  # no 1/sqrt(d_kv): Hugging Face's T5
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~mask[:, None], -1e30)
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, -1, NH * HD)
+        return y @ p[pre + "o.weight"].T
+
+    def ff(x, pre):
+        return (gelu_tanh(x @ p[pre + "wi_0.weight"].T) * (x @ p[pre + "wi_1.weight"].T)) @ \
+            p[pre + "wo.weight"].T
+
+    x = p["shared.weight"][enc_tokens]
+    bias = t5_position_bias(
+        p["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], Te, Te, True, m)
+    for i in range(hf_config["num_layers"]):
+        b = f"encoder.block.{i}.layer."
+        h = rms_norm(x, p[b + "0.layer_norm.weight"], eps)
+        x = x + attend(h, h, b + "0.SelfAttention.", bias, enc_mask)
+        x = x + ff(rms_norm(x, p[b + "1.layer_norm.weight"], eps), b + "1.DenseReluDense.")
+    memory = rms_norm(x, p["encoder.final_layer_norm.weight"], eps)
+    x = p["shared.weight"][tokens]
+    bias = t5_position_bias(
+        p["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"], Td, Td, False, m)
+    for i in range(hf_config["num_decoder_layers"]):
+        b = f"decoder.block.{i}.layer."
+        h = rms_norm(x, p[b + "0.layer_norm.weight"], eps)
+        x = x + attend(h, h, b + "0.SelfAttention.", bias, dec_mask)
+        h = rms_norm(x, p[b + "1.layer_norm.weight"], eps)
+        x = x + attend(h, memory, b + "1.EncDecAttention.", None, cross_mask)
+        x = x + ff(rms_norm(x, p[b + "2.layer_norm.weight"], eps), b + "2.DenseReluDense.")
+    x = rms_norm(x, p["decoder.final_layer_norm.weight"], eps)
+    logits = (x @ p["lm_head.weight"].T)[..., :vocab].reshape(-1, vocab)
+    flat = targets.reshape(-1)
+    keep = flat >= 0
+    lse = torch.logsumexp(logits[keep], dim=-1)
+    loss = lse - logits[keep].gather(1, flat[keep][:, None])[:, 0]
+    return (loss + z_loss * lse * lse).mean().item()
+
+
 def mean_loss(p, tokens, targets, m, vocab):
     T = tokens.shape[1]
     x = p["wte"][tokens]
@@ -302,6 +374,16 @@ def main():
         print(f"{name:28} {shape:>12} {np.linalg.norm(g):10.3e} {r:9.2e} "
               f"{max_abs(ax_grads[name], g):10.2e} {r32:9.2e}{'  FAIL' if bad else ''}")
     print(f"worst gradient: {worst[0]} rel {worst[1]:.2e} (tol {grad_tol:g})")
+    if man.get("hf_export"):
+        hf_dir = os.path.join(d, man["hf_export"])
+        hf = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
+        with open(os.path.join(hf_dir, "config.json")) as f:
+            hf_config = json.load(f)
+        hf_loss = hf_t5_loss(hf, hf_config, tokens, targets, t5[0], m["z_loss"], vocab)
+        hf_err = abs(hf_loss - loss64) / max(abs(loss64), TINY)
+        ok &= hf_err <= LOSS_TOL and hf_config["architectures"] == ["T5ForConditionalGeneration"]
+        print(f"Hugging Face export ({len(hf)} tensors, {hf_config['architectures'][0]}): loss "
+              f"{hf_loss:.9g} with its semantics, rel {hf_err:.2e} to the oracle (tol {LOSS_TOL:g})")
     print("oracle: PASS" if ok else "oracle: FAIL")
     return 0 if ok else 1
 
