@@ -306,7 +306,8 @@ ax_train_job() {
   ax_job_secret
   local rc=0
   ax_run_step "${AX_SRUN[@]}" || rc=$?
-  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel"
+  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel" \
+    "$outputs/output-${SLURM_JOB_ID:-}-"*.txt
 }
 
 # ax_check_common: the checks both .sub files share (launch mode, dry run, requeue, binaries,
@@ -373,11 +374,27 @@ ax_run_step() {
   return "$rc"
 }
 
-# ax_finish STATUS WHERE: ends the job. 0: done. 75: the ranks stopped at a checkpoint; unless
-# AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from that checkpoint
-# and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with that status.
+# ax_failure_cause FILE...: the cause the ranks agreed on after a collective failed, from the
+# first of the output files that has it: "rank 3 (host n2) stopped answering first (peer closed
+# the connection)" (docs/comm.md "Timeouts and failures"), or "the store host, rank 0, is gone";
+# nothing when no file has one.
+ax_failure_cause() {
+  local f first='ranks? [0-9,]+( \(hosts? [^)]*\))? stopped answering first \([^)]*\)'
+  for f in "$@"; do
+    [[ -f "$f" ]] || continue
+    grep -ohE -m 1 "$first|the store host, rank 0, is gone" "$f" && return 0
+  done
+  return 0
+}
+
+# ax_finish STATUS WHERE [OUTPUT_FILE...]: ends the job. 0: done. 75: the ranks stopped at a
+# checkpoint; unless AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from
+# that checkpoint and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with
+# that status, and its last line names the rank that failed first when the ranks' outputs
+# (OUTPUT_FILEs) do.
 ax_finish() {
   local rc="$1" where="$2"
+  shift 2
   if ((rc == 0)); then
     ax_log "finished: the run reached its last step (outputs: $where)"
     exit 0
@@ -405,7 +422,9 @@ ax_finish() {
     fi
     exit "$rc"
   fi
-  ax_log "error: the training step failed with status $rc; see $where"
+  local cause
+  cause="$(ax_failure_cause "$@")"
+  ax_log "error: the training step failed with status $rc${cause:+: $cause}; see $where"
   exit "$rc"
 }
 

@@ -64,6 +64,10 @@ rc=$?
 case "$rc" in
   0) ax_log "Run succeeded! (outputs in $LOG_DIR)" ;;
   75) ax_log "Run stopped at a checkpoint; run the same command again to resume" ;;
-  *) ax_log "Run failed with status $rc (see $LOG_DIR/pile_output.log, $LOG_DIR/error.json)" ;;
+  *)
+    cause="$(ax_failure_cause "$LOG_DIR/pile_output.log")"
+    ax_log "Run failed with status $rc${cause:+: $cause} (see $LOG_DIR/pile_output.log," \
+      "$LOG_DIR/error.json)"
+    ;;
 esac
 exit "$rc"
