@@ -7,15 +7,16 @@
 #
 # DATA_DIR holds ax-data shards (index.json, or train/ and val/). The mesh is the original's pure
 # data parallelism (ICI_MESH_SHAPE=[NUM_GPUS,1,1]) unless ICI_MESH_SHAPE is set. Environment:
-# CONFIG (Pile126M), MAX_STEPS, AX_BIN, AX_TRAIN_ARGS (docs/job-scripts.md). LOGDIR receives
-# checkpoints, metrics.jsonl, TensorBoard events, logs/rank_<r>.log and pile_output.log. The exit
-# status is ax-launch's: 0 done, 75 stopped at a checkpoint by Ctrl-C/SIGTERM/SIGUSR1 (run again to
-# resume), anything else failed.
+# CONFIG (Pile126M), MAX_STEPS (or MAX_STEP), AX_BIN, AX_TRAIN_ARGS (docs/job-scripts.md). LOGDIR
+# receives checkpoints, metrics.jsonl, TensorBoard events, logs/rank_<r>.log and pile_output.log.
+# The exit status is ax-launch's: 0 done, 75 stopped at a checkpoint by Ctrl-C/SIGTERM/SIGUSR1 (run
+# again to resume), anything else failed.
 set -uo pipefail
 
 AX_SBATCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=sbatch/ax_job.sh
 source "$AX_SBATCH_DIR/ax_job.sh"
+ax_warn_unknown_vars run_pile_singlenode.sh "$AX_SINGLENODE_VARS"
 
 if (($# < 2 || $# > 6)); then
   echo "usage: $0 <DATA_DIR> <VOCAB_PATH> [PRECISION=bfloat16] [NUM_GPUS=8]" \
@@ -41,7 +42,7 @@ ax_shards_subdir DATA_DIR shards_subdir
     "weights on GPUs; CPU ranks compute in fp32)"
 ax_check_uint NUM_GPUS 1
 ax_check_positive PERCORE_BATCH_SIZE
-ax_check_uint MAX_STEPS 1
+ax_max_steps max_steps
 ax_mesh_vector ICI_MESH_SHAPE ici
 ax_find_binaries
 ax_fail_if_errors
@@ -53,7 +54,7 @@ vocab="$(cd "$(dirname "$VOCAB_PATH")" && pwd)/$(basename "$VOCAB_PATH")"
 cmd=("$AX_LAUNCH" --nproc "$NUM_GPUS" --mesh "ici=${ici:--1,1,1};dcn=1,1,1" --run-dir "$LOG_DIR"
   -- "$AX_TRAIN" --experiment "$CONFIG" --data "$data" --tokenizer "$vocab" --run-dir "$LOG_DIR"
   --set "PERCORE_BATCH_SIZE=$PERCORE_BATCH_SIZE")
-[[ -n "${MAX_STEPS-}" ]] && cmd+=(--max-steps "$MAX_STEPS")
+[[ -n "$max_steps" ]] && cmd+=(--max-steps "$max_steps")
 # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
 [[ -n "${AX_TRAIN_ARGS-}" ]] && cmd+=($AX_TRAIN_ARGS)
 ax_log "$(ax_quote "${cmd[@]}")"
