@@ -455,6 +455,12 @@ TEST(GlooFailure, RanksBlockedInOtherGroupsNameOnlyTheDeadRank) {
                                   rank % 2 ? std::vector<int>{1, 3} : std::vector<int>{0, 2}, rank,
                                   options(kFailTimeout));
                               if (!data.ok()) return "create: " + data.status().to_string();
+                              // Every pair of both groups is connected before rank 3 dies (its
+                              // creation could finish while a peer's was still connecting).
+                              for (auto* g : {&*fsdp, &*data}) {
+                                Status b = (*g)->barrier();
+                                if (!b.ok()) return "barrier: " + b.to_string();
+                              }
                               if (rank == 3) raise(SIGKILL);
                               Communicator& comm = rank == 0 ? **fsdp : **data;
                               std::vector<float> buf(1000, 1.f);
@@ -485,8 +491,8 @@ TEST(GlooFailure, RanksBlockedInOtherGroupsNameOnlyTheDeadRank) {
     ASSERT_NE(bar, std::string::npos);
     const std::string message = rep.substr(0, bar);
     if (r != causes[0]) {
-      EXPECT_NE(message.find(str_cat("stopping: ", culprit, " stopped answering (rank ",
-                                     causes[0], " reports it)")),
+      EXPECT_NE(message.find(str_cat("stopping: ", culprit, " stopped answering (rank ", causes[0],
+                                     " reports it)")),
                 std::string::npos);
     }
     EXPECT_EQ(message.find("did not answer"), std::string::npos);
