@@ -172,15 +172,25 @@ struct Domain {
   std::map<int, GroupEntry> groups;
   int next_id = 0;
   bool failing = false;
+  bool closing = false;  // fail_rank is calling the groups' close functions (outside the lock)
+  int users = 0;         // fail_rank calls holding this Domain across an unlock
   std::optional<Status> verdict;
 };
+using Domains = std::map<const Store*, Domain>;
 
 std::mutex g_domains_mu;
-std::condition_variable g_verdict_cv;
+std::condition_variable g_domains_cv;  // a verdict was given, or the closing ended
 
-std::map<const Store*, Domain>& domains() {
-  static auto* d = new std::map<const Store*, Domain>();  // never destroyed: used until _Exit
+Domains& domains() {
+  static auto* d = new Domains();  // never destroyed: used until _Exit
   return *d;
+}
+
+// Under g_domains_mu: forgets a domain that nothing uses any more, so that a later store at the
+// same address starts afresh.
+void forget_if_unused(Domains::iterator it) {
+  const Domain& d = it->second;
+  if (d.groups.empty() && d.users == 0 && (!d.failing || d.verdict)) domains().erase(it);
 }
 
 std::string host_name() {
@@ -207,12 +217,17 @@ int join_failure_domain(Store& store, int global_rank, GroupEntry entry) {
 }
 
 void leave_failure_domain(Store& store, int id) {
-  std::lock_guard<std::mutex> lock(g_domains_mu);
+  std::unique_lock<std::mutex> lock(g_domains_mu);
+  // A failure of another group may be closing this one right now, with a copy of its close
+  // function: the group's owner must outlive that call, so its destructor waits here.
+  g_domains_cv.wait(lock, [&] {
+    auto it = domains().find(&store);
+    return it == domains().end() || !it->second.closing;
+  });
   auto it = domains().find(&store);
   if (it == domains().end()) return;
   it->second.groups.erase(id);
-  const Domain& d = it->second;
-  if (d.groups.empty() && (!d.failing || d.verdict)) domains().erase(it);
+  forget_if_unused(it);
 }
 
 namespace {
@@ -307,30 +322,45 @@ Status fail_rank(Store& store, std::string_view op, const std::string& group,
   std::vector<GroupEntry> groups;
   {
     std::unique_lock<std::mutex> lock(g_domains_mu);
-    Domain& d = domains()[&store];
+    Domain& d = domains()[&store];  // `users` keeps it in the map while the lock is released
+    ++d.users;
     if (d.failing) {
       // Another group of this rank failed first (or the other thread's): its verdict holds.
-      g_verdict_cv.wait_for(lock, 2 * cause_wait, [&] { return d.verdict.has_value(); });
-      if (d.verdict) return *d.verdict;
+      g_domains_cv.wait_for(lock, 2 * cause_wait, [&] { return d.verdict.has_value(); });
+      std::optional<Status> verdict = d.verdict;
+      --d.users;
+      forget_if_unused(domains().find(&store));
+      if (verdict) return *verdict;
       return Status(err.code, str_cat(op, " on ", group, " failed: ", err.cause,
                                       " (after another group of this rank failed)"));
     }
     d.failing = true;
+    d.closing = true;
     for (const auto& [id, entry] : d.groups) groups.push_back(entry);
   }
   // Alive keys first, then the connections: a peer woken by the close finds this rank alive.
   for (const GroupEntry& g : groups) {
     (void)store.set(str_cat(g.prefix, "/alive/", g.group_rank), "1");
   }
+  // The failed group itself is the caller's to close, when it chooses (NCCL's watchdog: only
+  // after the verdict, so that the stream stays blocked meanwhile).
   for (const GroupEntry& g : groups) {
-    if (g.close) g.close();
+    if (g.close && g.prefix != prefix) g.close();
   }
+  {
+    std::lock_guard<std::mutex> lock(g_domains_mu);
+    domains()[&store].closing = false;
+  }
+  g_domains_cv.notify_all();
   Status verdict = decide_failure(store, op, group, prefix, ranks, group_rank, err, window);
   {
     std::lock_guard<std::mutex> lock(g_domains_mu);
-    domains()[&store].verdict = verdict;
+    auto it = domains().find(&store);
+    it->second.verdict = verdict;
+    --it->second.users;
+    forget_if_unused(it);
   }
-  g_verdict_cv.notify_all();
+  g_domains_cv.notify_all();
   return verdict;
 }
 

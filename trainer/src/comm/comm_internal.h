@@ -80,12 +80,16 @@ std::string gloo_message(std::string_view what);
 struct GroupEntry {
   std::string prefix;  // "<tag>/<instance>": where its alive keys are
   int group_rank = 0;
-  std::function<void()> close;  // closes its connections, which wakes the peers blocked in it
+  // Closes its connections (Gloo) or aborts it (NCCL), which wakes the peers blocked in it. Called
+  // from whichever thread of the rank fails first in another group.
+  std::function<void()> close;
 };
 // Registers a group of the rank `global_rank`, whose groups all share `store` (the job's store);
 // the first registration also publishes the rank's host name at "hosts/<global rank>".
 // Returns the id leave_failure_domain takes.
 int join_failure_domain(Store& store, int global_rank, GroupEntry entry);
+// Unregisters a group; called first by its owner's destructor: when another group's failure is
+// calling the close functions, it returns only once they have all returned.
 void leave_failure_domain(Store& store, int id);
 
 // "rank 3 (host n2)", "ranks 2,3 (host n2)", "ranks 3,5 (hosts n2,n3)"; without the hosts when
@@ -105,11 +109,13 @@ inline constexpr const char* kFailureCauseKey = "failure/cause";
 Status agree_on_cause(Store& store, std::string_view op, const std::string& group, int global_rank,
                       const TransportError& err, const AliveReport& report, Millis wait);
 
-// What a failed collective of a registered group returns, decided once per rank: the first
-// failure sets the rank's alive key in every registered group, closes them all (its peers in
-// other groups fail at once instead of after their timeout, and reach their own alive rounds),
-// runs the alive round of the failed group and agrees on the cause (agree_on_cause). A later
-// failure of another group or thread of the same rank returns the same Status.
+// What a failed collective of a registered group (`prefix`) returns, decided once per rank: the
+// first failure sets the rank's alive key in every registered group, closes every other one (its
+// peers in other groups fail at once instead of after their timeout, and reach their own alive
+// rounds; the failed group is the caller's to close, before or after), names the culprit (the
+// store's first closed connection, else the alive round of the failed group) and agrees on the
+// cause (agree_on_cause). A later failure of another group or thread of the same rank returns
+// the same Status.
 Status fail_rank(Store& store, std::string_view op, const std::string& group,
                  const std::string& prefix, const std::vector<int>& ranks, int group_rank,
                  const TransportError& err, Millis timeout);
