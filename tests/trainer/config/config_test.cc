@@ -322,8 +322,8 @@ TEST(ConfigOverrides, BadValuesNameTheKey) {
       {"optim.warmup_steps=-1", "must be >= 0"},
       {"model.bias=maybe", "'model.bias' (bool): 'maybe' is not a boolean"},
       {"model.norm=batchnorm", "'model.norm': 'batchnorm' is not one of layernorm, rmsnorm"},
-      {"model.family=t5", "is not one of gpt, llama"},
-      {"model.position=alibi", "is not one of learned, rope"},
+      {"model.family=bert", "is not one of gpt, llama, t5"},
+      {"model.position=alibi", "is not one of learned, rope, relative"},
       {"model.activation=relu", "is not one of gelu, swiglu"},
       {"train.seed=-1", "'train.seed' (int): '-1' is not a non-negative integer"},
       {"train.percore_batch_size=0", "'train.percore_batch_size': 0 must be > 0"},
@@ -407,7 +407,11 @@ TEST(ConfigValidate, CrossFieldErrorsNameTheKeysAndNumbers) {
       {{"model.num_kv_heads=3"}, {"model.num_heads (4)", "model.num_kv_heads (3)"}},
       {{"model.num_kv_heads=8"}, {"model.num_heads (4)", "model.num_kv_heads (8)"}},
       {{"model.position=rope", "model.model_dim=36", "model.num_heads=4"},
-       {"model.position=rope", "model.model_dim (36)", "= 9"}},
+       {"model.position=rope", "it is 9", "model.model_dim (36)"}},
+      {{"model.dropout=0.1"}, {"model.dropout=0.1", "not implemented"}},
+      {{"model.family=t5"}, {"model.position=relative", "model.family=t5"}},
+      {{"model.position=relative"}, {"model.family=gpt"}},
+      {{"model.family=t5", "model.position=relative"}, {"train.encoder_seq_len"}},
       {{"train.seq_len=128"}, {"train.seq_len (128)", "model.max_seq_len (64)"}},
       {{"optim.warmup_steps=30"}, {"optim.warmup_steps (30)", "train.max_steps = 20"}},
       {{"optim.warmup_steps=30", "optim.decay_steps=25"},
@@ -421,6 +425,12 @@ TEST(ConfigValidate, CrossFieldErrorsNameTheKeysAndNumbers) {
       EXPECT_NE(message.find(e), std::string::npos) << message;
     }
   }
+  // An explicit head dimension lifts the divisibility of model_dim by the heads.
+  Config kv = experiment("tiny-gpt");
+  ASSERT_TRUE(apply_override(&kv, "model.kv_channels=16").ok());
+  ASSERT_TRUE(apply_override(&kv, "model.model_dim=66").ok());
+  EXPECT_TRUE(validate(kv).ok()) << validate(kv).to_string();
+  EXPECT_EQ(kv.model.head_dim(), 16);
   // A GPT with RoPE is allowed, and RoPE lifts the position-table limit.
   Config c = experiment("tiny-gpt");
   ASSERT_TRUE(apply_override(&c, "model.position=rope").ok());
@@ -528,7 +538,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 48);  // experiment + 47 keys
+  EXPECT_EQ(lines, 55);  // experiment + 54 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;
@@ -544,7 +554,7 @@ TEST(ConfigText, DescribeKeysListsEveryKey) {
     std::string key = line.substr(0, line.find(' '));
     EXPECT_NE(help.find(key + " "), std::string::npos) << key;
   }
-  EXPECT_NE(help.find("{gpt|llama}"), std::string::npos) << help;
+  EXPECT_NE(help.find("{gpt|llama|t5}"), std::string::npos) << help;
   EXPECT_NE(help.find("[Pax: PERCORE_BATCH_SIZE]"), std::string::npos) << help;
   EXPECT_NE(help.find("float"), std::string::npos);
   EXPECT_NE(help.find("bool"), std::string::npos);

@@ -65,10 +65,10 @@ constexpr Alias kAliases[] = {
   }
 
 // The names of the typed enums, in the order of their values.
-constexpr std::string_view kFamilyNames[] = {"gpt", "llama"};
+constexpr std::string_view kFamilyNames[] = {"gpt", "llama", "t5"};
 constexpr std::string_view kNormNames[] = {"layernorm", "rmsnorm"};
 constexpr std::string_view kActivationNames[] = {"gelu", "swiglu"};
-constexpr std::string_view kPositionNames[] = {"learned", "rope"};
+constexpr std::string_view kPositionNames[] = {"learned", "rope", "relative"};
 std::vector<std::string_view> names(std::span<const std::string_view> all) {
   return {all.begin(), all.end()};
 }
@@ -80,15 +80,19 @@ std::vector<KeyDef> build_key_table() {
   // clang-format off
   std::vector<KeyDef> keys = {
       {"model.family", K::kEnum, AX_ENUM_FIELD(model.family), B::kAny, names(kFamilyNames),
-       "architecture family (GPT-2/Pax style or LLaMA/Fuji style)"},
+       "architecture family (GPT-2/Pax style, LLaMA/Fuji style, or T5 v1.1 encoder-decoder)"},
       {"model.num_layers", K::kInt, AX_FIELD(model.num_layers), B::kPositive, {},
-       "transformer blocks"},
+       "transformer blocks (t5: of the encoder)"},
+      {"model.num_decoder_layers", K::kInt, AX_FIELD(model.num_decoder_layers), B::kNonNegative, {},
+       "t5: decoder blocks; 0 = model.num_layers"},
       {"model.model_dim", K::kInt, AX_FIELD(model.model_dim), B::kPositive, {},
        "residual stream width"},
       {"model.num_heads", K::kInt, AX_FIELD(model.num_heads), B::kPositive, {},
        "attention (query) heads; head_dim = model_dim / num_heads"},
       {"model.num_kv_heads", K::kInt, AX_FIELD(model.num_kv_heads), B::kPositive, {},
        "key/value heads; fewer than num_heads is grouped-query attention"},
+      {"model.kv_channels", K::kInt, AX_FIELD(model.kv_channels), B::kNonNegative, {},
+       "dimension of each head (T5's d_kv); 0 = model_dim / num_heads"},
       {"model.hidden_dim", K::kInt, AX_FIELD(model.hidden_dim), B::kPositive, {},
        "MLP inner width (per SwiGLU branch)"},
       {"model.vocab_size", K::kInt, AX_FIELD(model.vocab_size), B::kNonNegative, {},
@@ -107,6 +111,12 @@ std::vector<KeyDef> build_key_table() {
        "position encoding"},
       {"model.rope_theta", K::kFloat, AX_FIELD(model.rope_theta), B::kPositive, {},
        "RoPE base frequency"},
+      {"model.relative_buckets", K::kInt, AX_FIELD(model.relative_buckets), B::kPositive, {},
+       "position=relative: buckets of T5's relative position bias"},
+      {"model.relative_max_distance", K::kInt, AX_FIELD(model.relative_max_distance),
+       B::kPositive, {}, "position=relative: distance at which the buckets end"},
+      {"model.dropout", K::kFloat, AX_FIELD(model.dropout), B::kUnitOpen, {},
+       "dropout probability (only 0 is implemented so far)"},
       {"model.tied_embeddings", K::kBool, AX_FIELD(model.tied_embeddings), B::kAny, {},
        "the LM head reuses the token embedding"},
       {"model.bias", K::kBool, AX_FIELD(model.bias), B::kAny, {},
@@ -155,7 +165,11 @@ std::vector<KeyDef> build_key_table() {
       {"train.comm_timeout_s", K::kFloat, AX_FIELD(train.comm_timeout_s), B::kPositive, {},
        "seconds a collective or bootstrap step may take before the run fails naming the rank"},
       {"train.seq_len", K::kInt, AX_FIELD(train.seq_len), B::kPositive, {},
-       "tokens per training sequence"},
+       "tokens per training sequence (t5: of the decoder, DEC_SL)"},
+      {"train.encoder_seq_len", K::kInt, AX_FIELD(train.encoder_seq_len), B::kNonNegative, {},
+       "t5: encoder tokens per sequence (ENC_SL)"},
+      {"train.z_loss", K::kFloat, AX_FIELD(train.z_loss), B::kNonNegative, {},
+       "z-loss coefficient: adds z_loss * (log sum exp logits)^2 per token (T5x uses 1e-4)"},
       {"train.seed", K::kInt, AX_FIELD(train.seed), B::kNonNegative, {},
        "seed of the initial weights and the data order"},
       {"train.log_every", K::kInt, AX_FIELD(train.log_every), B::kPositive, {},
@@ -578,17 +592,30 @@ Status validate(const Config& config) {
   const ModelConfig& m = config.model;
   const OptimConfig& o = config.optim;
   const TrainConfig& t = config.train;
-  if (m.model_dim % m.num_heads != 0) {
+  if (m.kv_channels == 0 && m.model_dim % m.num_heads != 0) {
     return InvalidArgument("model.model_dim (", m.model_dim, ") must be divisible by ",
-                           "model.num_heads (", m.num_heads, ")");
+                           "model.num_heads (", m.num_heads, ") when model.kv_channels is 0");
+  }
+  if (m.dropout > 0) {
+    return InvalidArgument("model.dropout=", m.dropout,
+                           ": dropout is not implemented yet; use 0 (docs/t5.md)");
+  }
+  if ((m.family == ModelFamily::kT5) != (m.position == PositionKind::kRelative)) {
+    return InvalidArgument("model.position=relative goes with model.family=t5 and only with it; "
+                           "this config has model.family=", name_of(m.family),
+                           " and model.position=", name_of(m.position));
+  }
+  if (m.family == ModelFamily::kT5 && t.encoder_seq_len < 1) {
+    return InvalidArgument("model.family=t5 needs train.encoder_seq_len (ENC_SL) > 0");
   }
   if (m.num_kv_heads > m.num_heads || m.num_heads % m.num_kv_heads != 0) {
     return InvalidArgument("model.num_heads (", m.num_heads, ") must be a multiple of ",
                            "model.num_kv_heads (", m.num_kv_heads, ")");
   }
   if (m.position == PositionKind::kRope && m.head_dim() % 2 != 0) {
-    return InvalidArgument("model.position=rope needs an even head dim, but model.model_dim (",
-                           m.model_dim, ") / model.num_heads (", m.num_heads, ") = ", m.head_dim());
+    return InvalidArgument("model.position=rope needs an even head dim, but it is ",
+                           m.head_dim(), " (model.kv_channels, else model.model_dim (", m.model_dim,
+                           ") / model.num_heads (", m.num_heads, "))");
   }
   if (m.position == PositionKind::kLearned && t.seq_len > m.max_seq_len) {
     return InvalidArgument("train.seq_len (", t.seq_len, ") exceeds model.max_seq_len (",

@@ -29,14 +29,14 @@ struct ModelOptions {
 // One micro-batch as any model family reads it: host memory, row-major (batch, length). A loss
 // mask is a target < 0 (ignored: no loss, no gradient).
 struct Batch {
-  std::span<const int32_t> tokens;   // (B, T) decoder input, in [0, vocab)
-  std::span<const int32_t> targets;  // (B, T), < 0 ignored; empty: logits only
+  std::span<const int32_t> tokens{};   // (B, T) decoder input, in [0, vocab)
+  std::span<const int32_t> targets{};  // (B, T), < 0 ignored; empty: logits only
   // (B, T) or empty: packed examples, numbered per row; a token never attends to another
   // segment's (instruction tuning, T5x-style packing). Positions stay the row's 0..T-1.
-  std::span<const int32_t> segment_ids;
+  std::span<const int32_t> segment_ids{};
   // Encoder-decoder models: the encoder's input (B, Te) and its segments (or empty).
-  std::span<const int32_t> encoder_tokens;
-  std::span<const int32_t> encoder_segment_ids;
+  std::span<const int32_t> encoder_tokens{};
+  std::span<const int32_t> encoder_segment_ids{};
 };
 
 // A network over a ParamStore. The factory picks the family from model.family (gpt and llama:
@@ -71,7 +71,7 @@ class Model {
   // none, or without targets).
   float forward(const Batch& batch);
   float forward(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
-    return forward(Batch{tokens, targets});
+    return forward(Batch{.tokens = tokens, .targets = targets});
   }
   int64_t num_targets() const { return num_targets_; }  // non-ignored targets of the last forward
   // Accumulates scale × d(mean loss of the last forward) into the gradients. For the mean over

@@ -16,8 +16,8 @@
 #include "ax/trainer/sampler.h"
 #include "model_test_util.h"
 #include "test_util.h"
-#include "distributed.h"
-#include "train_state.h"
+#include "ax/trainer/distributed.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {

@@ -1,6 +1,6 @@
-#include "train_state.h"
+#include "ax/trainer/train_state.h"
 
-#include "param_boxes.h"
+#include "ax/trainer/param_boxes.h"
 
 #include <algorithm>
 #include <map>

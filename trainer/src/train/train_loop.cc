@@ -17,8 +17,8 @@
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
-#include "distributed.h"
-#include "train_state.h"
+#include "ax/trainer/distributed.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {

@@ -1,4 +1,4 @@
-#include "distributed.h"
+#include "ax/trainer/distributed.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 
 #include "ax/common/strings.h"
 #include "ax/topology/mesh.h"
-#include "layers.h"
+#include "ax/trainer/comm/communicator.h"
 
 namespace ax::train {
 StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const MeshConfig& mesh) {

@@ -1,4 +1,4 @@
-#include "param_boxes.h"
+#include "ax/trainer/param_boxes.h"
 
 #include <algorithm>
 

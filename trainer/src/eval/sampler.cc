@@ -10,7 +10,7 @@
 #include "ax/trainer/model.h"
 #include "ax/trainer/train_loop.h"
 #include "ax/common/rng.h"
-#include "train_state.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 

@@ -62,6 +62,8 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
     case ModelFamily::kGpt:
     case ModelFamily::kLlama:
       return make_decoder_lm(padded_config, vocab, batch, seq_len, backend, parallel, options);
+    case ModelFamily::kT5:
+      break;  // the encoder-decoder network is not built yet (issue 13)
   }
   return InvalidArgument("model.family=", name_of(config.family), ": no such model family");
 }
