@@ -131,6 +131,24 @@ ax_max_steps() {
   printf -v "$1" '%s' "${MAX_STEPS:-${MAX_STEP-}}"
 }
 
+# ax_precision NAME OUT [LABEL]: sets OUT to ax-train's train.precision from NAME, Pax's PREC
+# (its FPROP_DTYPE, the dtype of activations and compute weights): bfloat16 (bf16) or float32
+# (fp32). Anything else is an error naming LABEL (default NAME); OUT is then "". Unset: no error
+# here (ax_require says it).
+ax_precision() {
+  local v="${!1-}" label="${3:-$1}"
+  printf -v "$2" '%s' ""
+  case "$v" in
+    "") ;;
+    bfloat16 | bf16) printf -v "$2" '%s' bfloat16 ;;
+    float32 | fp32) printf -v "$2" '%s' float32 ;;
+    *)
+      ax_error "$label='$v': expected bfloat16 (or bf16: bf16 activations over fp32 master" \
+        "weights) or float32 (or fp32: fp32 throughout)"
+      ;;
+  esac
+}
+
 # --- variables that look meant for a script but that it does not read -------------------------
 
 # The variables each script reads (users set them in the environment sbatch exports).

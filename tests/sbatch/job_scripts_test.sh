@@ -2,9 +2,11 @@
 # The job scripts' variable checks without Slurm (AX_DRY_RUN=1 prints the srun command and exits
 # 0; a bad variable exits 2 before it): MAX_STEPS and MAX_STEP are both accepted by every script
 # (example_fuji.sub silently ignored MAX_STEPS), both set to different values is refused naming
-# both, and a variable that looks meant for the script but that it does not read is warned about
-# (a name close to one it reads, another script's variable, an AX_* that nothing reads). The list
-# of AX_* names in sbatch/ax_job.sh must cover every one the C++ sources read.
+# both, PREC/PRECISION bfloat16 and float32 (bf16, fp32) reach ax-train as train.precision and
+# anything else is refused, and a variable that looks meant for the script but that it does not
+# read is warned about (a name close to one it reads, another script's variable, an AX_* that
+# nothing reads). The list of AX_* names in sbatch/ax_job.sh must cover every one the C++ sources
+# read.
 #   job_scripts_test.sh REPO_DIR
 set -uo pipefail
 REPO="${1:?usage: $0 REPO_DIR}"
@@ -100,6 +102,33 @@ last single_both run_pile_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir
 expect "run_pile_singlenode.sh: MAX_STEP/MAX_STEPS conflict refused, near miss warned about" 2 \
   "MAX_STEPS='4' and MAX_STEP='3' are both set, to different step counts" \
   "ax-job: warning: ICI_MESH is set but run_pile_singlenode.sh does not read it; did you mean ICI_MESH_SHAPE?"
+
+# PREC (Pax's FPROP_DTYPE) reaches ax-train as train.precision: bfloat16 and float32, each also
+# by its short name; anything else is refused before srun (issue 11: float32 was refused).
+for prec in bfloat16:bfloat16 bf16:bfloat16 float32:float32 fp32:float32; do
+  last "pile_prec_${prec%%:*}" example_pile.sub "${pile[@]}" "PREC=${prec%%:*}"
+  expect "example_pile.sub: PREC=${prec%%:*} reaches ax-train as train.precision=${prec#*:}" 0 \
+    "--set train.precision=${prec#*:}"
+done
+last pile_prec_bad example_pile.sub "${pile[@]}" PREC=float16
+expect "example_pile.sub: PREC=float16 is refused before srun, naming what it accepts" 2 \
+  "ax-job: error: PREC='float16': expected bfloat16 (or bf16: bf16 activations over fp32 master weights) or float32 (or fp32: fp32 throughout)" \
+  "1 problem(s) with the job's variables; nothing was launched"
+refute "example_pile.sub: PREC=float16: nothing launched" "ax-job: srun" "--experiment"
+
+last single_fp32 run_pile_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" -- \
+  "$dir/shards" "$dir/spm.model" fp32 2 4 "$dir/logdir-fp32"
+expect "run_pile_singlenode.sh: PRECISION fp32 reaches ax-train as train.precision=float32" 0 \
+  "--set train.precision=float32"
+last single_default run_pile_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" -- \
+  "$dir/shards" "$dir/spm.model"
+expect "run_pile_singlenode.sh: PRECISION defaults to bfloat16, as the original" 0 \
+  "--set train.precision=bfloat16"
+last single_prec_bad run_pile_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" -- \
+  "$dir/shards" "$dir/spm.model" half 2 4 "$dir/logdir-half"
+expect "run_pile_singlenode.sh: PRECISION half is refused, naming the argument" 2 \
+  "ax-job: error: PRECISION (\$3)='half': expected bfloat16 (or bf16"
+refute "run_pile_singlenode.sh: PRECISION half: nothing launched" "--experiment"
 
 # The job's last line names the rank that failed first, from the ranks' outputs.
 printf '%s\n' "[r0] ax-train: x failed: Unavailable: all_reduce on gloo world (ranks 0,1,2,3) failed: stopping: rank 3 (host n2) stopped answering (rank 2 reports it)" >"$dir/out-0.txt"

@@ -40,13 +40,15 @@ check_rejected "PREC missing, GPUS_PER_NODE and ICI_MESH_SHAPE malformed" exampl
   "3 problem(s) with the job's variables; nothing was launched"
 
 mapfile -t vars < <(sub_env "$dir" logs/x "BASE_VOCAB_PATH=$dir/missing.model" \
-  "BASE_TFDS_DATA_DIR=$dir/empty" PERCORE_BATCH_SIZE=0 LOG_DIR_LOCAL=/abs ENABLE_FP8=1)
-check_rejected "missing vocabulary, no shards, bad batch, absolute log dir, FP8" example_pile.sub \
+  "BASE_TFDS_DATA_DIR=$dir/empty" PERCORE_BATCH_SIZE=0 LOG_DIR_LOCAL=/abs ENABLE_FP8=1 PREC=fp16)
+check_rejected "missing vocabulary, no shards, bad batch, absolute log dir, FP8, PREC=fp16" \
+  example_pile.sub \
   "BASE_VOCAB_PATH='$dir/missing.model': no such readable file" \
   "BASE_TFDS_DATA_DIR='$dir/empty': expected ax-data shards" \
   "PERCORE_BATCH_SIZE='0': expected a number > 0" \
   "LOG_DIR_LOCAL='/abs': expected a path relative to BASE_WORKSPACE_DIR" \
-  "ENABLE_FP8=1: FP8 training is not implemented in ax"
+  "ENABLE_FP8=1: FP8 training is not implemented in ax" \
+  "PREC='fp16': expected bfloat16 (or bf16: bf16 activations over fp32 master weights) or float32"
 
 mapfile -t vars < <(sub_env "$dir" logs/x BASE_WORKSPACE_DIR= AX_LAUNCH_MODE=mpirun)
 check_rejected "BASE_WORKSPACE_DIR missing, AX_LAUNCH_MODE unknown" example_pile.sub \
