@@ -1,12 +1,17 @@
 // ax-data-bench: tokenization against Debian's spm_encode on the same text and
-// model, reader throughput, and compressed bytes per token. Prints one table;
-// docs/benchmarks-data.md records a run and how to reproduce it.
+// model, reader throughput, and compressed bytes per token (first table); then
+// MB/s and peak memory of `ax-data tokenize` and spm_encode, each a process of
+// its own, on three inputs made from the text: ordinary lines, one long line,
+// and Pile-layout jsonl.zst (second table). docs/benchmarks-data.md records a
+// run and how to reproduce it.
 //
 //   ax-data-bench --text kjv-train.txt [--tokenizer spm.model] [--threads N]
-//   [--seconds S]
+//   [--seconds S] [--line-mb N] [--jsonl-mb N]
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +42,7 @@ namespace ax::data {
 namespace {
 
 constexpr const char* kSpmEncode = "/usr/bin/spm_encode";
+constexpr const char* kTime = "/usr/bin/time";  // Debian package time (scripts/setup.sh)
 constexpr uint64_t kSeqLen = 2048;
 constexpr uint64_t kGlobalBatch = 8;
 constexpr uint64_t kWindowBlocks = 64;
@@ -50,6 +56,8 @@ struct Args {
   std::string tokenizer;
   int threads = 0;
   double seconds = 2.5;
+  int64_t line_mb = 100;    // the one-line input (0: left out)
+  int64_t jsonl_mb = 1000;  // the jsonl.zst input, in MB of jsonl before compression (0: left out)
 };
 
 constexpr const char* kUsage =
@@ -60,7 +68,9 @@ constexpr const char* kUsage =
     "               `scripts/corpus.sh DIR` (needs the bible-kjv package)\n"
     "  --tokenizer  a SentencePiece model; default: train an 8k BPE on --text\n"
     "  --threads    threads for the multi-threaded rows (default: all cores)\n"
-    "  --seconds    minimum duration of each timed measurement (default 2.5)\n";
+    "  --seconds    minimum duration of each timed measurement (default 2.5)\n"
+    "  --line-mb    size of the one-line input in MB (default 100; 0 leaves it out)\n"
+    "  --jsonl-mb   size of the Pile-layout input in MB of jsonl (default 1000; 0: out)\n";
 
 StatusOr<Args> parse_args(int argc, char** argv) {
   Args args;
@@ -77,6 +87,10 @@ StatusOr<Args> parse_args(int argc, char** argv) {
       auto n = parse_int64(value);
       if (!n || *n < 1) return InvalidArgument("--threads must be a positive integer: ", value);
       args.threads = static_cast<int>(*n);
+    } else if (flag == "--line-mb" || flag == "--jsonl-mb") {
+      auto n = parse_int64(value);
+      if (!n || *n < 0) return InvalidArgument(flag, " must be a whole number >= 0: ", value);
+      (flag == "--line-mb" ? args.line_mb : args.jsonl_mb) = *n;
     } else if (flag == "--seconds") {
       auto s = parse_double(value);
       if (!s || *s <= 0) return InvalidArgument("--seconds must be positive: ", value);
@@ -149,23 +163,60 @@ Status encode_lines(const Tokenizer& tokenizer, const std::vector<std::string>& 
   return Status::Ok();
 }
 
-// Debian's spm_encode over the same file, output discarded.
-Status run_spm_encode(const std::string& model, const std::string& text) {
-  std::vector<std::string> argv_s = {kSpmEncode, "--model=" + model, "--output_format=id",
-                                     "--input=" + text, "--output=/dev/null"};
+// One program run: wall time and the peak resident memory the kernel recorded for it.
+struct ProcessRun {
+  double seconds = 0;
+  double cpu_seconds = 0;  // user + system, all threads
+  uint64_t peak_rss = 0;   // bytes
+};
+
+// Runs argv (output discarded) under GNU time, which reports its peak memory: wait4() here would
+// report this process's own peak, which a child spawned from it inherits at exec. An error
+// unless it exits 0.
+StatusOr<ProcessRun> run_process(std::vector<std::string> command) {
+  const std::string rss_file =
+      (std::filesystem::temp_directory_path() / ("ax-data-bench-rss-" + std::to_string(getpid())))
+          .string();
+  std::vector<std::string> argv_s = {kTime, "-f", "%M %U %S", "-o", rss_file};
+  argv_s.insert(argv_s.end(), command.begin(), command.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
-  const int err = posix_spawn(&pid, kSpmEncode, nullptr, nullptr, argv.data(), environ);
-  if (err != 0)
-    return IoError(str_cat("spawning ", kSpmEncode, " (Debian package sentencepiece)"), err);
+  const double t0 = now();
+  const int err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return IoError(str_cat("spawning ", argv_s[0]), err);
   int wstatus = 0;
-  if (waitpid(pid, &wstatus, 0) < 0) return IoError("waitpid spm_encode", errno);
+  if (waitpid(pid, &wstatus, 0) < 0) return IoError(str_cat("wait for ", command[0]), errno);
+  ProcessRun run;
+  run.seconds = now() - t0;
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    return Internal(kSpmEncode, " failed (status ", wstatus, ")");
+    return Internal(command[0], " failed (status ", wstatus, ")");
   }
-  return Status::Ok();
+  std::ifstream in(rss_file);
+  uint64_t kib = 0;
+  double user = 0, system = 0;
+  if (!(in >> kib >> user >> system)) {
+    return Internal(kTime, " wrote no peak memory and CPU time to ", rss_file);
+  }
+  std::filesystem::remove(rss_file);
+  run.peak_rss = kib * 1024;
+  run.cpu_seconds = user + system;
+  return run;
+}
+
+// Debian's spm_encode over a text file (one sentence per line), output discarded.
+StatusOr<ProcessRun> spm_encode_run(const std::string& model, const std::string& text) {
+  return run_process({kSpmEncode, "--model=" + model, "--output_format=id", "--input=" + text,
+                      "--output=/dev/null"});
+}
+
+Status run_spm_encode(const std::string& model, const std::string& text) {
+  return spm_encode_run(model, text).status();
 }
 
 StatusOr<double> tokenize_pipeline(const Args& args, const std::string& model,
@@ -377,6 +428,158 @@ void print_table(const Args& args, const Results& r) {
       args.seconds);
 }
 
+// --- the second table: whole programs on ordinary and long inputs -----------------------------
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The text's lines joined by spaces and repeated until `bytes`: one document on one line.
+Status write_line_input(const std::vector<std::string>& lines, uint64_t bytes,
+                        const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  uint64_t written = 0;
+  for (size_t i = 0; written < bytes; i = (i + 1) % lines.size()) {
+    out << lines[i] << ' ';
+    written += lines[i].size() + 1;
+  }
+  out << '\n';
+  return out.good() ? Status::Ok() : IoError(str_cat("write ", path), EIO);
+}
+
+// The Pile's layout: {"text": ..., "meta": {"pile_set_name": ...}}, documents of 3 to 80 of the
+// text's lines, zstd -3, until `jsonl_bytes` of jsonl; beside it the same documents as plain
+// text, one per line, for spm_encode (which reads neither JSON nor zstd). Returns the text bytes.
+StatusOr<uint64_t> write_pile_input(const std::vector<std::string>& lines, uint64_t jsonl_bytes,
+                                    const std::string& zst_path, const std::string& txt_path) {
+  static const char* const kSets[] = {"Pile-CC", "Books3", "Github", "ArXiv", "Wikipedia (en)"};
+  std::ofstream zst(zst_path, std::ios::binary), txt(txt_path, std::ios::binary);
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 3);
+  std::vector<char> buf(ZSTD_CStreamOutSize());
+  auto compress = [&](const std::string& in, ZSTD_EndDirective mode) -> Status {
+    ZSTD_inBuffer input{in.data(), in.size(), 0};
+    size_t left = 0;
+    do {
+      ZSTD_outBuffer output{buf.data(), buf.size(), 0};
+      left = ZSTD_compressStream2(cctx.get(), &output, &input, mode);
+      if (ZSTD_isError(left)) return Internal("zstd: ", ZSTD_getErrorName(left));
+      zst.write(buf.data(), static_cast<std::streamsize>(output.pos));
+    } while (mode == ZSTD_e_end ? left != 0 : input.pos < input.size);
+    return Status::Ok();
+  };
+  uint64_t written = 0, text_bytes = 0;
+  size_t at = 0;
+  for (uint64_t doc = 0; written < jsonl_bytes; ++doc) {
+    std::string text;
+    for (size_t n = 3 + doc * 7 % 78; n > 0; --n, at = (at + 1) % lines.size()) {
+      text += (text.empty() ? "" : " ") + lines[at];
+    }
+    const std::string record =
+        str_cat("{\"text\": \"", json_escape(text), "\", \"meta\": {\"pile_set_name\": \"",
+                kSets[doc % 5], "\"}}\n");
+    AX_RETURN_IF_ERROR(compress(record, ZSTD_e_continue));
+    txt << text << '\n';
+    written += record.size();
+    text_bytes += text.size() + 1;
+  }
+  AX_RETURN_IF_ERROR(compress("", ZSTD_e_end));
+  if (!zst.good() || !txt.good()) return IoError(str_cat("write ", zst_path), EIO);
+  return text_bytes;
+}
+
+StatusOr<ProcessRun> ax_data_run(const std::string& model, const std::string& input,
+                                 const std::string& out, int threads) {
+  return run_process({AX_DATA_BIN, "tokenize", "--tokenizer", model, "--input", input, "--output",
+                      out, "--threads", std::to_string(threads), "--overwrite",
+                      "--progress-seconds", "0"});
+}
+
+// One row per program run, printed at once (a long input's runs take many minutes each).
+class ProgramTable {
+ public:
+  explicit ProgramTable(int threads) : threads_(threads) {}
+
+  void header() const {
+    std::printf(
+        "\nWhole programs, one run each (peak RSS and CPU time from GNU time). MB/s = MB of "
+        "document text per second of wall time; MB/CPU-s per second of CPU time (all threads), "
+        "\nwhich a busy machine disturbs less. spm_encode reads the Pile input's documents as "
+        "plain text, one per line.\n\n");
+    std::printf("| %-23s | %7s | %-23s | %7s | %8s | %10s | %-16s |\n", "input", "text MB",
+                "program", "MB/s", "MB/CPU-s", "peak RSS", "MB/CPU-s / spm's");
+    std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", std::string(23, '-').c_str(),
+                std::string(7, '-').c_str(), std::string(23, '-').c_str(),
+                std::string(7, '-').c_str(), std::string(8, '-').c_str(),
+                std::string(10, '-').c_str(), std::string(16, '-').c_str());
+    std::fflush(stdout);
+  }
+
+  // Runs spm_encode on spm_input and ax-data on ax_input (1 and all threads), a row each.
+  Status measure(const std::string& model, const std::string& name, const std::string& ax_input,
+                 const std::string& spm_input, uint64_t text_bytes, const std::string& out) {
+    const double mb = static_cast<double>(text_bytes) / 1e6;
+    AX_ASSIGN_OR_RETURN(ProcessRun spm, spm_encode_run(model, spm_input));
+    const double spm_per_cpu = mb / spm.cpu_seconds;
+    row(name, mb, "spm_encode", spm, spm_per_cpu);
+    for (int threads : {1, threads_}) {
+      AX_ASSIGN_OR_RETURN(ProcessRun ax, ax_data_run(model, ax_input, out, threads));
+      row(name, mb, str_cat("ax-data tokenize, ", threads, " thr"), ax, spm_per_cpu);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static void row(const std::string& name, double mb, const std::string& program,
+                  const ProcessRun& run, double spm_per_cpu) {
+    const double per_cpu = mb / run.cpu_seconds;
+    std::printf("| %-23s | %7.1f | %-23s | %7.2f | %8.2f | %10s | %-16s |\n", name.c_str(), mb,
+                program.c_str(), mb / run.seconds, per_cpu,
+                human_bytes(static_cast<double>(run.peak_rss)).c_str(),
+                (fixed(per_cpu / spm_per_cpu, 3) + "x").c_str());
+    std::fflush(stdout);
+  }
+
+  int threads_;
+};
+
+// Ordinary lines (the text), one long line, Pile-layout jsonl.zst: as many as the sizes ask for.
+Status measure_inputs(const Args& args, const std::string& model, const std::string& work) {
+  const std::vector<std::string> lines = read_lines(args.text);
+  ProgramTable table(args.threads);
+  table.header();
+  const std::string out = work + "/out";
+  AX_RETURN_IF_ERROR(table.measure(model, "ordinary lines (--text)", args.text, args.text,
+                                   std::filesystem::file_size(args.text), out));
+  if (args.line_mb > 0) {
+    const std::string line = work + "/one-line.txt";
+    const uint64_t bytes = static_cast<uint64_t>(args.line_mb) * 1000000;
+    AX_RETURN_IF_ERROR(write_line_input(lines, bytes, line));
+    AX_RETURN_IF_ERROR(
+        table.measure(model, "one line", line, line, std::filesystem::file_size(line), out));
+    std::filesystem::remove(line);
+  }
+  if (args.jsonl_mb > 0) {
+    const std::string zst = work + "/pile.jsonl.zst", txt = work + "/pile.txt";
+    AX_ASSIGN_OR_RETURN(
+        uint64_t text_bytes,
+        write_pile_input(lines, static_cast<uint64_t>(args.jsonl_mb) * 1000000, zst, txt));
+    AX_RETURN_IF_ERROR(table.measure(model, "Pile jsonl.zst", zst, txt, text_bytes, out));
+  }
+  return Status::Ok();
+}
+
 Status run(const Args& args) {
   const std::string work =
       std::filesystem::temp_directory_path() / ("ax-data-bench-" + std::to_string(getpid()));
@@ -390,7 +593,8 @@ Status run(const Args& args) {
   } cleanup{work};
   AX_ASSIGN_OR_RETURN(const Results results, measure(args, work));
   print_table(args, results);
-  return Status::Ok();
+  std::fflush(stdout);
+  return measure_inputs(args, results.model, work);
 }
 
 }  // namespace

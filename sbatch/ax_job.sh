@@ -459,7 +459,9 @@ ax_on_stop_signal() {
     return
   fi
   AX_STOP_SIGNAL="$1"
-  ax_log "caught SIG$1 at $(date +%T): every rank checkpoints at the next step boundary and exits"
+  # AX_STOP_WHAT: what the script's step does on a stop request (tokenize.sub sets its own).
+  ax_log "caught SIG$1 at $(date +%T):" \
+    "${AX_STOP_WHAT:-every rank checkpoints at the next step boundary and exits}"
   if [[ "$AX_FORWARD" == scancel && -n "${SLURM_JOB_ID-}" && -n "$AX_STEP_PID" ]] &&
     timeout 30 scancel --signal=USR1 "$SLURM_JOB_ID" 2>/dev/null; then
     return

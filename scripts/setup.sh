@@ -23,6 +23,7 @@ packages=(
   # libraries (one line per CMake dependency; see cmake/AxDependencies.cmake)
   libzstd-dev zstd                    # shard compression
   libsentencepiece-dev sentencepiece  # tokenizer (and spm_encode, the benchmark's peer)
+  time                                # peak memory of each program the data benchmark runs
   libxxhash-dev                       # frame checksums
   libssl-dev                          # libcrypto: HMAC-SHA256 of the TCP store's handshake
   nlohmann-json3-dev                  # index.json, jsonl input

@@ -167,8 +167,11 @@ Status parse_extras(const FieldReader& r, const Json& j, DatasetIndex* index) {
   if (j.contains("skipped_empty")) {
     AX_RETURN_IF_ERROR(r.get(j, "skipped_empty", "skipped_empty", &index->skipped_empty));
   }
-  if (j.contains("skipped_bad")) {
-    AX_RETURN_IF_ERROR(r.get(j, "skipped_bad", "skipped_bad", &index->skipped_bad));
+  for (auto [key, out] : {std::pair{"skipped_bad", &index->skipped_bad},
+                          std::pair{"skipped_long", &index->skipped_long},
+                          std::pair{"truncated_long", &index->truncated_long},
+                          std::pair{"split_docs", &index->split_docs}}) {
+    if (j.contains(key)) AX_RETURN_IF_ERROR(r.get(j, key, key, out));
   }
   if (j.contains("docs_per_set")) {
     const Json& d = j["docs_per_set"];
@@ -267,6 +270,9 @@ Json to_json(const DatasetIndex& index) {
   j["inputs"] = index.inputs;
   j["skipped_empty"] = index.skipped_empty;
   j["skipped_bad"] = index.skipped_bad;
+  j["skipped_long"] = index.skipped_long;
+  j["truncated_long"] = index.truncated_long;
+  j["split_docs"] = index.split_docs;
   Json sets = Json::object();
   for (const auto& [name, count] : index.docs_per_set) sets[name] = count;
   j["docs_per_set"] = std::move(sets);

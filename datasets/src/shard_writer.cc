@@ -92,18 +92,21 @@ class ShardWriter::Impl {
     return append(zeros, sizeof(zeros));
   }
 
-  Status add_document(std::span<const uint32_t> tokens) {
+  Status add_tokens(std::span<const uint32_t> tokens, bool end_of_document) {
     if (finished_) return FailedPrecondition(base_name(path_), ": add_document after finish");
     AX_RETURN_IF_ERROR(error_);
     // Readers rely on doc ends being strictly increasing.
-    if (tokens.empty()) return InvalidArgument(base_name(path_), ": empty document");
+    const uint64_t doc_start = doc_ends_.empty() ? 0 : doc_ends_.back();
+    if (end_of_document && tokens.empty() && num_tokens() == doc_start) {
+      return InvalidArgument(base_name(path_), ": empty document");
+    }
     while (!tokens.empty()) {
       size_t take = std::min(tokens.size(), options_.frame_tokens - frame_.size());
       frame_.insert(frame_.end(), tokens.begin(), tokens.begin() + take);
       tokens = tokens.subspan(take);
       if (frame_.size() == options_.frame_tokens) AX_RETURN_IF_ERROR(flush_frame());
     }
-    doc_ends_.push_back(num_tokens());
+    if (end_of_document) doc_ends_.push_back(num_tokens());
     return Status::Ok();
   }
 
@@ -113,6 +116,9 @@ class ShardWriter::Impl {
     if (options_.kind == ShardKind::kSeq2Seq && doc_ends_.size() % 2 != 0) {
       return FailedPrecondition(base_name(path_), ": seq2seq shard with an odd number (",
                                 doc_ends_.size(), ") of documents");
+    }
+    if (num_tokens() != (doc_ends_.empty() ? 0 : doc_ends_.back())) {
+      return FailedPrecondition(base_name(path_), ": finish inside a document");
     }
     if (!frame_.empty()) AX_RETURN_IF_ERROR(flush_frame());
     AX_RETURN_IF_ERROR(write_doc_table());
@@ -308,7 +314,10 @@ StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::create(const std::string& pa
 }
 
 Status ShardWriter::add_document(std::span<const uint32_t> tokens) {
-  return impl_->add_document(tokens);
+  return impl_->add_tokens(tokens, /*end_of_document=*/true);
+}
+Status ShardWriter::add_tokens(std::span<const uint32_t> tokens, bool end_of_document) {
+  return impl_->add_tokens(tokens, end_of_document);
 }
 StatusOr<ShardEntry> ShardWriter::finish() { return impl_->finish(); }
 uint64_t ShardWriter::num_tokens() const { return impl_->num_tokens(); }
@@ -347,10 +356,14 @@ class ShardSetWriter::Impl {
     return remove_leftovers();
   }
 
-  Status add_document(std::span<const uint32_t> tokens) {
+  Status add_tokens(std::span<const uint32_t> tokens, bool end_of_document) {
     if (finished_) return FailedPrecondition(dir_, ": add_document after finish");
     AX_RETURN_IF_ERROR(error_);
-    if (tokens.empty()) return InvalidArgument(dir_, ": empty document");
+    // Refused before anything is written, so the set stays usable.
+    if (end_of_document && tokens.empty() && open_doc_tokens_ == 0) {
+      return InvalidArgument(dir_, ": empty document");
+    }
+    open_doc_tokens_ = end_of_document ? 0 : open_doc_tokens_ + tokens.size();
     if (!current_) {
       char name[32];
       std::snprintf(name, sizeof(name), "shard-%05zu%s", shards_.size(), kShardSuffix);
@@ -358,8 +371,9 @@ class ShardSetWriter::Impl {
       if (!writer.ok()) return error_ = writer.status();
       current_ = std::move(writer).value();
     }
-    Status s = current_->add_document(tokens);
+    Status s = current_->add_tokens(tokens, end_of_document);
     if (!s.ok()) return error_ = s;
+    if (!end_of_document) return Status::Ok();
     // seq2seq examples are (input, target) pairs, which must stay in one shard.
     bool boundary = options_.shard.kind != ShardKind::kSeq2Seq || current_->num_docs() % 2 == 0;
     if (boundary && current_->num_tokens() >= options_.shard_tokens) return finish_current();
@@ -424,6 +438,7 @@ class ShardSetWriter::Impl {
   DatasetIndex extras_;
   std::unique_ptr<ShardWriter> current_;
   std::vector<ShardEntry> shards_;
+  uint64_t open_doc_tokens_ = 0;  // of the document not ended yet
   Status error_;
   bool finished_ = false;
 };
@@ -439,7 +454,10 @@ StatusOr<std::unique_ptr<ShardSetWriter>> ShardSetWriter::create(
 }
 
 Status ShardSetWriter::add_document(std::span<const uint32_t> tokens) {
-  return impl_->add_document(tokens);
+  return impl_->add_tokens(tokens, /*end_of_document=*/true);
+}
+Status ShardSetWriter::add_tokens(std::span<const uint32_t> tokens, bool end_of_document) {
+  return impl_->add_tokens(tokens, end_of_document);
 }
 DatasetIndex& ShardSetWriter::index_extras() { return impl_->extras(); }
 StatusOr<DatasetIndex> ShardSetWriter::finish() { return impl_->finish(); }

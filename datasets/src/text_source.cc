@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <vector>
 
+#include "ax/common/check.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
+#include "doc_buffer.h"
+#include "json_line.h"
 
 namespace ax::data {
 namespace {
@@ -60,13 +63,11 @@ class FileStream : public ByteStream {
 };
 
 // Streaming zstd decompression (any number of concatenated frames), reading the file in chunks.
+// Errors name no file: the line reader's caller adds "file:line".
 class ZstdStream : public ByteStream {
  public:
-  ZstdStream(std::unique_ptr<FileStream> file, std::string path)
-      : file_(std::move(file)),
-        path_(std::move(path)),
-        dctx_(ZSTD_createDCtx()),
-        in_buf_(ZSTD_DStreamInSize()) {}
+  explicit ZstdStream(std::unique_ptr<FileStream> file)
+      : file_(std::move(file)), dctx_(ZSTD_createDCtx()), in_buf_(ZSTD_DStreamInSize()) {}
   ~ZstdStream() override { ZSTD_freeDCtx(dctx_); }
 
   StatusOr<size_t> read(char* buf, size_t n) override {
@@ -80,7 +81,7 @@ class ZstdStream : public ByteStream {
       size_t in_before = in_.pos;
       size_t ret = ZSTD_decompressStream(dctx_, &out, &in_);
       if (ZSTD_isError(ret)) {
-        return DataLoss(path_, ": corrupt zstd data: ", ZSTD_getErrorName(ret));
+        return DataLoss("corrupt zstd data: ", ZSTD_getErrorName(ret));
       }
       if (ret == 0) {
         frame_open_ = false;
@@ -90,7 +91,7 @@ class ZstdStream : public ByteStream {
       if (out.pos > 0) return out.pos;
       if (eof_ && in_.pos == in_.size) {
         if (frame_open_) {
-          return DataLoss(path_, ": truncated zstd stream (the file ends inside a frame)");
+          return DataLoss("truncated zstd stream (the file ends inside a frame)");
         }
         return size_t{0};
       }
@@ -99,7 +100,6 @@ class ZstdStream : public ByteStream {
 
  private:
   std::unique_ptr<FileStream> file_;
-  std::string path_;
   ZSTD_DCtx* dctx_;
   std::vector<char> in_buf_;
   ZSTD_inBuffer in_{nullptr, 0, 0};
@@ -107,37 +107,47 @@ class ZstdStream : public ByteStream {
   bool frame_open_ = false;
 };
 
-// Splits a byte stream into lines (without "\n" and a trailing "\r").
+// Splits a byte stream into lines (without "\n" and a trailing "\r"), handed over in pieces so
+// that a line of any length needs no more than a few MiB.
 class LineReader {
  public:
   explicit LineReader(std::unique_ptr<ByteStream> stream) : stream_(std::move(stream)) {}
 
-  // Returns false at the end of the stream.
-  StatusOr<bool> next(std::string* line) {
+  // The next piece of the current line: up to about kPieceBytes, ending at a UTF-8 character
+  // boundary except at the line's end (an incomplete character there is passed on for the
+  // validator to reject). *end is set on the line's last piece. Returns false when no line is
+  // left. The piece stays valid until the next call.
+  StatusOr<bool> next(std::string_view* piece, bool* end) {
     while (true) {
       const char* begin = buf_.data() + pos_;
+      const size_t avail = buf_.size() - pos_;
       // A long line spans many reads: scan only the bytes not scanned yet.
-      const void* nl = std::memchr(begin + scanned_, '\n', buf_.size() - pos_ - scanned_);
+      const void* nl = std::memchr(begin + scanned_, '\n', avail - scanned_);
       if (nl != nullptr) {
-        size_t len = static_cast<const char*>(nl) - begin;
-        line->assign(begin, len);
+        const size_t len = static_cast<const char*>(nl) - begin;
+        *piece = strip_cr(std::string_view(begin, len));
         pos_ += len + 1;
-        scanned_ = 0;
-        strip_cr(line);
-        return true;
+        return line_end(end);
       }
-      scanned_ = buf_.size() - pos_;
+      scanned_ = avail;
       if (eof_) {
-        if (pos_ == buf_.size()) return false;
-        line->assign(begin, buf_.size() - pos_);
+        if (avail == 0 && !in_line_) return false;
+        *piece = strip_cr(std::string_view(begin, avail));
         pos_ = buf_.size();
-        scanned_ = 0;
-        strip_cr(line);
+        return line_end(end);
+      }
+      if (avail >= kPieceBytes) {
+        const size_t n = whole_characters(std::string_view(begin, avail));
+        *piece = std::string_view(begin, n);
+        pos_ += n;
+        scanned_ = avail - n;
+        in_line_ = true;
+        *end = false;
         return true;
       }
       buf_.erase(0, pos_);
       pos_ = 0;
-      size_t old = buf_.size();
+      const size_t old = buf_.size();
       buf_.resize(old + kReadSize);
       AX_ASSIGN_OR_RETURN(size_t got, stream_->read(buf_.data() + old, kReadSize));
       buf_.resize(old + got);
@@ -147,15 +157,39 @@ class LineReader {
 
  private:
   static constexpr size_t kReadSize = size_t{1} << 20;
-  static void strip_cr(std::string* line) {
-    if (!line->empty() && line->back() == '\r') line->pop_back();
+  static constexpr size_t kPieceBytes = size_t{1} << 18;
+
+  bool line_end(bool* end) {
+    scanned_ = 0;
+    in_line_ = false;
+    *end = true;
+    return true;
+  }
+  static std::string_view strip_cr(std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return line;
+  }
+  // The length of s without a final "\r" (it may precede the "\n") and without an incomplete
+  // character at its end.
+  static size_t whole_characters(std::string_view s) {
+    size_t n = s.size();
+    if (s[n - 1] == '\r') --n;
+    for (size_t k = 1; k <= 3 && k <= n; ++k) {
+      const auto c = static_cast<unsigned char>(s[n - k]);
+      if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+      const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      if (len > k) n -= k;
+      break;
+    }
+    return n;
   }
 
   std::unique_ptr<ByteStream> stream_;
   std::string buf_;
-  size_t pos_ = 0;      // start of the next line in buf_
+  size_t pos_ = 0;      // start of the unread bytes in buf_
   size_t scanned_ = 0;  // bytes after pos_ known to hold no newline
   bool eof_ = false;
+  bool in_line_ = false;  // pieces of the current line were handed out
 };
 
 // The start of a line for messages, cut at a character boundary.
@@ -167,21 +201,12 @@ std::string snippet(std::string_view line) {
   return str_cat(line.substr(0, n), "...");
 }
 
-std::string json_type_name(const nlohmann::json& v) { return v.type_name(); }
-
-// obj[path], where "a.b" reaches into nested objects (an exact key with a dot wins).
-const nlohmann::json* find_field(const nlohmann::json& obj, const std::string& path) {
-  if (!obj.is_object()) return nullptr;
-  if (auto it = obj.find(path); it != obj.end()) return &*it;
-  const nlohmann::json* cur = &obj;
-  for (const std::string& part : str_split(path, '.')) {
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(part);
-    if (it == cur->end()) return nullptr;
-    cur = &*it;
-  }
-  return cur;
-}
+// What read_line saw of one line.
+struct LineInfo {
+  bool utf8_ok = true;
+  bool blank = true;
+  std::string head;  // the first bytes, for messages
+};
 
 }  // namespace
 
@@ -223,19 +248,63 @@ bool is_valid_utf8(std::string_view s) {
 class TextSource::Impl {
  public:
   Impl(std::vector<std::string> files, std::vector<uint64_t> sizes, TextSourceOptions options)
-      : files_(std::move(files)), sizes_(std::move(sizes)), options_(std::move(options)) {
+      : files_(std::move(files)),
+        sizes_(std::move(sizes)),
+        options_(std::move(options)),
+        text_(options_.spill_dir, options_.doc_memory_bytes, keep_limit()),
+        targets_(options_.spill_dir, options_.doc_memory_bytes, keep_limit()),
+        set_name_buf_(options_.spill_dir, kMaxSetNameBytes, kMaxSetNameBytes),
+        paths_(json_paths(options_)),
+        set_name_index_(paths_.size() - 1),
+        parser_(paths_, options_.seq2seq
+                            ? std::vector<DocBuffer*>{&text_, &targets_, &set_name_buf_}
+                            : std::vector<DocBuffer*>{&text_, &set_name_buf_}) {
     for (uint64_t s : sizes_) total_bytes_ += s;
   }
 
-  StatusOr<bool> next(Document* doc) {
-    while (true) {
+  StatusOr<bool> next_part(DocPart* part) {
+    while (serving_ == Serving::kNone) {
       if (!reader_) {
         if (file_index_ == files_.size()) return false;
         AX_RETURN_IF_ERROR(open_file());
       }
-      AX_ASSIGN_OR_RETURN(bool got, next_in_file(doc));
-      if (got) return true;
-      close_file();
+      AX_ASSIGN_OR_RETURN(bool got, next_record());
+      if (got) {
+        serving_ = Serving::kText;
+        first_ = true;
+        text_.rewind();
+        targets_.rewind();
+      } else {
+        close_file();
+      }
+    }
+    DocBuffer& buf = serving_ == Serving::kText ? text_ : targets_;
+    AX_ASSIGN_OR_RETURN(bool got, buf.read_part(&part->text, options_.part_bytes));
+    AX_CHECK(got) << "a document of a good record has no text";
+    part->first = first_;
+    part->last = buf.at_end();
+    part->targets = serving_ == Serving::kTargets;
+    part->set_name = set_name_;
+    part->where = where_;
+    first_ = part->last;
+    if (part->last) {
+      serving_ =
+          serving_ == Serving::kText && options_.seq2seq ? Serving::kTargets : Serving::kNone;
+    }
+    return true;
+  }
+
+  StatusOr<bool> next(Document* doc) {
+    doc->text.clear();
+    doc->targets.clear();
+    DocPart part;
+    while (true) {
+      AX_ASSIGN_OR_RETURN(bool got, next_part(&part));
+      if (!got) return false;
+      (part.targets ? doc->targets : doc->text) += part.text;
+      doc->set_name = part.set_name;
+      doc->where = part.where;
+      if (part.last && (part.targets || !options_.seq2seq)) return true;
     }
   }
 
@@ -248,8 +317,23 @@ class TextSource::Impl {
   std::atomic<uint64_t> file_bytes_{0};  // consumed from the current file
   std::atomic<uint64_t> skipped_empty_{0};
   std::atomic<uint64_t> skipped_bad_{0};
+  std::atomic<uint64_t> skipped_long_{0};
+  std::atomic<uint64_t> truncated_long_{0};
 
  private:
+  enum class Serving { kNone, kText, kTargets };
+  static constexpr size_t kMaxSetNameBytes = 1024;
+  static constexpr size_t kHeadBytes = 64;
+
+  // Bytes of a document worth keeping: with --max-doc-bytes, what can be written.
+  uint64_t keep_limit() const { return options_.max_doc_bytes; }
+
+  // The JSON paths the parser captures: the text (or inputs and targets), then the set name.
+  static std::vector<std::string> json_paths(const TextSourceOptions& o) {
+    if (o.seq2seq) return {o.inputs_field, o.targets_field, "meta.pile_set_name"};
+    return {o.json_field, "meta.pile_set_name"};
+  }
+
   Status open_file() {
     const std::string& path = files_[file_index_];
     std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -263,7 +347,7 @@ class TextSource::Impl {
                              options_.inputs_field, "' and '", options_.targets_field, "' fields");
     }
     if (format_ == FileFormat::kJsonlZst) {
-      reader_ = std::make_unique<LineReader>(std::make_unique<ZstdStream>(std::move(file), path));
+      reader_ = std::make_unique<LineReader>(std::make_unique<ZstdStream>(std::move(file)));
     } else {
       reader_ = std::make_unique<LineReader>(std::move(file));
     }
@@ -296,145 +380,190 @@ class TextSource::Impl {
     return Status::Ok();
   }
 
-  Status check_utf8(uint64_t line, const std::string& text, bool* ok) {
-    *ok = is_valid_utf8(text);
-    if (*ok) return Status::Ok();
-    return bad(line, "text is not valid UTF-8");
+  // Reads the next line, handing its pieces to `consume` while the line is valid UTF-8. Returns
+  // false at the end of the file.
+  StatusOr<bool> read_line(const std::function<Status(std::string_view)>& consume, LineInfo* info) {
+    *info = LineInfo{};
+    bool any = false;
+    while (true) {
+      std::string_view piece;
+      bool end = false;
+      StatusOr<bool> next = reader_->next(&piece, &end);
+      // A read or decompression error names the line it cut short.
+      if (!next.ok()) return next.status().with_context(where(any ? line_no_ : line_no_ + 1));
+      const bool got = *next;
+      if (!got) {
+        if (!any) return false;
+        break;
+      }
+      if (!any) ++line_no_;
+      any = true;
+      if (info->head.size() < kHeadBytes) {
+        info->head.append(piece.substr(0, kHeadBytes - info->head.size()));
+      }
+      if (info->blank && !is_blank(piece)) info->blank = false;
+      if (info->utf8_ok && !is_valid_utf8(piece)) info->utf8_ok = false;
+      if (info->utf8_ok) AX_RETURN_IF_ERROR(consume(piece));
+      if (end) break;
+    }
+    return true;
   }
 
-  // Returns false at the end of the current file.
-  StatusOr<bool> next_in_file(Document* doc) {
-    if (format_ != FileFormat::kText) return next_json(doc);
+  // Applies --max-doc-bytes to the record in the buffers; false when it is skipped.
+  StatusOr<bool> within_limit(uint64_t line) {
+    const uint64_t max = options_.max_doc_bytes;
+    const uint64_t longest = std::max(text_.size(), options_.seq2seq ? targets_.size() : 0);
+    if (max == 0 || longest <= max) return true;
+    switch (options_.long_docs) {
+      case LongDocs::kTruncate:
+        truncated_long_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      case LongDocs::kSkip:
+        skipped_long_.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      case LongDocs::kFail:
+        break;
+    }
+    return FailedPrecondition(where(line), ": a document of ", longest,
+                              " bytes, more than --max-doc-bytes ", max,
+                              " (--long-docs skip or truncate accepts it)");
+  }
+
+  // After the checks every format shares: the record in the buffers is served next.
+  StatusOr<bool> accept(uint64_t line) {
+    AX_ASSIGN_OR_RETURN(bool keep, within_limit(line));
+    if (!keep) return false;
+    if (text_.blank() || (options_.seq2seq && targets_.blank())) {
+      skipped_empty_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    where_ = where(line);
+    return true;
+  }
+
+  // Fills the buffers with the next good record of the file; false at its end.
+  StatusOr<bool> next_record() {
+    set_name_.clear();
+    if (format_ != FileFormat::kText) return next_json();
     switch (options_.text_unit) {
       case TextUnit::kLine:
-        return next_line(doc);
+        return next_line();
       case TextUnit::kParagraph:
-        return next_block(doc, /*stop_at_blank=*/true);
+        return next_block(/*stop_at_blank=*/true);
       case TextUnit::kFile:
-        return next_block(doc, /*stop_at_blank=*/false);
+        return next_block(/*stop_at_blank=*/false);
     }
     return false;
   }
 
-  StatusOr<bool> next_line(Document* doc) {
+  StatusOr<bool> next_line() {
     while (true) {
-      AX_ASSIGN_OR_RETURN(bool got, reader_->next(&line_));
+      text_.clear();
+      LineInfo info;
+      AX_ASSIGN_OR_RETURN(bool got,
+                          read_line([&](std::string_view s) { return text_.append(s); }, &info));
       if (!got) return false;
-      ++line_no_;
-      bool ok;
-      AX_RETURN_IF_ERROR(check_utf8(line_no_, line_, &ok));
-      if (!ok) continue;
-      if (is_blank(line_)) {
-        skipped_empty_.fetch_add(1, std::memory_order_relaxed);
+      if (!info.utf8_ok) {
+        AX_RETURN_IF_ERROR(bad(line_no_, "text is not valid UTF-8"));
         continue;
       }
-      set(doc, std::move(line_), line_no_);
-      return true;
+      AX_ASSIGN_OR_RETURN(bool ok, accept(line_no_));
+      if (ok) return true;
     }
   }
 
-  // A paragraph (lines up to a blank line) or the whole file. A paragraph with a bad line is
-  // skipped whole when skip_bad is on.
-  StatusOr<bool> next_block(Document* doc, bool stop_at_blank) {
+  // A paragraph (lines up to a blank line) or the whole file, lines joined by "\n". A paragraph
+  // with a bad line is skipped whole when skip_bad is on.
+  StatusOr<bool> next_block(bool stop_at_blank) {
     while (!exhausted_) {
-      std::string text;
+      text_.clear();
       uint64_t first_line = 0;
       bool any = false, bad_block = false;
       while (true) {
-        AX_ASSIGN_OR_RETURN(bool got, reader_->next(&line_));
+        const DocBuffer::Mark mark = text_.mark();
+        if (any) AX_RETURN_IF_ERROR(text_.append("\n"));
+        LineInfo info;
+        AX_ASSIGN_OR_RETURN(bool got,
+                            read_line([&](std::string_view s) { return text_.append(s); }, &info));
         if (!got) {
+          text_.rollback(mark);
           exhausted_ = true;
           break;
         }
-        ++line_no_;
-        bool ok;
-        AX_RETURN_IF_ERROR(check_utf8(line_no_, line_, &ok));
-        if (!ok) bad_block = true;
-        if (stop_at_blank && is_blank(line_)) {
+        if (!info.utf8_ok) {
+          bad_block = true;
+          AX_RETURN_IF_ERROR(bad(line_no_, "text is not valid UTF-8"));
+        }
+        if (stop_at_blank && info.blank) {
+          text_.rollback(mark);
           if (any) break;
           continue;  // blank lines separate paragraphs, they are not documents
         }
         if (!any) first_line = line_no_;
-        if (any) text += '\n';
-        text += line_;
         any = true;
       }
       if (bad_block) continue;
-      if (any && !is_blank(text)) {
-        set(doc, std::move(text), first_line);
-        return true;
+      if (!any) {
+        // An empty (or blank) file is one empty document; the end of a paragraph file is none.
+        if (!stop_at_blank) skipped_empty_.fetch_add(1, std::memory_order_relaxed);
+        continue;
       }
-      // An empty (or blank) file is one empty document; the end of a paragraph file is none.
-      if (any || !stop_at_blank) skipped_empty_.fetch_add(1, std::memory_order_relaxed);
+      AX_ASSIGN_OR_RETURN(bool ok, accept(first_line));
+      if (ok) return true;
     }
     return false;
   }
 
-  StatusOr<bool> next_json(Document* doc) {
+  StatusOr<bool> next_json() {
+    using Type = JsonLineParser::Type;
     while (true) {
-      AX_ASSIGN_OR_RETURN(bool got, reader_->next(&line_));
+      parser_.reset();
+      LineInfo info;
+      AX_ASSIGN_OR_RETURN(bool got,
+                          read_line([&](std::string_view s) { return parser_.feed(s); }, &info));
       if (!got) return false;
-      ++line_no_;
-      if (is_blank(line_)) continue;  // a blank line is no record
-      bool ok;
-      AX_RETURN_IF_ERROR(check_utf8(line_no_, line_, &ok));
+      if (info.blank) continue;  // a blank line is no record
+      if (!info.utf8_ok) {
+        AX_RETURN_IF_ERROR(bad(line_no_, "text is not valid UTF-8"));
+        continue;
+      }
+      AX_RETURN_IF_ERROR(parser_.finish());
+      if (!parser_.ok()) {
+        AX_RETURN_IF_ERROR(bad(
+            line_no_, str_cat("invalid JSON: ", snippet(info.head), " (", parser_.error(), ")")));
+        continue;
+      }
+      if (parser_.top_type() != Type::kObject) {
+        AX_RETURN_IF_ERROR(bad(line_no_, str_cat("expected a JSON object, got a ",
+                                                 JsonLineParser::type_name(parser_.top_type()))));
+        continue;
+      }
+      AX_ASSIGN_OR_RETURN(bool ok, string_field(0));
+      if (ok && options_.seq2seq) {
+        AX_ASSIGN_OR_RETURN(ok, string_field(1));
+      }
       if (!ok) continue;
-      nlohmann::json obj = nlohmann::json::parse(line_, nullptr, /*allow_exceptions=*/false);
-      if (obj.is_discarded()) {
-        AX_RETURN_IF_ERROR(bad(line_no_, str_cat("invalid JSON: ", snippet(line_))));
-        continue;
+      AX_ASSIGN_OR_RETURN(ok, accept(line_no_));
+      if (!ok) continue;
+      if (parser_.field_type(set_name_index_) == Type::kString) {
+        AX_ASSIGN_OR_RETURN(set_name_, set_name_buf_.read_all());
       }
-      if (!obj.is_object()) {
-        AX_RETURN_IF_ERROR(
-            bad(line_no_, str_cat("expected a JSON object, got a ", json_type_name(obj))));
-        continue;
-      }
-      std::string text, targets;
-      if (options_.seq2seq) {
-        AX_ASSIGN_OR_RETURN(ok, string_field(obj, options_.inputs_field, &text));
-        if (!ok) continue;
-        AX_ASSIGN_OR_RETURN(ok, string_field(obj, options_.targets_field, &targets));
-        if (!ok) continue;
-      } else {
-        AX_ASSIGN_OR_RETURN(ok, string_field(obj, options_.json_field, &text));
-        if (!ok) continue;
-      }
-      if (is_blank(text) || (options_.seq2seq && is_blank(targets))) {
-        skipped_empty_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      set(doc, std::move(text), line_no_);
-      doc->targets = std::move(targets);
-      const nlohmann::json* set_name = find_field(obj, "meta.pile_set_name");
-      if (set_name != nullptr && set_name->is_string())
-        doc->set_name = set_name->get<std::string>();
       return true;
     }
   }
 
-  // Reads obj[field] into out; false (record skipped) or an error when it is missing or not a
-  // string.
-  StatusOr<bool> string_field(const nlohmann::json& obj, const std::string& field,
-                              std::string* out) {
-    const nlohmann::json* v = find_field(obj, field);
-    if (v == nullptr) {
+  // Whether the record's field i is a string; false (record skipped) or an error when not.
+  StatusOr<bool> string_field(size_t i) {
+    const JsonLineParser::Type type = parser_.field_type(i);
+    const std::string& field = paths_[i];
+    if (type == JsonLineParser::Type::kString) return true;
+    if (type == JsonLineParser::Type::kNone) {
       AX_RETURN_IF_ERROR(bad(line_no_, str_cat("no field '", field, "'")));
-      return false;
+    } else {
+      AX_RETURN_IF_ERROR(bad(line_no_, str_cat("field '", field, "' is a ",
+                                               JsonLineParser::type_name(type), ", not a string")));
     }
-    if (!v->is_string()) {
-      AX_RETURN_IF_ERROR(bad(
-          line_no_, str_cat("field '", field, "' is a ", json_type_name(*v), ", not a string")));
-      return false;
-    }
-    *out = v->get<std::string>();
-    return true;
-  }
-
-  void set(Document* doc, std::string text, uint64_t line) {
-    doc->text = std::move(text);
-    doc->targets.clear();
-    doc->set_name.clear();
-    doc->where = where(line);
+    return false;
   }
 
   size_t file_index_ = 0;
@@ -444,7 +573,15 @@ class TextSource::Impl {
   bool exhausted_ = false;  // the last block of the file was returned
   uint64_t bad_in_file_ = 0;
   std::string first_bad_;
-  std::string line_;
+  // The record being served: its documents, set name and place.
+  DocBuffer text_, targets_, set_name_buf_;
+  std::vector<std::string> paths_;
+  size_t set_name_index_;
+  JsonLineParser parser_;
+  Serving serving_ = Serving::kNone;
+  bool first_ = true;
+  std::string set_name_;
+  std::string where_;
 };
 
 StatusOr<std::unique_ptr<TextSource>> TextSource::open(const std::vector<std::string>& inputs,
@@ -489,6 +626,7 @@ TextSource::TextSource(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TextSource::~TextSource() = default;
 
 StatusOr<bool> TextSource::next(Document* doc) { return impl_->next(doc); }
+StatusOr<bool> TextSource::next_part(DocPart* part) { return impl_->next_part(part); }
 const std::vector<std::string>& TextSource::files() const { return impl_->files_; }
 uint64_t TextSource::total_bytes() const { return impl_->total_bytes_; }
 uint64_t TextSource::bytes_read() const {
@@ -497,5 +635,7 @@ uint64_t TextSource::bytes_read() const {
 }
 uint64_t TextSource::skipped_empty() const { return impl_->skipped_empty_.load(); }
 uint64_t TextSource::skipped_bad() const { return impl_->skipped_bad_.load(); }
+uint64_t TextSource::skipped_long() const { return impl_->skipped_long_.load(); }
+uint64_t TextSource::truncated_long() const { return impl_->truncated_long_.load(); }
 
 }  // namespace ax::data

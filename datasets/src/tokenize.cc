@@ -17,6 +17,7 @@
 
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
+#include "ax/datasets/doc_splitter.h"
 #include "ax/datasets/shard_writer.h"
 #include "ax/datasets/tokenizer.h"
 
@@ -27,14 +28,23 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunkTextBytes = size_t{1} << 20;
-constexpr size_t kChunkDocs = 1000;
+constexpr size_t kChunkPieces = 1000;
+// TextSource parts: a quarter of a chunk, so a long document spreads over many chunks.
+constexpr size_t kPartBytes = kChunkTextBytes / 4;
+
+// A document, or a piece of a long one.
+struct Piece {
+  std::string text;
+  bool doc_end = false;  // the document's last piece: EOS follows
+  std::string where;
+};
 
 struct Chunk {
   uint64_t seq = 0;
-  std::vector<Document> docs;
+  std::vector<Piece> pieces;
   uint64_t text_bytes = 0;
-  std::vector<uint32_t> tokens;  // every output document of the chunk, EOS included
-  std::vector<size_t> ends;      // end offset in tokens of each output document
+  std::vector<uint32_t> tokens;  // every piece's tokens, EOS after each document
+  std::vector<size_t> ends;      // end offset in tokens of each piece
 };
 
 // State shared by the reader, the workers and the writer, under one mutex. Chunks move a few
@@ -60,7 +70,47 @@ struct Shared {
   }
 };
 
-void read_chunks(Shared* sh, TextSource* source, std::map<std::string, uint64_t>* docs_per_set) {
+Status stopped() { return Status(StatusCode::kAborted, "stopped by a signal"); }
+
+// What the reader counts on its way.
+struct ReadStats {
+  std::map<std::string, uint64_t> docs_per_set;
+  uint64_t split_docs = 0;  // documents cut into more than one piece
+  uint64_t pieces = 0;
+  uint64_t doc_pieces = 0;  // of the document being read
+};
+
+// Fills one chunk with pieces; returns false at the end of the input.
+StatusOr<bool> fill_chunk(TextSource* source, DocSplitter* splitter, const std::atomic<bool>* stop,
+                          ReadStats* stats, Chunk* chunk) {
+  std::vector<std::string> pieces;
+  while (chunk->pieces.size() < kChunkPieces && chunk->text_bytes < kChunkTextBytes) {
+    if (stop != nullptr && stop->load()) return stopped();
+    DocPart part;
+    AX_ASSIGN_OR_RETURN(bool got, source->next_part(&part));
+    if (!got) return false;
+    if (part.first && !part.targets && !part.set_name.empty()) {
+      ++stats->docs_per_set[part.set_name];
+    }
+    pieces.clear();
+    splitter->add(part.text, part.last, &pieces);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      chunk->pieces.push_back(
+          Piece{std::move(pieces[i]), part.last && i + 1 == pieces.size(), part.where});
+    }
+    chunk->text_bytes += part.text.size();
+    stats->doc_pieces += pieces.size();
+    if (part.last) {
+      stats->pieces += stats->doc_pieces;
+      if (stats->doc_pieces > 1) ++stats->split_docs;
+      stats->doc_pieces = 0;
+    }
+  }
+  return true;
+}
+
+void read_chunks(Shared* sh, TextSource* source, DocSplitter* splitter,
+                 const std::atomic<bool>* stop, ReadStats* stats) {
   for (uint64_t seq = 0;; ++seq) {
     {
       std::unique_lock<std::mutex> lock(sh->mu);
@@ -70,22 +120,12 @@ void read_chunks(Shared* sh, TextSource* source, std::map<std::string, uint64_t>
     }
     auto chunk = std::make_unique<Chunk>();
     chunk->seq = seq;
-    bool end = false;
-    while (chunk->docs.size() < kChunkDocs && chunk->text_bytes < kChunkTextBytes) {
-      Document doc;
-      StatusOr<bool> got = source->next(&doc);
-      if (!got.ok()) return sh->fail(got.status());
-      if (!*got) {
-        end = true;
-        break;
-      }
-      if (!doc.set_name.empty()) ++(*docs_per_set)[doc.set_name];
-      chunk->text_bytes += doc.text.size() + doc.targets.size();
-      chunk->docs.push_back(std::move(doc));
-    }
+    StatusOr<bool> more = fill_chunk(source, splitter, stop, stats, chunk.get());
+    if (!more.ok()) return sh->fail(more.status());
+    const bool end = !*more;
     {
       std::lock_guard<std::mutex> lock(sh->mu);
-      if (chunk->docs.empty()) {
+      if (chunk->pieces.empty()) {
         --sh->in_flight;
       } else {
         sh->todo.push_back(std::move(chunk));
@@ -97,25 +137,20 @@ void read_chunks(Shared* sh, TextSource* source, std::map<std::string, uint64_t>
   }
 }
 
-Status encode_chunk(const Tokenizer& tok, bool seq2seq, Chunk* chunk) {
+Status encode_chunk(const Tokenizer& tok, Chunk* chunk) {
   const auto eos = static_cast<uint32_t>(tok.eos_id());
-  auto add = [&](const std::string& text, const std::string& where) -> Status {
-    Status st = tok.encode(text, &chunk->tokens);
-    if (!st.ok()) return st.with_context(where);
-    chunk->tokens.push_back(eos);
+  chunk->tokens.reserve(chunk->text_bytes / 3 + chunk->pieces.size() * 2);
+  for (Piece& piece : chunk->pieces) {
+    Status st = tok.encode(piece.text, &chunk->tokens);
+    if (!st.ok()) return st.with_context(piece.where);
+    if (piece.doc_end) chunk->tokens.push_back(eos);
     chunk->ends.push_back(chunk->tokens.size());
-    return Status::Ok();
-  };
-  chunk->tokens.reserve(chunk->text_bytes / 3 + chunk->docs.size() * 2);
-  for (const Document& doc : chunk->docs) {
-    AX_RETURN_IF_ERROR(add(doc.text, doc.where));
-    if (seq2seq) AX_RETURN_IF_ERROR(add(doc.targets, doc.where));
+    piece.text = {};  // the text is no longer needed
   }
-  chunk->docs = {};  // the text is no longer needed
   return Status::Ok();
 }
 
-void encode_chunks(Shared* sh, const Tokenizer* tok, bool seq2seq) {
+void encode_chunks(Shared* sh, const Tokenizer* tok) {
   while (true) {
     std::unique_ptr<Chunk> chunk;
     {
@@ -125,7 +160,7 @@ void encode_chunks(Shared* sh, const Tokenizer* tok, bool seq2seq) {
       chunk = std::move(sh->todo.front());
       sh->todo.pop_front();
     }
-    Status st = encode_chunk(*tok, seq2seq, chunk.get());
+    Status st = encode_chunk(*tok, chunk.get());
     if (!st.ok()) return sh->fail(std::move(st));
     {
       std::lock_guard<std::mutex> lock(sh->mu);
@@ -166,7 +201,7 @@ Status prepare_output_dir(const std::string& dir, bool overwrite) {
 
 struct Progress {
   Clock::time_point start = Clock::now();
-  Clock::time_point last = start;
+  Clock::time_point last_log = start, last_file = start;
   uint64_t docs = 0;
   uint64_t tokens = 0;
   uint64_t text_bytes = 0;
@@ -190,12 +225,36 @@ struct Progress {
   }
 };
 
+// "<bytes read> <total bytes>\n" into `path`, replaced atomically (no fsync: it is only progress).
+void write_progress_file(const std::string& path, const TextSource& source) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return;
+  std::fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(source.bytes_read()),
+               static_cast<unsigned long long>(source.total_bytes()));
+  if (std::fclose(f) == 0) std::rename(tmp.c_str(), path.c_str());
+}
+
+// Hands a chunk's pieces to the shard writer; a document's pieces join into one document.
+Status write_chunk(const Chunk& chunk, ShardSetWriter* writer) {
+  size_t begin = 0;
+  std::span<const uint32_t> tokens(chunk.tokens);
+  for (size_t i = 0; i < chunk.pieces.size(); ++i) {
+    const size_t end = chunk.ends[i];
+    AX_RETURN_IF_ERROR(
+        writer->add_tokens(tokens.subspan(begin, end - begin), chunk.pieces[i].doc_end));
+    begin = end;
+  }
+  return Status::Ok();
+}
+
 // The writer: takes encoded chunks strictly in input order, so the shards are the same for any
-// number of workers, and prints progress lines while it waits or writes.
+// number of workers, and prints progress lines (and the progress file) while it waits or writes.
 void write_chunks(Shared* sh, ShardSetWriter* writer, const TokenizeOptions& options,
                   const TextSource& source, Progress* progress) {
-  const auto period = std::chrono::duration<double>(
-      options.progress_seconds > 0 ? options.progress_seconds : 3600.0);
+  using Seconds = std::chrono::duration<double>;
+  const Seconds log_period(options.progress_seconds > 0 ? options.progress_seconds : 3600.0);
+  const Seconds tick(1.0);  // the progress file and the stop flag
   for (uint64_t next = 0;;) {
     std::unique_ptr<Chunk> chunk;
     {
@@ -204,7 +263,8 @@ void write_chunks(Shared* sh, ShardSetWriter* writer, const TokenizeOptions& opt
         return sh->stop || sh->done.count(next) > 0 ||
                (sh->reader_done && sh->todo.empty() && sh->in_flight == 0);
       };
-      sh->cv.wait_until(lock, progress->last + period, ready);
+      const auto wake = std::min(progress->last_log + log_period, progress->last_file + tick);
+      sh->cv.wait_until(lock, std::chrono::time_point_cast<Clock::duration>(wake), ready);
       if (sh->stop) return;
       if (auto it = sh->done.find(next); it != sh->done.end()) {
         chunk = std::move(it->second);
@@ -214,14 +274,11 @@ void write_chunks(Shared* sh, ShardSetWriter* writer, const TokenizeOptions& opt
       }
     }
     if (chunk) {
-      size_t begin = 0;
-      std::span<const uint32_t> tokens(chunk->tokens);
-      for (size_t end : chunk->ends) {
-        Status st = writer->add_document(tokens.subspan(begin, end - begin));
-        if (!st.ok()) return sh->fail(std::move(st));
-        begin = end;
-      }
-      progress->docs += options.source.seq2seq ? chunk->ends.size() / 2 : chunk->ends.size();
+      Status st = write_chunk(*chunk, writer);
+      if (!st.ok()) return sh->fail(std::move(st));
+      uint64_t docs = 0;
+      for (const Piece& p : chunk->pieces) docs += p.doc_end ? 1 : 0;
+      progress->docs += options.source.seq2seq ? docs / 2 : docs;
       progress->tokens += chunk->tokens.size();
       progress->text_bytes += chunk->text_bytes;
       ++next;
@@ -231,11 +288,49 @@ void write_chunks(Shared* sh, ShardSetWriter* writer, const TokenizeOptions& opt
       }
       sh->cv.notify_all();
     }
-    if (options.progress_seconds > 0 && Clock::now() >= progress->last + period) {
+    const Clock::time_point now = Clock::now();
+    if (options.progress_seconds > 0 && now >= progress->last_log + log_period) {
       progress->log(source);
-      progress->last = Clock::now();
+      progress->last_log = now;
+    }
+    if (now >= progress->last_file + tick) {
+      if (!options.progress_file.empty()) write_progress_file(options.progress_file, source);
+      if (options.stop != nullptr && options.stop->load()) return sh->fail(stopped());
+      progress->last_file = now;
     }
   }
+}
+
+ShardSetWriterOptions writer_options(const TokenizeOptions& options, const Tokenizer& tok) {
+  ShardSetWriterOptions wopts;
+  wopts.shard.kind = options.source.seq2seq ? ShardKind::kSeq2Seq : ShardKind::kLm;
+  wopts.shard.tokenizer_hash = tok.hash();
+  wopts.shard.zstd_level = options.zstd_level;
+  wopts.shard_tokens = options.shard_tokens;
+  wopts.tokenizer.hash = tok.hash();
+  wopts.tokenizer.vocab_size = tok.vocab_size();
+  wopts.tokenizer.eos_id = tok.eos_id();
+  wopts.tokenizer.pad_id = tok.pad_id();
+  wopts.tokenizer.model_file = fs::path(options.tokenizer_path).filename().string();
+  return wopts;
+}
+
+// The counts after "skipped": empty, bad, too long, truncated, and documents cut into pieces.
+std::string summary_counts(const TokenizeOptions& options, const TextSource& source,
+                           const ReadStats& stats, const DocSplitter& splitter,
+                           const Tokenizer& tok) {
+  std::string out = str_cat("skipped ", source.skipped_empty(), " empty, ", source.skipped_bad(),
+                            " bad, ", source.skipped_long(), " over --max-doc-bytes");
+  if (options.source.max_doc_bytes > 0 && options.source.long_docs == LongDocs::kTruncate) {
+    out += str_cat("; truncated ", source.truncated_long(), " at --max-doc-bytes");
+  }
+  if (stats.split_docs > 0) {
+    out += str_cat("; ", stats.split_docs, " document(s) over ", options.split_bytes,
+                   " bytes encoded in pieces (seams: ", splitter.space_seams(), " at a space",
+                   tok.seams_exact() ? " (exact)" : "", ", ", splitter.white_space_seams(),
+                   " after white space, ", splitter.character_seams(), " between characters)");
+  }
+  return out;
 }
 
 }  // namespace
@@ -243,28 +338,24 @@ void write_chunks(Shared* sh, ShardSetWriter* writer, const TokenizeOptions& opt
 StatusOr<DatasetIndex> tokenize(const TokenizeOptions& options) {
   if (options.output_dir.empty()) return InvalidArgument("no output directory given");
   if (options.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (options.split_bytes < kMinSplitBytes) {
+    return InvalidArgument("split bytes must be at least ", kMinSplitBytes);
+  }
   AX_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::load(options.tokenizer_path));
   if (tok->eos_id() < 0) {
     return FailedPrecondition("tokenizer ", options.tokenizer_path,
                               " has no EOS id, and every document ends with EOS: train one with "
                               "ax-data train-tokenizer (eos id 1)");
   }
+  TextSourceOptions source_options = options.source;
+  source_options.part_bytes = kPartBytes;
+  // A long document waits beside the output (where there is room for data), not in /tmp.
+  if (source_options.spill_dir.empty()) source_options.spill_dir = options.output_dir;
   AX_ASSIGN_OR_RETURN(std::unique_ptr<TextSource> source,
-                      TextSource::open(options.inputs, options.source));
+                      TextSource::open(options.inputs, source_options));
   AX_RETURN_IF_ERROR(prepare_output_dir(options.output_dir, options.overwrite));
-
-  ShardSetWriterOptions wopts;
-  wopts.shard.kind = options.source.seq2seq ? ShardKind::kSeq2Seq : ShardKind::kLm;
-  wopts.shard.tokenizer_hash = tok->hash();
-  wopts.shard.zstd_level = options.zstd_level;
-  wopts.shard_tokens = options.shard_tokens;
-  wopts.tokenizer.hash = tok->hash();
-  wopts.tokenizer.vocab_size = tok->vocab_size();
-  wopts.tokenizer.eos_id = tok->eos_id();
-  wopts.tokenizer.pad_id = tok->pad_id();
-  wopts.tokenizer.model_file = fs::path(options.tokenizer_path).filename().string();
   AX_ASSIGN_OR_RETURN(std::unique_ptr<ShardSetWriter> writer,
-                      ShardSetWriter::create(options.output_dir, wopts));
+                      ShardSetWriter::create(options.output_dir, writer_options(options, *tok)));
 
   const int workers = options.threads > 0
                           ? options.threads
@@ -275,12 +366,11 @@ StatusOr<DatasetIndex> tokenize(const TokenizeOptions& options) {
 
   Shared sh;
   sh.max_in_flight = 2 * static_cast<size_t>(workers) + 2;
-  std::map<std::string, uint64_t> docs_per_set;
-  std::thread reader(read_chunks, &sh, source.get(), &docs_per_set);
+  ReadStats stats;
+  DocSplitter splitter(options.split_bytes, tok->seam_style());
+  std::thread reader(read_chunks, &sh, source.get(), &splitter, options.stop, &stats);
   std::vector<std::thread> pool;
-  for (int i = 0; i < workers; ++i) {
-    pool.emplace_back(encode_chunks, &sh, tok.get(), options.source.seq2seq);
-  }
+  for (int i = 0; i < workers; ++i) pool.emplace_back(encode_chunks, &sh, tok.get());
 
   Progress progress;
   write_chunks(&sh, writer.get(), options, *source, &progress);
@@ -292,8 +382,12 @@ StatusOr<DatasetIndex> tokenize(const TokenizeOptions& options) {
   extras.inputs = source->files();
   extras.skipped_empty = source->skipped_empty();
   extras.skipped_bad = source->skipped_bad();
-  extras.docs_per_set = docs_per_set;
+  extras.skipped_long = source->skipped_long();
+  extras.truncated_long = source->truncated_long();
+  extras.split_docs = stats.split_docs;
+  extras.docs_per_set = stats.docs_per_set;
   AX_ASSIGN_OR_RETURN(DatasetIndex index, writer->finish());
+  if (!options.progress_file.empty()) write_progress_file(options.progress_file, *source);
 
   const double t = std::max(progress.elapsed(), 1e-9);
   char rates[96];
@@ -303,8 +397,8 @@ StatusOr<DatasetIndex> tokenize(const TokenizeOptions& options) {
   AX_LOG(kInfo, "data") << "tokenize: done: " << progress.docs
                         << (options.source.seq2seq ? " examples, " : " docs, ") << index.num_tokens
                         << " tokens in " << index.shards.size() << " shard(s) in "
-                        << human_duration(t) << " (" << rates << "); skipped "
-                        << source->skipped_empty() << " empty, " << source->skipped_bad() << " bad";
+                        << human_duration(t) << " (" << rates << "); "
+                        << summary_counts(options, *source, stats, splitter, *tok);
   return index;
 }
 

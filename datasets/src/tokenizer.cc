@@ -24,7 +24,44 @@ class Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
   uint64_t hash = 0;
   std::string path;
+  SeamStyle seam_style = SeamStyle::kDropSpace;
+  bool seams_exact = false;
 };
+
+namespace {
+
+// Sentences with the characters seams meet in real text: words, digits, punctuation, accents.
+constexpr const char* kSeamProbes[] = {
+    "The river runs to the sea, and yet the sea is not full.",
+    "In 1611 the 6th edition cost 12.50 pounds; naïve café owners paid (in part) half.",
+    "Er sagte: „Grüß dich“ – und ging. Ça coûte 3 €, n'est-ce pas? Voilà tout. 東京 と 大阪",
+    "x = f(a, b) + g[c] * 2; if (x > 0) { return y; } // done",
+};
+
+std::vector<int> encode_ids(const sentencepiece::SentencePieceProcessor& sp, std::string_view s) {
+  std::vector<int> ids;
+  if (!sp.Encode(s, &ids).ok()) ids.assign(1, -1);
+  return ids;
+}
+
+// Whether every probe encodes the same cut at each lone space (in `style`) as whole.
+bool seams_match(const sentencepiece::SentencePieceProcessor& sp, SeamStyle style) {
+  for (std::string_view probe : kSeamProbes) {
+    const std::vector<int> whole = encode_ids(sp, probe);
+    for (size_t p = 1; p + 1 < probe.size(); ++p) {
+      if (probe[p] != ' ' || probe[p - 1] == ' ' || probe[p + 1] == ' ') continue;
+      const size_t end = style == SeamStyle::kSpaceToPrevious ? p + 1 : p;
+      const size_t next = style == SeamStyle::kSpaceToNext ? p : p + 1;
+      std::vector<int> joined = encode_ids(sp, probe.substr(0, end));
+      const std::vector<int> rest = encode_ids(sp, probe.substr(next));
+      joined.insert(joined.end(), rest.begin(), rest.end());
+      if (joined != whole) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_path) {
   std::error_code ec;
@@ -39,6 +76,14 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_pa
   if (!st.ok() || impl->sp.GetPieceSize() <= 0) {
     return DataLoss(model_path, " is not a SentencePiece model (",
                     st.ok() ? "no pieces" : st.message(), ")");
+  }
+  for (SeamStyle style :
+       {SeamStyle::kDropSpace, SeamStyle::kSpaceToNext, SeamStyle::kSpaceToPrevious}) {
+    if (seams_match(impl->sp, style)) {
+      impl->seam_style = style;
+      impl->seams_exact = true;
+      break;
+    }
   }
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
 }
@@ -63,6 +108,8 @@ int32_t Tokenizer::pad_id() const { return impl_->sp.pad_id(); }
 int32_t Tokenizer::unk_id() const { return impl_->sp.unk_id(); }
 int32_t Tokenizer::bos_id() const { return impl_->sp.bos_id(); }
 const std::string& Tokenizer::path() const { return impl_->path; }
+SeamStyle Tokenizer::seam_style() const { return impl_->seam_style; }
+bool Tokenizer::seams_exact() const { return impl_->seams_exact; }
 
 Status Tokenizer::encode(std::string_view text, std::vector<uint32_t>* out) const {
   // SentencePiece keeps no per-call state in the processor (its RNG is thread-local), so one
@@ -171,14 +218,14 @@ Status append_sentinels(const std::string& prefix, int count) {
     varint(piece.size(), &message);
     message += piece;
     message.append("\x15\0\0\0\0", 5);  // field 2, fixed32: score 0.0f
-    message.append("\x18\x04", 2);         // field 3, varint: type USER_DEFINED
-    model_tail.push_back('\x0a');           // ModelProto field 1: one more piece
+    message.append("\x18\x04", 2);      // field 3, varint: type USER_DEFINED
+    model_tail.push_back('\x0a');       // ModelProto field 1: one more piece
     varint(message.size(), &model_tail);
     model_tail += message;
     vocab_tail += str_cat(piece, "\t0\n");
   }
-  for (const auto& [path, tail] : {std::pair{prefix + ".model", &model_tail},
-                                   std::pair{prefix + ".vocab", &vocab_tail}}) {
+  for (const auto& [path, tail] :
+       {std::pair{prefix + ".model", &model_tail}, std::pair{prefix + ".vocab", &vocab_tail}}) {
     std::ofstream f(path, std::ios::binary | std::ios::app);
     f << *tail;
     f.flush();

@@ -1,6 +1,12 @@
-// ax-data: train a tokenizer, tokenize text into shards, verify and inspect shard sets.
-// Exit status: 0 done, 1 the work failed (the message says why), 2 the command line is wrong.
+// ax-data: train a tokenizer, tokenize text into shards (alone or as the tasks of a job, then
+// merge), follow a job's progress, verify and inspect shard sets.
+// Exit status: 0 done, 1 the work failed (the message says why), 2 the command line is wrong,
+// 75 tokenize was stopped by a signal (run it again to go on).
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -9,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ax/common/env.h"
@@ -17,6 +24,7 @@
 #include "ax/datasets/dataset_index.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/tokenize.h"
+#include "ax/datasets/tokenize_job.h"
 #include "ax/datasets/tokenizer.h"
 
 namespace ax::data {
@@ -190,7 +198,8 @@ const CommandSpec kTrainTokenizer = {
         {"no-byte-fallback", Arity::kFlag, "", "unknown characters become <unk>"},
         {"user-symbols", Arity::kValue, "a,b,...", "pieces kept whole"},
         {"extra-ids", Arity::kValue, "N",
-         "T5 sentinels: the top N ids of --vocab-size are <extra_id_0> (highest) .. <extra_id_N-1>"},
+         "T5 sentinels: the top N ids of --vocab-size are <extra_id_0> (highest) .. "
+         "<extra_id_N-1>"},
         {"character-coverage", Arity::kValue, "F", "share of characters covered (default 0.9995)"},
         {"max-sentences", Arity::kValue, "N", "sentences sampled for training (0 = all; 2000000)"},
         {"field", Arity::kValue, "NAME", "JSON field holding the text (default text; a.b nests)"},
@@ -230,11 +239,29 @@ int run_train_tokenizer(const Args& parsed) {
 
 // --- tokenize --------------------------------------------------------------------------------
 
+constexpr int kExitStopped = 75;  // a signal stopped the run; finished files are kept
+
+// Set by SIGUSR1 (what job scripts forward before a time limit) and SIGINT (Ctrl-C): tokenize
+// stops within about a second and exits 75. SIGTERM keeps its default: srun ends the other tasks
+// of a step with it when one task fails, and that must not read as a clean stop.
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
+}
+
 const CommandSpec kTokenize = {
     "tokenize",
     "--tokenizer spm.model --input FILE... --output DIR [--format text|seq2seq] [--threads N]",
     "Encodes documents (EOS appended to each) into a shard set in DIR: shard-*.axs + index.json.\n"
-    "The output is the same for any thread count.",
+    "The output is the same for any thread count. Documents longer than --split-bytes are\n"
+    "encoded in pieces cut at spaces (docs/tokenization.md). With --tasks N --task I, this is\n"
+    "task I of a job of N that tokenizes its share of the input files into DIR/parts/; then\n"
+    "'ax-data merge DIR' joins the parts (sbatch/tokenize.sub runs both).",
     0,
     {
         {"tokenizer", Arity::kValue, "spm.model", "SentencePiece model"},
@@ -249,44 +276,194 @@ const CommandSpec kTokenize = {
         {"text-unit", Arity::kValue, "line|paragraph|file",
          "what one document of a text file is (default line)"},
         {"skip-bad", Arity::kFlag, "", "count and skip bad records instead of failing"},
+        {"split-bytes", Arity::kValue, "N",
+         "encode longer documents in pieces of N/2..N bytes (default 4096)"},
+        {"max-doc-bytes", Arity::kValue, "N", "documents longer than N bytes: see --long-docs"},
+        {"long-docs", Arity::kValue, "skip|truncate|fail",
+         "what happens to them (default skip); counted in the summary"},
         {"shard-tokens", Arity::kValue, "N", "start a new shard after N tokens (default 64 Mi)"},
         {"zstd-level", Arity::kValue, "N", "compression level 1..19 (default 3)"},
         {"overwrite", Arity::kFlag, "", "replace a complete shard set in DIR"},
         {"progress-seconds", Arity::kValue, "S", "seconds between progress lines (0 = none; 10)"},
+        {"tasks", Arity::kValue, "N", "the job's number of tasks (files shared out by bytes)"},
+        {"task", Arity::kValue, "I", "this task, 0..N-1"},
+        {"plan-only", Arity::kFlag, "",
+         "with --tasks: write or check DIR/parts/plan.json, print "
+         "each task's share, tokenize nothing"},
     }};
 
-int run_tokenize(const Args& parsed) {
-  Args args = parsed;
-  const CommandSpec& cmd = kTokenize;
+// The tokenize options of the command line; args.error says what is wrong.
+TokenizeOptions tokenize_options(Args* args) {
   TokenizeOptions o;
-  args.require("tokenizer", "spm.model");
-  args.require("input", "FILE...");
-  args.require("output", "DIR");
-  std::string format = "text", unit = "line";
-  args.choice("format", &format, {"text", "seq2seq"});
-  args.choice("text-unit", &unit, {"line", "paragraph", "file"});
-  args.integer("threads", &o.threads, 0, 4096);
-  args.integer("shard-tokens", &o.shard_tokens, 1, std::numeric_limits<int64_t>::max());
-  args.integer("zstd-level", &o.zstd_level, 1, 19);
-  args.real("progress-seconds", &o.progress_seconds, 0.0, 1e9);
-  if (!args.error.empty()) return usage_error(cmd, args.error);
-  o.inputs = args.list("input");
-  o.tokenizer_path = args.get("tokenizer");
-  o.output_dir = args.get("output");
-  o.overwrite = args.has("overwrite");
+  args->require("tokenizer", "spm.model");
+  args->require("input", "FILE...");
+  args->require("output", "DIR");
+  std::string format = "text", unit = "line", long_docs = "skip";
+  args->choice("format", &format, {"text", "seq2seq"});
+  args->choice("text-unit", &unit, {"line", "paragraph", "file"});
+  args->choice("long-docs", &long_docs, {"skip", "truncate", "fail"});
+  args->integer("threads", &o.threads, 0, 4096);
+  args->integer("shard-tokens", &o.shard_tokens, 1, std::numeric_limits<int64_t>::max());
+  args->integer("zstd-level", &o.zstd_level, 1, 19);
+  args->integer("split-bytes", &o.split_bytes, kMinSplitBytes, int64_t{1} << 30);
+  args->integer("max-doc-bytes", &o.source.max_doc_bytes, 1, std::numeric_limits<int64_t>::max());
+  args->real("progress-seconds", &o.progress_seconds, 0.0, 1e9);
+  if (args->has("long-docs") && !args->has("max-doc-bytes") && args->error.empty()) {
+    args->error = "--long-docs needs --max-doc-bytes";
+  }
+  o.inputs = args->list("input");
+  o.tokenizer_path = args->get("tokenizer");
+  o.output_dir = args->get("output");
+  o.overwrite = args->has("overwrite");
   o.source.seq2seq = format == "seq2seq";
   o.source.text_unit = unit == "paragraph" ? TextUnit::kParagraph
                        : unit == "file"    ? TextUnit::kFile
                                            : TextUnit::kLine;
-  o.source.skip_bad = args.has("skip-bad");
-  o.source.json_field = args.get("field", o.source.json_field);
-  o.source.inputs_field = args.get("inputs-field", o.source.inputs_field);
-  o.source.targets_field = args.get("targets-field", o.source.targets_field);
+  o.source.long_docs = long_docs == "truncate" ? LongDocs::kTruncate
+                       : long_docs == "fail"   ? LongDocs::kFail
+                                               : LongDocs::kSkip;
+  o.source.skip_bad = args->has("skip-bad");
+  o.source.json_field = args->get("field", o.source.json_field);
+  o.source.inputs_field = args->get("inputs-field", o.source.inputs_field);
+  o.source.targets_field = args->get("targets-field", o.source.targets_field);
+  o.stop = &g_stop;
+  return o;
+}
+
+int stopped_or_failed(const CommandSpec& cmd, const Status& status) {
+  if (status.code() != StatusCode::kAborted) return failed(cmd, status);
+  std::cerr << "ax-data " << cmd.name
+            << ": stopped by a signal; files finished so far are kept, run it again to go on\n";
+  return kExitStopped;
+}
+
+// --tasks: one task of a job, or (--plan-only) the job's plan.
+int run_tokenize_task(const Args& args, const TokenizeOptions& o) {
+  const CommandSpec& cmd = kTokenize;
+  int tasks = 1, task = 0;
+  Args a = args;
+  a.integer("tasks", &tasks, 1, 1 << 20);
+  a.integer("task", &task, 0, (1 << 20) - 1);
+  if (a.error.empty() && a.has("task") == a.has("plan-only")) {
+    a.error = "--tasks needs either --task I or --plan-only";
+  }
+  if (a.error.empty() && task >= tasks) a.error = "--task must be below --tasks";
+  if (a.error.empty() && o.overwrite) a.error = "--overwrite does not go with --tasks";
+  if (!a.error.empty()) return usage_error(cmd, a.error);
+  if (a.has("plan-only")) {
+    StatusOr<JobPlan> plan = prepare_job(o);
+    if (!plan.ok()) return failed(cmd, plan.status());
+    const auto shares = assign_files(plan->sizes, tasks);
+    std::cout << o.output_dir << ": " << plan->files.size() << " input file(s) over " << tasks
+              << " task(s)\n";
+    for (size_t t = 0; t < shares.size(); ++t) {
+      uint64_t bytes = 0;
+      for (size_t f : shares[t]) bytes += plan->sizes[f];
+      std::cout << "  task " << t << ": " << shares[t].size() << " file(s), "
+                << human_bytes(static_cast<double>(bytes)) << "\n";
+    }
+    return 0;
+  }
+  catch_stop_signals();
+  StatusOr<TaskResult> r = run_task(o, task, tasks);
+  if (!r.ok()) return stopped_or_failed(cmd, r.status());
+  if (r->merged) {
+    std::cout << o.output_dir << ": the job is merged already\n";
+  } else {
+    std::cout << o.output_dir << ": task " << task << " of " << tasks << " done: " << r->files
+              << " file(s), " << r->kept << " of them finished before\n";
+  }
+  return 0;
+}
+
+int run_tokenize(const Args& parsed) {
+  Args args = parsed;
+  const CommandSpec& cmd = kTokenize;
+  TokenizeOptions o = tokenize_options(&args);
+  if (!args.error.empty()) return usage_error(cmd, args.error);
+  if (args.has("tasks")) return run_tokenize_task(args, o);
+  if (args.has("task") || args.has("plan-only")) {
+    return usage_error(cmd, "--task and --plan-only need --tasks");
+  }
+  catch_stop_signals();
   StatusOr<DatasetIndex> index = tokenize(o);
-  if (!index.ok()) return failed(cmd, index.status());
+  if (!index.ok()) return stopped_or_failed(cmd, index.status());
   std::cout << o.output_dir << ": " << index->shards.size() << " shard(s), " << index->num_docs
             << " docs, " << index->num_tokens << " tokens\n";
   return 0;
+}
+
+// --- merge, progress -------------------------------------------------------------------------
+
+const CommandSpec kMerge = {
+    "merge",
+    "DIR",
+    "Joins the parts a tokenize job's tasks wrote (DIR/parts/) into one shard set in DIR, in\n"
+    "input order: index.json lists every shard. Fails, naming a file, while a part is missing.\n"
+    "Running it again, or twice at once, is safe.",
+    1,
+    {}};
+
+int run_merge(const Args& args) {
+  const CommandSpec& cmd = kMerge;
+  StatusOr<DatasetIndex> index = merge_job(args.positional[0]);
+  if (!index.ok()) return failed(cmd, index.status());
+  std::cout << args.positional[0] << ": " << index->inputs.size() << " input file(s), "
+            << index->shards.size() << " shard(s), " << index->num_docs << " docs, "
+            << index->num_tokens << " tokens\n";
+  return 0;
+}
+
+const CommandSpec kProgress = {
+    "progress",
+    "DIR [--watch S]",
+    "Where the tokenize job writing DIR stands: bytes done / total, files, and (--watch) rate\n"
+    "and ETA every S seconds until every file is done.",
+    1,
+    {
+        {"watch", Arity::kValue, "S", "print a line every S seconds until the files are done"},
+    }};
+
+std::string progress_line(const JobProgress& p, double rate, bool with_rate) {
+  if (p.merged) return str_cat("merged (", p.files, " input file(s))");
+  const double total = static_cast<double>(p.total_bytes), done = static_cast<double>(p.done_bytes);
+  char pct[16];
+  std::snprintf(pct, sizeof pct, "%.1f%%", total > 0 ? 100.0 * done / total : 100.0);
+  std::string line = str_cat(human_bytes(done), " / ", human_bytes(total), " (", pct, "), ",
+                             p.files_done, " / ", p.files, " files");
+  if (with_rate) {
+    char r[32];
+    std::snprintf(r, sizeof r, "%.2f MB/s", rate / 1e6);
+    line += str_cat(", ", r, ", ETA ", rate > 0 ? human_duration((total - done) / rate) : "?");
+  }
+  return line;
+}
+
+int run_progress(const Args& parsed) {
+  Args args = parsed;
+  const CommandSpec& cmd = kProgress;
+  double watch = 0;
+  args.real("watch", &watch, 0.1, 86400);
+  if (!args.error.empty()) return usage_error(cmd, args.error);
+  const std::string& dir = args.positional[0];
+  using Clock = std::chrono::steady_clock;
+  std::optional<std::pair<Clock::time_point, uint64_t>> first;  // the first observation
+  while (true) {
+    StatusOr<JobProgress> p = job_progress(dir);
+    if (!p.ok() && (watch == 0 || p.status().code() != StatusCode::kNotFound)) {
+      return failed(cmd, p.status());
+    }
+    if (p.ok()) {
+      const Clock::time_point now = Clock::now();
+      if (!first) first.emplace(now, p->done_bytes);
+      const double dt = std::chrono::duration<double>(now - first->first).count();
+      const double rate = dt > 0 ? static_cast<double>(p->done_bytes - first->second) / dt : 0;
+      std::cout << "ax-data progress: " << dir << ": "
+                << progress_line(*p, rate, watch > 0 && dt > 0) << std::endl;
+      if (watch == 0 || p->merged || p->files_done == p->files) return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(watch));
+  }
 }
 
 // --- verify ----------------------------------------------------------------------------------
@@ -449,6 +626,8 @@ struct Command {
 const Command kCommands[] = {
     {&kTrainTokenizer, run_train_tokenizer},
     {&kTokenize, run_tokenize},
+    {&kMerge, run_merge},
+    {&kProgress, run_progress},
     {&kVerify, run_verify},
     {&kInspect, run_inspect},
 };

@@ -99,8 +99,67 @@ expect_in inspect-train.out "shards      "
 grep -q "^shards      [2-9]" inspect-train.out || fail "expected several train shards"
 pass
 
+# --- long documents ----------------------------------------------------------------------------
+# The whole training text as one line: encoded in pieces, or skipped / truncated at a limit.
+tr '\n' ' ' <corpus/kjv-train.txt >kjv-line.txt
+head -c 2000000 kjv-line.txt >one-line.txt
+echo >>one-line.txt
+run_ok long "$ax_data" tokenize --tokenizer tok/spm.model --input one-line.txt --output shards/long
+expect_in long.err "1 document(s) over 4096 bytes encoded in pieces"
+expect_in long.out "1 docs"
+run_ok long-skip "$ax_data" tokenize --tokenizer tok/spm.model --input one-line.txt corpus/kjv-val.txt \
+  --output shards/long-skip --max-doc-bytes 100000
+expect_in long-skip.err "1 over --max-doc-bytes"
+expect_in long-skip.out "404 docs"
+run_ok long-cut "$ax_data" tokenize --tokenizer tok/spm.model --input one-line.txt \
+  --output shards/long-cut --max-doc-bytes 100000 --long-docs truncate
+expect_in long-cut.err "truncated 1 at --max-doc-bytes"
+expect_fail 1 tokenize "one-line.txt:1: a document of 2000000 bytes" --tokenizer tok/spm.model \
+  --input one-line.txt --output shards/long-fail --max-doc-bytes 100000 --long-docs fail
+
+# --- a job of several tasks ----------------------------------------------------------------------
+# Five Pile-layout files; any number of tasks gives the same dataset (shards and index.json).
+mkdir -p pile
+zstd -q -dc corpus/pile-sample.jsonl.zst >pile-sample.jsonl
+split -n l/5 -d --additional-suffix=.jsonl pile-sample.jsonl pile/part-
+for f in pile/*.jsonl; do zstd -q --rm "$f"; done
+for n in 2 3; do
+  job=(--tokenizer tok/spm.model --input 'pile/*.jsonl.zst' --output "jobs/$n" --tasks "$n"
+    --threads 1 --shard-tokens 100000)
+  run_ok "plan-$n" "$ax_data" tokenize "${job[@]}" --plan-only
+  expect_in "plan-$n.out" "5 input file(s) over $n task(s)"
+  for ((t = 0; t < n; t++)); do run_ok "task-$n-$t" "$ax_data" tokenize "${job[@]}" --task "$t"; done
+  run_ok "progress-$n" "$ax_data" progress "jobs/$n"
+  expect_in "progress-$n.out" "5 / 5 files"
+  run_ok "merge-$n" "$ax_data" merge "jobs/$n"
+  run_ok "verify-job-$n" "$ax_data" verify "jobs/$n" --tokenizer tok/spm.model
+done
+expect_in task-3-0.out "task 0 of 3 done"
+for f in jobs/2/*; do
+  cmp -s "$f" "jobs/3/$(basename "$f")" || fail "$f differs between 2 and 3 tasks"
+  pass
+done
+[[ $(find jobs/3 -maxdepth 1 | wc -l) -eq $(find jobs/2 -maxdepth 1 | wc -l) ]] || fail "file counts differ"
+pass
+expect_in verify-job-2.out "16406 docs"
+run_ok merge-again "$ax_data" merge jobs/2
+run_ok task-again "$ax_data" tokenize --tokenizer tok/spm.model --input 'pile/*.jsonl.zst' \
+  --output jobs/2 --tasks 2 --task 1 --threads 1 --shard-tokens 100000
+expect_in task-again.out "merged already"
+run_ok partial "$ax_data" tokenize --tokenizer tok/spm.model --input 'pile/*.jsonl.zst' \
+  --output jobs/partial --tasks 2 --task 0 --threads 1
+expect_fail 1 merge "of 5 input files are not tokenized yet" jobs/partial
+mkdir -p jobs/none
+expect_fail 1 merge "holds no tokenize job" jobs/none
+expect_fail 2 tokenize "--tasks needs either --task I or --plan-only" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt --output shards/y --tasks 2
+expect_fail 2 tokenize "--task and --plan-only need --tasks" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt --output shards/y --task 1
+expect_fail 2 tokenize "--long-docs needs --max-doc-bytes" --tokenizer tok/spm.model \
+  --input corpus/kjv-val.txt --output shards/y --long-docs truncate
+
 # --- help --------------------------------------------------------------------------------------
-for cmd in train-tokenizer tokenize verify inspect; do
+for cmd in train-tokenizer tokenize merge progress verify inspect; do
   run_ok "help-$cmd" "$ax_data" "$cmd" --help
   expect_in "help-$cmd.out" "usage: ax-data $cmd"
 done
@@ -159,6 +218,19 @@ expect_in skip-bad.err "skipped 1 bad records"
 run_ok inspect-bad "$ax_data" inspect shards/bad
 expect_in inspect-bad.out "0 empty, 1 bad"
 expect_in inspect-bad.out "documents   3"
+
+# Files that are not what their names say: one error naming the file and the line.
+head -c 300000 corpus/pile-sample.jsonl.zst >cut.jsonl.zst
+expect_fail 1 tokenize "cut.jsonl.zst:" --tokenizer tok/spm.model --input cut.jsonl.zst \
+  --output shards/cut
+grep -qE "cut\.jsonl\.zst:[0-9]+: truncated zstd stream" fail.err || fail "no line in: $(cat fail.err)"
+pass
+cp corpus/pile-sample.jsonl.zst packed.jsonl
+expect_fail 1 tokenize "packed.jsonl:1: text is not valid UTF-8" --tokenizer tok/spm.model \
+  --input packed.jsonl --output shards/packed
+head -c 3000000 "$ax_data" >program.txt
+expect_fail 1 tokenize "program.txt:1: text is not valid UTF-8" --tokenizer tok/spm.model \
+  --input program.txt --output shards/program
 
 # A flipped byte inside the first data frame (after the 64-byte header frame).
 cp -r shards/val shards/corrupt

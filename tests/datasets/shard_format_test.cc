@@ -323,6 +323,36 @@ TEST(ShardFormat, IndexJsonRoundTrip) {
   EXPECT_EQ(out->docs_per_set, in.docs_per_set);
 }
 
+TEST(ShardFormat, DocumentsInPiecesEqualWholeDocuments) {
+  const Docs docs = tu::random_documents(23, 60, 1000, 1, 900);
+  const std::string whole = tu::temp_dir("pieces"), pieces = tu::temp_dir("pieces");
+  const DatasetIndex want = write_set(whole, docs, set_options(256, 3000));
+  auto writer = ShardSetWriter::create(pieces, set_options(256, 3000));
+  ASSERT_TRUE(writer.ok());
+  std::mt19937 rng(5);
+  for (const auto& d : docs) {
+    std::span<const uint32_t> rest(d);
+    while (rest.size() > 0) {
+      // Pieces of any size, empty ones included; the shard boundary waits for the document end.
+      const size_t n = std::min<size_t>(rest.size(), rng() % 300);
+      ASSERT_TRUE((*writer)->add_tokens(rest.first(n), n == rest.size()).ok());
+      rest = rest.subspan(n);
+    }
+  }
+  auto got = (*writer)->finish();
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_EQ(got->shards.size(), want.shards.size());
+  for (size_t i = 0; i < want.shards.size(); ++i) {
+    EXPECT_EQ(tu::read_file(pieces + "/" + got->shards[i].file),
+              tu::read_file(whole + "/" + want.shards[i].file));
+  }
+
+  auto open = ShardSetWriter::create(tu::temp_dir("pieces"), set_options(256, 3000));
+  ASSERT_TRUE(open.ok());
+  ASSERT_TRUE((*open)->add_tokens(docs[0], /*end_of_document=*/false).ok());
+  EXPECT_FALSE((*open)->finish().ok());  // a document without its end is no shard
+}
+
 TEST(ShardFormat, SetWriterFillsIndex) {
   const Docs docs = tu::random_documents(17, 100, 1000, 1, 300);
   const std::string dir = tu::temp_dir("extras");

@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -44,6 +45,44 @@ std::string sample_english(int copies) {
     }
   }
   return os.str();
+}
+
+namespace {
+
+// A "VmXXX:  1234 kB" line of /proc/self/status, in bytes.
+int64_t proc_status_bytes(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t child_memory_growth(const std::function<bool()>& fn) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    ::close(fds[0]);
+    // The peak starts from here (a child inherits its parent's peak otherwise).
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const int64_t start = proc_status_bytes("VmRSS");
+    const bool ok = fn();
+    const int64_t growth = proc_status_bytes("VmHWM") - start;
+    const ssize_t n = ::write(fds[1], &growth, sizeof growth);
+    ::_exit(ok && n == sizeof growth ? 0 : 1);
+  }
+  ::close(fds[1]);
+  int64_t growth = -1;
+  const ssize_t n = ::read(fds[0], &growth, sizeof growth);
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (n != sizeof growth || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  return growth;
 }
 
 }  // namespace ax::data::testing

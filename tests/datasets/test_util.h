@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,8 @@ std::vector<std::vector<uint32_t>> random_documents(uint64_t seed, size_t n, uin
 // A few KB of English sentences written for the tests (no corpus package needed), repeated
 // `copies` times with numbered variations.
 std::string sample_english(int copies);
+// Runs fn in a child process and returns how far its resident memory rose above what it was at
+// the start (VmHWM minus VmRSS, bytes), or -1 when fn returned false or the child died.
+int64_t child_memory_growth(const std::function<bool()>& fn);
 
 }  // namespace ax::data::testing

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
 
+#include <atomic>
 #include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "ax/datasets/doc_splitter.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/tokenizer.h"
+#include "test_model.h"
 #include "test_util.h"
 
 namespace ax::data {
@@ -21,22 +24,8 @@ using testing::sample_english;
 using testing::temp_dir;
 using testing::write_file;
 
-// A small BPE model trained once per test process.
-const std::string& model() {
-  static const std::string path = [] {
-    std::string dir = temp_dir("tokz-model");
-    write_file(dir + "/train.txt", sample_english(40));
-    TrainTokenizerOptions o;
-    o.inputs = {dir + "/train.txt"};
-    o.output = dir + "/spm.model";
-    o.vocab_size = 400;
-    o.threads = 2;
-    Status st = train_tokenizer(o);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    return o.output;
-  }();
-  return path;
-}
+const std::string& model() { return testing::small_model("bpe"); }
+const std::string& unigram_model() { return testing::small_model("unigram"); }
 
 std::vector<uint32_t> read_doc(const ShardSet& set, uint64_t d) {
   auto [begin, end] = set.doc_range(d);
@@ -264,6 +253,125 @@ TEST(Tokenize, InputErrorsStopTheRun) {
   ASSERT_TRUE(skipped.ok()) << skipped.status().to_string();
   EXPECT_EQ(skipped->num_docs, 3000u);
   EXPECT_EQ(skipped->skipped_bad, 1u);
+}
+
+// sample_english as one line of about `bytes` bytes (cut at a space).
+std::string long_line(size_t bytes) {
+  std::string text = sample_english(400);
+  for (char& c : text) {
+    if (c == '\n') c = ' ';
+  }
+  std::string out;
+  while (out.size() < bytes) out += text;
+  return out.substr(0, out.rfind(' ', bytes));
+}
+
+TEST(Tokenize, LongDocumentsInPiecesEqualTheWholeEncodingAtSpaces) {
+  // Unigram models sum piece scores in float along the whole text, so over hundreds of KB the
+  // whole encoding can pick between near-equal segmentations of a word by rounding alone (seen
+  // once in 300 KB here): they are compared on 12 KB, where rounding stays far below any gap.
+  for (const auto& [path, bytes] :
+       {std::pair{model(), size_t{300000}}, std::pair{unigram_model(), size_t{12000}}}) {
+    const std::string in = temp_dir("tokz-in");
+    const std::string doc = long_line(bytes);
+    write_file(in + "/long.txt", "a short one\n" + doc + "\n");
+    write_file(in + "/long.jsonl", "{\"text\": \"" + doc + "\"}\n");
+    auto tok = Tokenizer::load(path);
+    ASSERT_TRUE(tok.ok());
+    EXPECT_TRUE((*tok)->seams_exact()) << path;
+    EXPECT_EQ((*tok)->seam_style(), SeamStyle::kDropSpace) << path;
+    const std::string out = temp_dir("tokz-out");
+    TokenizeOptions o = options_for({in + "/long.txt", in + "/long.jsonl"}, out);
+    o.tokenizer_path = path;
+    o.split_bytes = 1024;  // a seam every 512 to 1024 bytes
+    auto index = tokenize(o);
+    ASSERT_TRUE(index.ok()) << index.status().to_string();
+    EXPECT_EQ(index->num_docs, 3u);
+    EXPECT_EQ(index->split_docs, 2u);
+    auto set = ShardSet::open(out);
+    ASSERT_TRUE(set.ok());
+    const std::vector<uint32_t> whole = encode_eos(**tok, doc);
+    EXPECT_EQ(read_doc(**set, 0), encode_eos(**tok, "a short one"));
+    EXPECT_EQ(read_doc(**set, 1), whole) << path;
+    EXPECT_EQ(read_doc(**set, 2), whole) << path;
+  }
+}
+
+TEST(Tokenize, TextWithoutSpacesIsCutBetweenCharacters) {
+  const std::string in = temp_dir("tokz-in");
+  std::string doc;
+  while (doc.size() < 20000) doc += "東京の空は青いです。猫が寝ている。";
+  write_file(in + "/ja.txt", doc + "\n");
+  const std::string out = temp_dir("tokz-out");
+  TokenizeOptions o = options_for({in + "/ja.txt"}, out);
+  o.split_bytes = 1000;
+  auto index = tokenize(o);
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  EXPECT_EQ(index->split_docs, 1u);
+  // Each piece is encoded as a text of its own: the document is their encodings joined.
+  auto tok = Tokenizer::load(model());
+  std::vector<std::string> pieces;
+  DocSplitter(1000, (*tok)->seam_style()).add(doc, true, &pieces);
+  ASSERT_GT(pieces.size(), 20u);
+  std::vector<uint32_t> want;
+  for (const std::string& p : pieces) ASSERT_TRUE((*tok)->encode(p, &want).ok());
+  want.push_back(static_cast<uint32_t>((*tok)->eos_id()));
+  auto set = ShardSet::open(out);
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(read_doc(**set, 0), want);
+}
+
+TEST(Tokenize, MemoryStaysBoundedOnAHugeLine) {
+  const std::string in = temp_dir("tokz-in");
+  write_file(in + "/line.txt", long_line(size_t{4} << 20));
+  const std::string out = temp_dir("tokz-out");
+  uint64_t tokens = 0;
+  const int64_t growth = testing::child_memory_growth([&] {
+    TokenizeOptions o = options_for({in + "/line.txt"}, out);
+    auto index = tokenize(o);
+    return index.ok() && index->num_docs == 1;
+  });
+  ASSERT_GE(growth, 0) << "tokenize failed in the child";
+  // Chunks in flight, one document buffer, two encoders (~45 MiB): not the ~90 bytes per byte
+  // that SentencePiece needs to encode the line at once (360 MiB here).
+  EXPECT_LT(growth, int64_t{80} << 20) << (growth >> 20) << " MiB for a 4 MiB line";
+  auto set = ShardSet::open(out);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  tokens = (*set)->num_tokens();
+  EXPECT_GT(tokens, uint64_t{1} << 19);
+}
+
+TEST(Tokenize, MaxDocBytesIsCountedInTheIndex) {
+  const std::string in = temp_dir("tokz-in");
+  write_file(in + "/d.txt", long_line(5000) + "\nshort\n" + long_line(3000) + "\n");
+  for (LongDocs policy : {LongDocs::kSkip, LongDocs::kTruncate}) {
+    const std::string out = temp_dir("tokz-out");
+    TokenizeOptions o = options_for({in + "/d.txt"}, out);
+    o.source.max_doc_bytes = 2000;
+    o.source.long_docs = policy;
+    auto index = tokenize(o);
+    ASSERT_TRUE(index.ok()) << index.status().to_string();
+    const bool skip = policy == LongDocs::kSkip;
+    EXPECT_EQ(index->num_docs, skip ? 1u : 3u);
+    EXPECT_EQ(index->skipped_long, skip ? 2u : 0u);
+    EXPECT_EQ(index->truncated_long, skip ? 0u : 2u);
+    auto again = read_dataset_index(out);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->skipped_long, index->skipped_long);
+    EXPECT_EQ(again->truncated_long, index->truncated_long);
+  }
+}
+
+TEST(Tokenize, StopFlagEndsTheRunWithoutAnIndex) {
+  Corpus c = make_corpus();
+  const std::string out = temp_dir("tokz-out");
+  TokenizeOptions o = options_for(c.inputs, out);
+  std::atomic<bool> stop{true};
+  o.stop = &stop;
+  auto index = tokenize(o);
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), StatusCode::kAborted);
+  EXPECT_FALSE(fs::exists(out + "/index.json"));
 }
 
 }  // namespace

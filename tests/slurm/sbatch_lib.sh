@@ -7,6 +7,8 @@
 #   job_completed WHAT ID OUT OUT0  -> ok/bad: COMPLETED 0:0, else the outputs and daemon logs
 #   step_losses RUN_DIR             -> "step loss" lines, as logged (exact text of the floats)
 #   loss_falls WHAT RUN_DIR         -> ok/bad: the last logged loss is below the first
+#   start_requeued ID               -> once job ID is requeued (or ended), starts it without the
+#                                      2-minute hold; the state seen in REQUEUE_STATE
 
 SUB_DIR="$REPO/sbatch"
 
@@ -86,3 +88,25 @@ job_completed() {
 }
 
 show_tail() { sed 's/^/  | /' "$1" 2>/dev/null | tail -n "${2:-25}"; }
+
+# start_requeued ID: after a stop request to a job that requeues itself, waits (60 s at most)
+# until it is PENDING with Restarts=1, or has ended without a requeue (the signal came too late, or
+# was lost; REQUEUE_STATE then says how, "" when the job is gone), and lifts Slurm's 2-minute hold
+# on a requeued job.
+start_requeued() {
+  local id="$1" deadline=$((SECONDS + 60))
+  while ((SECONDS < deadline)); do
+    REQUEUE_STATE="$(job_field "$id" JobState)"
+    [[ "$(job_field "$id" Restarts)" == 1 && "$REQUEUE_STATE" == PENDING ]] && break
+    [[ "$REQUEUE_STATE" == COMPLETED || "$REQUEUE_STATE" == FAILED || -z "$REQUEUE_STATE" ]] &&
+      return 0
+    sleep 0.2
+  done
+  # Not at once: the nodes revoked the job's credential when it was requeued, and a node refuses
+  # a credential created in the same second as that revocation ("already killed, do not launch
+  # batch job"; the job then ends FAILED 1:0 without running). Slurm's 2-minute hold exists for
+  # this; 3 s is past that second and past the old step's exit (~2 s here). (`StartTime=now+3`
+  # would leave the start to the scheduler's next periodic pass, up to a minute later.)
+  sleep 3
+  t scontrol update JobId="$id" StartTime=now 2>/dev/null
+}

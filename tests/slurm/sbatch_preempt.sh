@@ -42,28 +42,13 @@ for mode in srun ax-launch; do
     sleep 0.1
   done
   t scancel --batch --signal=USR1 "$id"
-  # The script requeues the job; Slurm holds a requeued job back for 2 minutes (its begin time),
-  # which the test skips once the job is pending again.
-  deadline=$((SECONDS + 60))
-  while ((SECONDS < deadline)); do
-    state="$(job_field "$id" JobState)"
-    [[ "$(job_field "$id" Restarts)" == 1 && "$state" == PENDING ]] && break
-    # Ended without a requeue (the signal came too late, or was lost): report it below.
-    [[ "$state" == COMPLETED || "$state" == FAILED || -z "$state" ]] && break
-    sleep 0.2
-  done
-  if [[ -z "$state" ]]; then
+  # The script requeues the job; Slurm would hold it back for 2 minutes.
+  start_requeued "$id"
+  if [[ -z "$REQUEUE_STATE" ]]; then
     bad "$mode mode: job $id is gone (it ended without a requeue more than MinJobAge ago)"
     show_tail "$dir/$mode.out"
     continue
   fi
-  # Not at once: the nodes revoked the job's credential when it was requeued, and a node refuses
-  # a credential created in the same second as that revocation ("already killed, do not launch
-  # batch job"; the job then ends FAILED 1:0 without running). Slurm's 2-minute hold exists for
-  # this; 3 s is past that second and past the old step's exit (~2 s here). (`StartTime=now+3`
-  # would leave the start to the scheduler's next periodic pass, up to a minute later.)
-  sleep 3
-  t scontrol update JobId="$id" StartTime=now 2>/dev/null
   end_job "$id" 90
   restarts="$(job_field "$id" Restarts)"
   if [[ "$JOB_STATE" == COMPLETED && "$JOB_EXIT" == 0:0 && "$restarts" == 1 ]]; then

@@ -1,9 +1,10 @@
 // Every op of the CUDA backend against the CPU backend, forward and backward, in each dtype plan
 // (cuda_parity.h: the modes, and kOutputs, how each output is compared and why), on fresh random
 // inputs and several shapes: odd sizes, sequences that are not a multiple of the attention tile,
-// GQA and MHA, vocabularies of 2 to 50304 with ignored targets. Backward outputs start from
-// random values, which checks that they accumulate; backward passes get the reference's saved
-// statistics, so each op is checked alone. Without a GPU every test is skipped.
+// GQA and MHA, vocabularies of 2 to 50304 with ignored targets (the general attention op's
+// cases: cuda_attention_parity_test.cc). Backward outputs start from random values, which checks
+// that they accumulate; backward passes get the reference's saved statistics, so each op is
+// checked alone. Without a GPU every test is skipped.
 #include "cuda_parity.h"
 
 #include <limits>

@@ -113,26 +113,46 @@ double sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t stre
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const AdamWScalars& s, cudaStream_t stream);
 
-// ---- cuda_attention.cu: flash-style attention over a packed qkv ----
+// ---- cuda_attention.cu: flash-style attention (backend.h AttentionSpec) ----
 
+// Queries are the first NH·HD columns of q's rows (B, Tq, Rq); keys are KVH·HD columns of kv's
+// rows (B, Tk, Rkv) from column k_offset, values the KVH·HD columns after them. Query head h
+// reads key/value head h / (NH / KVH). causal needs Tq == Tk.
 struct AttnShape {
-  int64_t B, T, NH, KVH, HD;
+  int64_t B, Tq, Tk, NH, KVH, HD, Rq, Rkv, k_offset;
+  float scale;  // multiplies Q·Kᵀ
   bool causal;
+};
+// The optional inputs, null when absent: a bias (bias_batch = 1 or B, NH, Tq, Tk) added to the
+// scaled scores, and segment ids q_segments (B, Tq) and k_segments (B, Tk), both or neither (a
+// query never sees a key of another segment). Without them the kernels compiled without masks
+// run, which read nothing more than plain attention.
+template <typename Act>
+struct AttnMasks {
+  const Act* bias = nullptr;
+  int64_t bias_batch = 0;
+  const int32_t* q_segments = nullptr;
+  const int32_t* k_segments = nullptr;
+  bool present() const { return bias != nullptr || q_segments != nullptr; }
 };
 inline constexpr int64_t kAttnMaxHeadDim = 256;
 // Shared memory one block of the attention kernels needs for a head size (the largest of the
-// three kernels); the device must offer it per block.
+// kernels); the device must offer it per block.
 size_t attention_shared_bytes(int64_t head_dim);
 // Lets the kernels (both activation types) use up to `max_shared_bytes` of dynamic shared
 // memory (the device's opt-in limit). Once per device, before the first attention launch.
 void attention_init(size_t max_shared_bytes);
-// out (B,T,NH·HD), lse (B,NH,T) f32, qkv (B,T,(NH+2KVH)·HD).
+// out (B,Tq,NH·HD), lse (B,NH,Tq) f32. A query that sees no key gets zeros and lse = -inf.
 template <typename Act>
-void attention_forward(Act* out, float* lse, const Act* qkv, const AttnShape& s,
-                       cudaStream_t stream);
-// dqkv += gradients; `scratch` holds B·NH·T floats (the row sums D = Σ dout·out).
+void attention_forward(Act* out, float* lse, const Act* q, const Act* kv, const AttnShape& s,
+                       const AttnMasks<Act>& masks, cudaStream_t stream);
+// `scratch` of attention_backward holds attention_backward_scratch_floats (attention_plan.h).
+// dq += into q's query columns, dkv += into kv's key and value columns (dq and dkv may be the
+// same tensor: the columns are disjoint); dbias (bias_batch, NH, Tq, Tk) f32 += the bias
+// gradient, or null. Deterministic: no atomics, every sum in a fixed order.
 template <typename Act>
-void attention_backward(Act* dqkv, const Act* dout, const Act* out, const float* lse,
-                        const Act* qkv, float* scratch, const AttnShape& s, cudaStream_t stream);
+void attention_backward(Act* dq, Act* dkv, float* dbias, const Act* dout, const Act* out,
+                        const float* lse, const Act* q, const Act* kv, float* scratch,
+                        const AttnShape& s, const AttnMasks<Act>& masks, cudaStream_t stream);
 
 }  // namespace ax::train::cuda

@@ -3,9 +3,9 @@
 // or f32); statistics and parameter gradients are f32 either way. Unlike the CPU backend, token
 // and target ids are not range-checked here: they live on the device (Model::forward checks them
 // on the host, and the cross-entropy kernels never read past a row: cuda_kernels.h).
-#include <cmath>
 #include <utility>
 
+#include "attention_plan.h"
 #include "ax/trainer/op_checks.h"
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
@@ -199,46 +199,56 @@ void CudaBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num
 
 namespace {
 
-// The kernels of cuda_attention.cu take one packed self-attention qkv with the 1/sqrt(HD) scale;
-// the general op's other cases (cross-attention, bias, segments, another scale) are not on the
-// GPU yet (docs/cuda-backend.md "Attention"), and asking for them stops the run.
-void expect_packed_self_attention(const AttentionDims& d, const Tensor& q, const Tensor& kv,
-                                  const AttentionSpec& s, size_t max_shared, const char* op) {
+// The attention kernels keep a tile of every head row in shared memory (cuda_attention.cu).
+void expect_attention_fits(const AttentionDims& d, size_t max_shared, const char* op) {
   AX_CHECK(d.HD <= kAttnMaxHeadDim && attention_shared_bytes(d.HD) <= max_shared)
       << op << ": head_dim " << d.HD << " is more than this device's attention kernels take";
-  AX_CHECK(q.data == kv.data && d.Rq == (d.NH + 2 * d.KVH) * d.HD && s.k_offset == d.NH * d.HD &&
-           d.bias_batch == 0 && !d.segments &&
-           s.scale == 1.0f / std::sqrt(static_cast<float>(d.HD)))
-      << op << ": the CUDA kernels take packed self-attention with the 1/sqrt(head_dim) scale "
-      << "and no bias or segments so far";
+}
+
+AttnShape attn_shape(const AttentionDims& d, const AttentionSpec& s) {
+  return {d.B, d.Tq, d.Tk, d.NH, d.KVH, d.HD, d.Rq, d.Rkv, s.k_offset, s.scale, s.causal};
+}
+
+template <typename Act>
+AttnMasks<Act> attn_masks(const AttentionDims& d, const AttentionSpec& s) {
+  AttnMasks<Act> m;
+  m.bias = ptr_or_null<Act>(s.bias);
+  m.bias_batch = d.bias_batch;
+  if (d.segments) {
+    m.q_segments = s.q_segments.as<int32_t>();
+    m.k_segments = s.k_segments.as<int32_t>();
+  }
+  return m;
 }
 
 }  // namespace
 
 void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
                                     const AttentionSpec& spec) {
-  // out (B, Tq, NH·HD), lse (B, NH, Tq) f32, q = kv (B, T, (NH + 2·KVH)·HD).
-  constexpr const char* kOp = "attention_forward";
+  // out (B, Tq, NH·HD), lse (B, NH, Tq) f32, q (B, Tq, Rq), kv (B, Tk, Rkv).
   const AttentionDims d = check_attention_forward(plan_, out, lse, q, kv, spec);
-  expect_packed_self_attention(d, q, kv, spec, max_shared_per_block_, kOp);
+  expect_attention_fits(d, max_shared_per_block_, "attention_forward");
   with_act(plan_.act, [&]<typename Act>() {
-    cuda::attention_forward(ptr<Act>(out), f32(lse), ptr<Act>(q),
-                            {d.B, d.Tq, d.NH, d.KVH, d.HD, spec.causal}, stream_);
+    cuda::attention_forward(ptr<Act>(out), f32(lse), ptr<Act>(q), ptr<Act>(kv), attn_shape(d, spec),
+                            attn_masks<Act>(d, spec), stream_);
   });
 }
 
 void CudaBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out,
                                      Tensor lse, Tensor q, Tensor kv, const AttentionSpec& spec) {
-  // dq = dkv (B, T, (NH + 2·KVH)·HD), dout and out (B, T, NH·HD), lse (B, NH, T) f32, q = kv.
-  constexpr const char* kOp = "attention_backward";
+  // dq (B, Tq, Rq), dkv (B, Tk, Rkv) (may be dq), dbias (Bb, NH, Tq, Tk) f32 or empty, dout and
+  // out (B, Tq, NH·HD), lse (B, NH, Tq) f32, q (B, Tq, Rq), kv (B, Tk, Rkv).
   const AttentionDims d =
       check_attention_backward(plan_, dq, dkv, dbias, dout, out, lse, q, kv, spec);
-  expect_packed_self_attention(d, q, kv, spec, max_shared_per_block_, kOp);
-  AX_CHECK(dq.data == dkv.data) << kOp << ": the CUDA kernels take one packed dqkv so far";
-  auto* row_dots = static_cast<float*>(scratch(d.B * d.NH * d.Tq * sizeof(float)));
+  expect_attention_fits(d, max_shared_per_block_, "attention_backward");
+  const AttnShape shape = attn_shape(d, spec);
+  const bool shared_dbias = !dbias.empty() && d.bias_batch == 1;
+  auto* floats = static_cast<float*>(scratch(
+      attention_backward_scratch_floats(d.B, d.Tq, d.Tk, d.NH, shared_dbias) * sizeof(float)));
   with_act(plan_.act, [&]<typename Act>() {
-    cuda::attention_backward(ptr<Act>(dq), ptr<Act>(dout), ptr<Act>(out), f32(lse), ptr<Act>(q),
-                             row_dots, {d.B, d.Tq, d.NH, d.KVH, d.HD, spec.causal}, stream_);
+    cuda::attention_backward(ptr<Act>(dq), ptr<Act>(dkv), f32_or_null(dbias), ptr<Act>(dout),
+                             ptr<Act>(out), f32(lse), ptr<Act>(q), ptr<Act>(kv), floats, shape,
+                             attn_masks<Act>(d, spec), stream_);
   });
 }
 

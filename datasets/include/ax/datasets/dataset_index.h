@@ -36,11 +36,14 @@ struct DatasetIndex {
   uint64_t num_tokens = 0;
   uint64_t num_docs = 0;
   std::vector<ShardEntry> shards;
-  // Provenance and counts: input files, skipped documents, documents per
+  // Provenance and counts: input files, skipped, truncated and split documents, documents per
   // meta.pile_set_name. Informational; readers do not depend on it.
   std::vector<std::string> inputs;
   uint64_t skipped_empty = 0;
   uint64_t skipped_bad = 0;
+  uint64_t skipped_long = 0;    // over --max-doc-bytes, skipped
+  uint64_t truncated_long = 0;  // over --max-doc-bytes, truncated
+  uint64_t split_docs = 0;      // encoded in pieces (longer than split_bytes)
   std::map<std::string, uint64_t> docs_per_set;
 };
 

@@ -29,6 +29,9 @@ class ShardWriter {
 
   // Appends one document (its tokens, EOS already included by the caller).
   Status add_document(std::span<const uint32_t> tokens);
+  // Appends the next tokens of the current document, which ends with this call when
+  // end_of_document is set: a long document arrives in pieces without being held whole.
+  Status add_tokens(std::span<const uint32_t> tokens, bool end_of_document);
   // Writes the doc table, seek table and header, fsyncs and renames to the final path.
   // Returns the entry for index.json.
   StatusOr<ShardEntry> finish();
@@ -57,6 +60,8 @@ class ShardSetWriter {
                                                           const ShardSetWriterOptions& options);
   ~ShardSetWriter();
   Status add_document(std::span<const uint32_t> tokens);
+  // As ShardWriter::add_tokens; a new shard starts only at a document's end.
+  Status add_tokens(std::span<const uint32_t> tokens, bool end_of_document);
   // Provenance copied into index.json.
   DatasetIndex& index_extras();
   StatusOr<DatasetIndex> finish();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ax/common/status.h"
+#include "ax/datasets/doc_splitter.h"
 
 namespace ax::data {
 
@@ -32,6 +33,11 @@ class Tokenizer {
 
   // Appends the ids of text to out (no EOS).
   Status encode(std::string_view text, std::vector<uint32_t>* out) const;
+  // Where a long document is cut at a space (DocSplitter): the first style under which this
+  // model encodes probe sentences cut at each of their spaces exactly as whole; seams_exact()
+  // says whether one did (else kDropSpace, and a seam may change the tokens next to it).
+  SeamStyle seam_style() const;
+  bool seams_exact() const;
   StatusOr<std::string> decode(std::span<const uint32_t> ids) const;
   // For inspecting: the piece of one id.
   std::string id_to_piece(uint32_t id) const;
