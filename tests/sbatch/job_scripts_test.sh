@@ -20,7 +20,7 @@ bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
 # Stand-ins for the binaries (the dry run only checks that they exist) and the data.
 mkdir -p "$dir/bin" "$dir/shards" "$dir/ws"
-for b in ax-train ax-launch; do printf '#!/bin/sh\nexit 0\n' >"$dir/bin/$b" && chmod +x "$dir/bin/$b"; done
+for b in ax-train ax-launch ax-data; do printf '#!/bin/sh\nexit 0\n' >"$dir/bin/$b" && chmod +x "$dir/bin/$b"; done
 echo '{}' >"$dir/shards/index.json"
 : >"$dir/spm.model"
 common=(-i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" "BASE_WORKSPACE_DIR=$dir/ws"
@@ -96,6 +96,20 @@ expect "example_fuji.sub: another script's variable, an unknown AX_* and a near 
   "ax-job: warning: PERCORE_BATCH_SIZE is a variable of example_pile.sub; example_fuji.sub does not read it" \
   "ax-job: warning: AX_NOTHING is set but nothing in ax reads it" \
   "ax-job: warning: SEQ_LENGTH is set but example_fuji.sub does not read it; did you mean SEQ_LEN?"
+
+# tokenize.sub (issue 17) warns too; its AX_DATA_ARGS is read, so no script warns about it.
+mkdir -p "$dir/corpus" "$dir/data" && : >"$dir/corpus/a.jsonl"
+last tok_typos tokenize.sub -i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" \
+  "INPUT_GLOB=$dir/corpus/*.jsonl" "BASE_VOCAB_PATH=$dir/spm.model" "SHARDS_DIR=$dir/data/out" \
+  "INPUT_GLOBS=$dir/corpus/*.zst" AX_DATA_ARGS=--skip-bad AX_DATA_ARG=x
+expect "tokenize.sub: a near miss and an unknown AX_* are warned about, the job still runs" 0 \
+  "ax-job: warning: INPUT_GLOBS is set but tokenize.sub does not read it; did you mean INPUT_GLOB?" \
+  "ax-job: warning: AX_DATA_ARG is set but nothing in ax reads it; did you mean AX_DATA_ARGS?" \
+  "--skip-bad"
+refute "tokenize.sub: AX_DATA_ARGS is not warned about" "warning: AX_DATA_ARGS"
+last pile_data_args example_pile.sub "${pile[@]}" AX_DATA_ARGS=--skip-bad
+refute "example_pile.sub: AX_DATA_ARGS (tokenize.sub's) is not called unread by ax" \
+  "warning: AX_DATA_ARGS is set but nothing in ax reads it"
 
 last single_both run_pile_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" MAX_STEP=3 \
   MAX_STEPS=4 ICI_MESH=8,1,1 -- "$dir/shards" "$dir/spm.model"
