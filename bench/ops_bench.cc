@@ -5,12 +5,13 @@
 // AX_OPENBLAS_CORETYPE (trainer/src/backend/cpu_blas.cc).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ax/trainer/backend.h"
@@ -117,6 +118,38 @@ std::vector<Op> ops() {
                       be.gelu_backward(dx, y, x);
                     };
                   }});
+  for (auto [glu, name] :
+       {std::pair{ax::train::Glu::kSwiGlu, "swiglu"}, std::pair{ax::train::Glu::kGeGlu, "geglu"}}) {
+    list.push_back(
+        {std::string(name) + " fwd+bwd N2048 F1024", 0, [=](Bench& b, std::function<void()>& run) {
+           Tensor x = b.randn({N, 8 * C}), dx = b.make(DType::kF32, {N, 8 * C});
+           Tensor y = b.make(DType::kF32, {N, 4 * C});
+           run = [&be = b.be, x, y, dx, glu] {
+             be.glu_forward(y, x, glu);
+             be.glu_backward(dx, y, x, glu);
+           };
+         }});
+  }
+  // T5's relative position bias of one stack: 32 buckets, shared by the batch (Bb = 1).
+  list.push_back(
+      {"position_bias fwd+bwd NH4 T256 32 buckets", 0, [=](Bench& b, std::function<void()>& run) {
+         constexpr int64_t K = 32;
+         Tensor table = b.randn({K, NH}), dtable = b.make(DType::kF32, {K, NH});
+         Tensor bias = b.make(DType::kF32, {1, NH, T, T});
+         Tensor buckets = b.make(DType::kI32, {1, T, T});
+         std::vector<int32_t> ids(T * T);
+         for (int64_t i = 0; i < T; ++i) {
+           for (int64_t j = 0; j < T; ++j) {
+             ids[i * T + j] = static_cast<int32_t>(
+                 std::min<int64_t>(K - 1, std::abs(j - i)));  // a stand-in for T5's bucketing
+           }
+         }
+         b.be.copy_from_host(buckets, ids.data());
+         run = [&be = b.be, table, dtable, bias, buckets] {
+           be.position_bias_forward(bias, table, buckets);
+           be.position_bias_backward(dtable, bias, buckets);
+         };
+       }});
   list.push_back(
       {"cross_entropy fwd+bwd N2048 V8192", 0, [=](Bench& b, std::function<void()>& run) {
          Tensor logits = b.randn({N, V}), dlogits = b.make(DType::kF32, {N, V});
@@ -126,8 +159,8 @@ std::vector<Op> ops() {
          for (int64_t i = 0; i < N; ++i) t[i] = static_cast<int32_t>(i * 7919 % V);
          b.be.copy_from_host(targets, t.data());
          run = [&be = b.be, logits, dlogits, losses, targets] {
-           be.cross_entropy_forward(losses, logits, targets, V);
-           be.cross_entropy_backward(dlogits, logits, targets, V, 1.0f / N);
+           be.cross_entropy_forward(losses, logits, targets, V, /*z_loss=*/0);
+           be.cross_entropy_backward(dlogits, logits, targets, V, 1.0f / N, /*z_loss=*/0);
          };
        }});
   list.push_back({"adamw_update 5.32M params", 0, [=](Bench& b, std::function<void()>& run) {

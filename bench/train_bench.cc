@@ -90,15 +90,20 @@ Config experiment(const std::string& name) {
 // activations are negligible, parameters and gradients are allocated).
 void count_parameters(const Config& config, int64_t vocab) {
   auto backend = ax::train::make_cpu_backend(1);
-  auto model = ax::train::Model::create(config.model, vocab, 1, 1, backend.get());
+  ax::train::ModelOptions options;
+  options.encoder_seq_len = config.train.encoder_seq_len > 0 ? 1 : 0;  // t5: one encoder token
+  auto model = ax::train::Model::create(config.model, vocab, 1, 1, backend.get(), {}, options);
   if (!model.ok()) die_status(model.status());
   const ax::train::ParamLayout& layout = (*model)->layout();
   const auto& m = config.model;
   Json out = {{"params", layout.num_parameters()},
-              {"matmul_params", layout.num_matmul_parameters()},
-              {"flops_per_token",
-               ax::train::flops_per_token(layout.num_matmul_parameters(), m.num_layers, m.num_heads,
-                                          m.head_dim(), config.train.seq_len, /*causal=*/true)}};
+              {"matmul_params", layout.num_matmul_parameters()}};
+  // A decoder-only count (an encoder-decoder's FLOPs depend on both lengths: flops_per_row).
+  if (m.family != ax::train::ModelFamily::kT5) {
+    out["flops_per_token"] =
+        ax::train::flops_per_token(layout.num_matmul_parameters(), m.num_layers, m.num_heads,
+                                   m.head_dim(), config.train.seq_len, /*causal=*/true);
+  }
   std::printf("%s\n", out.dump().c_str());
 }
 

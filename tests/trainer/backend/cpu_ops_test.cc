@@ -224,8 +224,8 @@ TEST_P(CpuOps, GeneralAttentionMatchesExplicitSoftmax) {
                         Case{3, 8, 8, 2, 2, 8, 3, true, true, 1.0f},
                         Case{2, 66, 66, 2, 1, 8, 2, true, true, 0.3f}}) {
     const int Rq = c.NH * c.HD + 5, Rkv = 2 * c.KVH * c.HD + 3, k_offset = 2;
-    NaiveAttention n{c.B, c.Tq, c.Tk, c.NH, c.KVH, c.HD, Rq, Rkv, k_offset, c.bias_batch,
-                     c.causal, c.scale};
+    NaiveAttention n{c.B, c.Tq, c.Tk,     c.NH,         c.KVH,    c.HD,
+                     Rq,  Rkv,  k_offset, c.bias_batch, c.causal, c.scale};
     n.q = testing::normal(rng, c.B * c.Tq * Rq);
     n.kv = testing::normal(rng, c.B * c.Tk * Rkv);
     AttentionSpec spec;
@@ -340,7 +340,7 @@ TEST(CpuCrossEntropy, MatchesLogSumExpAndWorksInPlace) {
   for (int i = 0; i < Vp; ++i) x[3 * Vp + i] += 1000.0f;  // stable for large logits
   std::vector<int32_t> t = {3, -1, 9, 0, 7};
   Tensor logits = buf.f32({N, Vp}, x), targets = buf.i32({N}, t), losses = buf.f32({N});
-  be->cross_entropy_forward(losses, logits, targets, V);
+  be->cross_entropy_forward(losses, logits, targets, V, /*z_loss=*/0);
   std::vector<double> want_loss(N, 0), want_grad(N * Vp, 0);
   const float dloss = 0.25f;
   for (int n = 0; n < N; ++n) {
@@ -354,15 +354,16 @@ TEST(CpuCrossEntropy, MatchesLogSumExpAndWorksInPlace) {
     }
   }
   expect_close(buf.read(losses), want_loss, 1e-6, "losses");
-  be->cross_entropy_backward(logits, logits, targets, V, dloss);  // in place
+  be->cross_entropy_backward(logits, logits, targets, V, dloss, 0);  // in place
   expect_close(buf.read(logits), want_grad, 1e-6, "dlogits in place");
   Tensor logits2 = buf.f32({N, Vp}, x), dlogits = buf.f32({N, Vp}, testing::normal(rng, N * Vp));
-  be->cross_entropy_backward(dlogits, logits2, targets, V, dloss);  // overwrites
+  be->cross_entropy_backward(dlogits, logits2, targets, V, dloss, 0);  // overwrites
   expect_close(buf.read(dlogits), want_grad, 1e-6, "dlogits");
 }
 
 // Three vocabulary shards of 6 columns (V = 10 real of Vp = 18: the last shard is all padding)
-// combined as the model does (max, then sums) give the losses and gradients of the whole row.
+// combined as the model does (max, then sums) give the losses and gradients of the whole row,
+// without and with a z-loss (the host adds z_loss · lse² to the combined loss).
 TEST(CpuCrossEntropy, VocabularyShardsCombineToTheWholeRow) {
   std::mt19937 rng(6);
   auto be = make_cpu_backend(2);
@@ -372,50 +373,90 @@ TEST(CpuCrossEntropy, VocabularyShardsCombineToTheWholeRow) {
   for (int i = 0; i < Vp; ++i) x[2 * Vp + i] += 500.0f;
   std::vector<int32_t> t = {3, -1, 9, 0, 7};
   const float dloss = 0.5f;
-  Tensor whole = buf.f32({N, Vp}, x), targets = buf.i32({N}, t), losses = buf.f32({N});
-  be->cross_entropy_forward(losses, whole, targets, V);
-  auto want_loss = buf.read(losses);
-  be->cross_entropy_backward(whole, whole, targets, V, dloss);
-  auto want_grad = buf.read(whole);
+  for (float z : {0.0f, 0.1f}) {
+    SCOPED_TRACE(::testing::Message() << "z_loss " << z);
+    Tensor whole = buf.f32({N, Vp}, x), targets = buf.i32({N}, t), losses = buf.f32({N});
+    be->cross_entropy_forward(losses, whole, targets, V, z);
+    auto want_loss = buf.read(losses);
+    be->cross_entropy_backward(whole, whole, targets, V, dloss, z);
+    auto want_grad = buf.read(whole);
 
-  std::vector<Tensor> shards;
-  std::vector<float> gmax(N, -std::numeric_limits<float>::infinity()), gsum(N, 0), gtgt(N, 0);
-  for (int s = 0; s < S; ++s) {
-    std::vector<float> part(N * Vl);
-    for (int n = 0; n < N; ++n) {
-      for (int j = 0; j < Vl; ++j) part[n * Vl + j] = x[n * Vp + s * Vl + j];
+    std::vector<Tensor> shards;
+    std::vector<float> gmax(N, -std::numeric_limits<float>::infinity()), gsum(N, 0), gtgt(N, 0);
+    for (int s = 0; s < S; ++s) {
+      std::vector<float> part(N * Vl);
+      for (int n = 0; n < N; ++n) {
+        for (int j = 0; j < Vl; ++j) part[n * Vl + j] = x[n * Vp + s * Vl + j];
+      }
+      shards.push_back(buf.f32({N, Vl}, part));
+      Tensor m = buf.f32({N});
+      int64_t v_count = std::clamp<int64_t>(V - s * Vl, 0, Vl);
+      be->ce_shard_max(m, shards[s], v_count);
+      auto mv = buf.read(m);
+      for (int n = 0; n < N; ++n) gmax[n] = std::max(gmax[n], mv[n]);
     }
-    shards.push_back(buf.f32({N, Vl}, part));
-    Tensor m = buf.f32({N});
-    int64_t v_count = std::clamp<int64_t>(V - s * Vl, 0, Vl);
-    be->ce_shard_max(m, shards[s], v_count);
-    auto mv = buf.read(m);
-    for (int n = 0; n < N; ++n) gmax[n] = std::max(gmax[n], mv[n]);
-  }
-  Tensor gmax_t = buf.f32({N}, gmax);
-  for (int s = 0; s < S; ++s) {
-    Tensor sums = buf.f32({N, 2});
-    be->ce_shard_sums(sums, shards[s], gmax_t, targets, s * Vl, std::clamp(V - s * Vl, 0, Vl));
-    auto sv = buf.read(sums);
-    for (int n = 0; n < N; ++n) gsum[n] += sv[2 * n], gtgt[n] += sv[2 * n + 1];
-  }
-  std::vector<float> lse(N);
-  for (int n = 0; n < N; ++n) {
-    lse[n] = gmax[n] + std::log(gsum[n]);
-    if (t[n] >= 0) {
-      EXPECT_NEAR(lse[n] - gtgt[n], want_loss[n], 1e-5 * (1 + want_loss[n])) << n;
+    Tensor gmax_t = buf.f32({N}, gmax);
+    for (int s = 0; s < S; ++s) {
+      Tensor sums = buf.f32({N, 2});
+      be->ce_shard_sums(sums, shards[s], gmax_t, targets, s * Vl, std::clamp(V - s * Vl, 0, Vl));
+      auto sv = buf.read(sums);
+      for (int n = 0; n < N; ++n) gsum[n] += sv[2 * n], gtgt[n] += sv[2 * n + 1];
     }
-  }
-  Tensor lse_t = buf.f32({N}, lse);
-  for (int s = 0; s < S; ++s) {
-    be->ce_shard_backward(shards[s], shards[s], lse_t, targets, s * Vl,
-                          std::clamp(V - s * Vl, 0, Vl), dloss);  // in place
-    auto g = buf.read(shards[s]);
+    std::vector<float> lse(N);
     for (int n = 0; n < N; ++n) {
-      for (int j = 0; j < Vl; ++j) {
-        EXPECT_NEAR(g[n * Vl + j], want_grad[n * Vp + s * Vl + j], 1e-5) << n << "," << s << "," << j;
+      lse[n] = gmax[n] + std::log(gsum[n]);
+      if (t[n] >= 0) {
+        const double loss = static_cast<double>(lse[n]) - gtgt[n] + double{z} * lse[n] * lse[n];
+        EXPECT_NEAR(loss, want_loss[n], 1e-5 * (1 + want_loss[n])) << n;
       }
     }
+    Tensor lse_t = buf.f32({N}, lse);
+    for (int s = 0; s < S; ++s) {
+      be->ce_shard_backward(shards[s], shards[s], lse_t, targets, s * Vl,
+                            std::clamp(V - s * Vl, 0, Vl), dloss, z);  // in place
+      auto g = buf.read(shards[s]);
+      for (int n = 0; n < N; ++n) {
+        for (int j = 0; j < Vl; ++j) {
+          const float want = want_grad[n * Vp + s * Vl + j];
+          EXPECT_NEAR(g[n * Vl + j], want, 1e-5 * (1 + std::abs(want)))
+              << n << "," << s << "," << j;
+        }
+      }
+    }
+  }
+}
+
+// T5x's z-loss: loss = lse - x[target] + z·lse², dlogits = ((1 + 2·z·lse)·softmax - onehot)·dloss,
+// against double, for the z-loss T5 trains with (1e-4) and one large enough to dominate (0.1);
+// logits around 6 make lse large, so the term is far from negligible at 0.1.
+TEST(CpuCrossEntropy, ZLossMatchesFormula) {
+  std::mt19937 rng(51);
+  auto be = make_cpu_backend(2);
+  Buffers buf(*be);
+  const int N = 6, V = 13, Vp = 16;
+  auto x = testing::normal(rng, N * Vp, 2.0f, 6.0f);
+  std::vector<int32_t> t = {3, -1, 12, 0, 7, 5};
+  const float dloss = 0.25f;
+  for (float z : {1e-4f, 0.1f}) {
+    SCOPED_TRACE(::testing::Message() << "z_loss " << z);
+    Tensor logits = buf.f32({N, Vp}, x), targets = buf.i32({N}, t), losses = buf.f32({N});
+    be->cross_entropy_forward(losses, logits, targets, V, z);
+    std::vector<double> want_loss(N, 0), want_grad(N * Vp, 0);
+    for (int n = 0; n < N; ++n) {
+      if (t[n] < 0) continue;
+      double m = -1e300, s = 0;
+      for (int v = 0; v < V; ++v) m = std::max(m, static_cast<double>(x[n * Vp + v]));
+      for (int v = 0; v < V; ++v) s += std::exp(x[n * Vp + v] - m);
+      const double lse = m + std::log(s);
+      want_loss[n] = lse - x[n * Vp + t[n]] + z * lse * lse;
+      for (int v = 0; v < V; ++v) {
+        const double p = std::exp(x[n * Vp + v] - lse);
+        want_grad[n * Vp + v] = ((1 + 2 * z * lse) * p - (v == t[n])) * dloss;
+      }
+    }
+    expect_close(buf.read(losses), want_loss, 1e-6, "losses");
+    be->cross_entropy_backward(logits, logits, targets, V, dloss, z);  // in place
+    expect_close(buf.read(logits), want_grad, 1e-6, "dlogits");
   }
 }
 
@@ -489,7 +530,7 @@ TEST(CpuPointwise, GeluSwigluAddEmbeddingMatchFormulas) {
   x[0] = 0, x[1] = 50, x[2] = -50;
   Tensor inp = buf.f32({N, 2 * F}, x), out = buf.f32({N, 2 * F}), half = buf.f32({N, F});
   be->gelu_forward(out, inp);
-  be->swiglu_forward(half, inp);
+  be->glu_forward(half, inp, Glu::kSwiGlu);
   std::vector<double> want_gelu(N * 2 * F), want_swiglu(N * F), want_sum(N * 2 * F);
   for (int i = 0; i < N * 2 * F; ++i) {
     double v = x[i];
@@ -527,6 +568,103 @@ TEST(CpuPointwise, GeluSwigluAddEmbeddingMatchFormulas) {
   expect_close(buf.read(e_out), want_e, 1e-6, "embedding");
   expect_close(buf.read(dwte), want_dwte, 1e-6, "dwte");
   expect_close(buf.read(dwpe), want_dwpe, 1e-6, "dwpe");
+}
+
+// Both gated linear units, forward and backward (accumulating into a random dinp), against the
+// formulas in double; the gates include 0 and ±50 (the saturated tails).
+TEST(CpuPointwise, GatedLinearUnitsMatchFormulas) {
+  std::mt19937 rng(71);
+  auto be = make_cpu_backend(2);
+  Buffers buf(*be);
+  const int N = 7, F = 45;
+  auto x = testing::normal(rng, N * 2 * F, 3.0f);
+  x[0] = 0, x[1] = 50, x[2] = -50;
+  auto dy = testing::normal(rng, N * F), dx0 = testing::normal(rng, N * 2 * F);
+  const double k = std::sqrt(2 / M_PI), cubic = 0.044715;
+  for (Glu glu : {Glu::kSwiGlu, Glu::kGeGlu}) {
+    const bool gelu = glu == Glu::kGeGlu;
+    SCOPED_TRACE(gelu ? "geglu" : "swiglu");
+    Tensor inp = buf.f32({N, 2 * F}, x), out = buf.f32({N, F});
+    Tensor dout = buf.f32({N, F}, dy), dinp = buf.f32({N, 2 * F}, dx0);
+    be->glu_forward(out, inp, glu);
+    be->glu_backward(dinp, dout, inp, glu);
+    std::vector<double> want(N * F), want_dx(N * 2 * F, 0.0);
+    for (int n = 0; n < N; ++n) {
+      for (int f = 0; f < F; ++f) {
+        const double a = x[n * 2 * F + f], b = x[n * 2 * F + F + f], g = dy[n * F + f];
+        double act, dact;
+        if (gelu) {
+          const double th = std::tanh(k * (a + cubic * a * a * a));
+          act = 0.5 * a * (1 + th);
+          dact = 0.5 * (1 + th) + 0.5 * a * (1 - th * th) * k * (1 + 3 * cubic * a * a);
+        } else {
+          const double sig = 1 / (1 + std::exp(-a));
+          act = a * sig;
+          dact = sig * (1 + a * (1 - sig));
+        }
+        want[n * F + f] = act * b;
+        want_dx[n * 2 * F + f] += g * b * dact;
+        want_dx[n * 2 * F + F + f] += g * act;
+      }
+    }
+    expect_close(buf.read(out), want, 2e-6, "out");
+    // What backward added to dinp (the difference of two floats is exact in double). GELU's
+    // derivative, 0.5·x·(1 - tanh²)·du, scales tanh_f32's ~1e-7 absolute error by up to ~100 for
+    // gates around ±9, hence GeGLU's wider bound.
+    std::vector<float> added = buf.read(dinp);
+    for (size_t i = 0; i < added.size(); ++i) {
+      added[i] = static_cast<float>(static_cast<double>(added[i]) - dx0[i]);
+    }
+    expect_close(added, want_dx, gelu ? 2e-5 : 2e-6, "dinp");
+  }
+}
+
+// T5's relative position bias: the forward pass is a gather (the table's values exactly), the
+// backward pass sums the bias gradient per (bucket, head) into a random starting dtable
+// (against double), for a bias shared by the batch (Bb = 1) and one per batch row (Bb = 3), with
+// buckets shared by many positions and one (the last) used by none; the same bits on 1 and 3
+// threads.
+TEST(CpuPositionBias, GathersTheTableAndSumsItsGradientPerBucket) {
+  std::mt19937 rng(72);
+  for (auto [Bb, NH, Tq, Tk, K] :
+       {std::tuple{1, 4, 9, 9, 32}, {3, 2, 5, 7, 6}, {2, 3, 70, 66, 32}, {1, 1, 1, 1, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "Bb=" << Bb << " NH=" << NH << " Tq=" << Tq << " Tk=" << Tk
+                                      << " buckets=" << K);
+    auto ids = testing::ints(rng, Bb * Tq * Tk, 0, K - 1);
+    auto table_v = testing::normal(rng, K * NH), dbias_v = testing::normal(rng, Bb * NH * Tq * Tk);
+    auto dtable0 = testing::normal(rng, K * NH);
+    std::vector<float> bias_out[2], dtable_out[2];
+    for (int k = 0; k < 2; ++k) {
+      auto be = make_cpu_backend(k == 0 ? 1 : 3);
+      Buffers buf(*be);
+      Tensor buckets = buf.i32({Bb, Tq, Tk}, ids), table = buf.f32({K, NH}, table_v);
+      Tensor bias = buf.f32({Bb, NH, Tq, Tk}), dbias = buf.f32({Bb, NH, Tq, Tk}, dbias_v);
+      Tensor dtable = buf.f32({K, NH}, dtable0);
+      be->position_bias_forward(bias, table, buckets);
+      be->position_bias_backward(dtable, dbias, buckets);
+      bias_out[k] = buf.read(bias);
+      dtable_out[k] = buf.read(dtable);
+    }
+    std::vector<double> want_dtable(dtable0.begin(), dtable0.end());
+    for (int b = 0; b < Bb; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int i = 0; i < Tq; ++i) {
+          for (int j = 0; j < Tk; ++j) {
+            const int e = ((b * NH + h) * Tq + i) * Tk + j, bucket = ids[(b * Tq + i) * Tk + j];
+            ASSERT_EQ(bias_out[1][e], table_v[bucket * NH + h]) << "bias " << e;
+            want_dtable[bucket * NH + h] += dbias_v[e];
+          }
+        }
+      }
+    }
+    expect_close(dtable_out[1], want_dtable, 1e-6, "dtable");
+    for (int h = 0; h < NH; ++h) {
+      EXPECT_EQ(dtable_out[1][(K - 1) * NH + h], dtable0[(K - 1) * NH + h]) << "unused bucket";
+    }
+    EXPECT_EQ(bias_out[0], bias_out[1]);
+    EXPECT_EQ(std::memcmp(dtable_out[0].data(), dtable_out[1].data(), K * NH * sizeof(float)), 0)
+        << "dtable differs between 1 and 3 threads";
+  }
 }
 
 TEST(CpuOptimizer, AdamWMatchesTorchFormula) {
@@ -684,8 +822,8 @@ TEST(CpuBackend, ResultsDoNotDependOnThreadCount) {
     be->layernorm_backward(dinp, dweight, dbias, inp, inp, weight, mean, rstd);
     Tensor logits = buf.f32({B * T, Vp}, logits_v), targets = buf.i32({B * T}, targets_v);
     Tensor losses = buf.f32({B * T});
-    be->cross_entropy_forward(losses, logits, targets, Vp);
-    be->cross_entropy_backward(logits, logits, targets, Vp, 0.5f);
+    be->cross_entropy_forward(losses, logits, targets, Vp, 0.1f);
+    be->cross_entropy_backward(logits, logits, targets, Vp, 0.5f, 0.1f);
     for (Tensor t : {out, lse, dqkv, ln, dinp, dweight, dbias, losses, logits}) {
       results[k].push_back(buf.read(t));
     }
@@ -709,9 +847,24 @@ TEST(CpuBackendDeathTest, ShapeOrDtypeMismatchAborts) {
   Tensor x = buf.f32({2, 5}), mean = buf.f32({2}), rstd = buf.f32({2});
   EXPECT_DEATH(be->layernorm_forward(x, mean, rstd, x, ids, Tensor(), 1e-5f),
                "layernorm_forward: weight is \\(5\\) i32, expected f32");
+  Tensor buckets = buf.i32({1, 2, 3}, {0, 1, 2, 3, 0, 1}), table = buf.f32({3, 2});
+  Tensor bias = buf.f32({1, 2, 2, 3});
+  EXPECT_DEATH(be->position_bias_forward(bias, table, buckets),
+               "position_bias_forward: bucket 3 at element 3 of buckets \\(1, 2, 3\\) i32 is "
+               "outside the table's 3");
+  Tensor negative = buf.i32({1, 2, 3}, {0, 1, -1, 2, 0, 1});
+  EXPECT_DEATH(be->position_bias_backward(table, bias, negative),
+               "position_bias_backward: bucket -1 at element 2");
+  EXPECT_DEATH(be->position_bias_forward(bias, buf.f32({3, 4}), buckets),
+               "position_bias_forward: bias is \\(1, 2, 2, 3\\) f32, expected \\(1, 4, 2, 3\\)");
+  Tensor logits = buf.f32({2, 4}), losses = buf.f32({2}), targets = buf.i32({2}, {0, 1});
+  EXPECT_DEATH(be->cross_entropy_forward(losses, logits, targets, 4, -0.5f),
+               "cross_entropy_forward: z_loss -0.5");
+  EXPECT_DEATH(be->glu_forward(buf.f32({2, 3}), buf.f32({2, 6}), static_cast<Glu>(7)),
+               "glu_forward: no gated linear unit 7");
   Tensor qkv = buf.f32({1, 2, 40});
   EXPECT_DEATH(be->attention_forward(buf.f32({1, 2, 24}), buf.f32({1, 3, 2}), qkv, qkv,
-                                    testing::packed_attention(3, 2, 8, true)),
+                                     testing::packed_attention(3, 2, 8, true)),
                "attention_forward: q \\(1, 2, 40\\) f32, kv \\(1, 2, 40\\) f32, out "
                "\\(1, 2, 24\\) f32 with 3 heads and 2 kv heads");
 }

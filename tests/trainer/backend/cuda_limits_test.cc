@@ -56,8 +56,8 @@ TEST_P(CudaLimitsTest, CrossEntropyTargetsPastTheVocabulary) {
   Pair logits = random({N, Vp}, act(), 8.0f), losses = zeros({N}, kF32);
   Pair targets = ints({N}, ignored);
   gpu_->copy_from_host(targets.gpu, bad.data());
-  ref_->cross_entropy_forward(losses.ref, logits.ref, targets.ref, V);
-  gpu_->cross_entropy_forward(losses.gpu, logits.gpu, targets.gpu, V);
+  ref_->cross_entropy_forward(losses.ref, logits.ref, targets.ref, V, 0);
+  gpu_->cross_entropy_forward(losses.gpu, logits.gpu, targets.gpu, V, 0);
   const std::vector<float> want = ref_values(losses), got = gpu_values(losses);
   for (int64_t n = 0; n < N; ++n) {
     if (bad[n] >= V) {
@@ -69,8 +69,8 @@ TEST_P(CudaLimitsTest, CrossEntropyTargetsPastTheVocabulary) {
   EXPECT_EQ(got[1], 0.0f) << "an ignored row";
 
   Pair dlogits = zeros({N, Vp}, act());
-  ref_->cross_entropy_backward(dlogits.ref, logits.ref, targets.ref, V, 0.5f);
-  gpu_->cross_entropy_backward(dlogits.gpu, logits.gpu, targets.gpu, V, 0.5f);
+  ref_->cross_entropy_backward(dlogits.ref, logits.ref, targets.ref, V, 0.5f, 0);
+  gpu_->cross_entropy_backward(dlogits.gpu, logits.gpu, targets.gpu, V, 0.5f, 0);
   const std::vector<float> dwant = ref_values(dlogits), dgot = gpu_values(dlogits);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t i = 0; i < Vp; ++i) {
@@ -144,14 +144,14 @@ TEST_P(CudaLimitsTest, LmHeadPast2To31Logits) {
 
   Pair losses_s = zeros({R}, kF32);
   const Tensor losses = make(*gpu_, kF32, {N});
-  gpu_->cross_entropy_forward(losses, logits, targets, V);
+  gpu_->cross_entropy_forward(losses, logits, targets, V, 0);
   give_ref_the_gpu(rows_s);  // the GPU's logits rows, so that the cross-entropy is checked alone
-  ref_->cross_entropy_forward(losses_s.ref, rows_s.ref, t_s.ref, V);
+  ref_->cross_entropy_forward(losses_s.ref, rows_s.ref, t_s.ref, V, 0);
   take_gpu_rows(losses, losses_s);
   expect(losses_s, "cross_entropy_forward");
 
-  gpu_->cross_entropy_backward(logits, logits, targets, V, 1.0f / N);
-  ref_->cross_entropy_backward(rows_s.ref, rows_s.ref, t_s.ref, V, 1.0f / N);
+  gpu_->cross_entropy_backward(logits, logits, targets, V, 1.0f / N, 0);
+  ref_->cross_entropy_backward(rows_s.ref, rows_s.ref, t_s.ref, V, 1.0f / N, 0);
   take_gpu_rows(logits, rows_s);
   expect(rows_s, "cross_entropy_backward");
 

@@ -211,7 +211,7 @@ TEST_P(CudaParityTest, Attention) {
   }
 }
 
-TEST_P(CudaParityTest, GeluSwigluAdd) {
+TEST_P(CudaParityTest, GeluGluAdd) {
   for (auto [N, F] : {std::pair<int64_t, int64_t>{1, 1}, {7, 37}, {64, 3072}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " F=" << F);
     Pair inp = random({N, F}, act(), 4.0f), out = zeros({N, F}, act());
@@ -223,14 +223,16 @@ TEST_P(CudaParityTest, GeluSwigluAdd) {
     gpu_->gelu_backward(dinp.gpu, dout.gpu, inp.gpu);
     expect(dinp, "gelu_backward");
 
-    Pair gate_up = random({N, 2 * F}, act(), 4.0f);
-    ref_->swiglu_forward(out.ref, gate_up.ref);
-    gpu_->swiglu_forward(out.gpu, gate_up.gpu);
-    expect(out, "swiglu_forward");
-    Pair dgate_up = random({N, 2 * F}, act());
-    ref_->swiglu_backward(dgate_up.ref, dout.ref, gate_up.ref);
-    gpu_->swiglu_backward(dgate_up.gpu, dout.gpu, gate_up.gpu);
-    expect(dgate_up, "swiglu_backward");
+    for (auto [glu, name] : {std::pair{Glu::kSwiGlu, "swiglu"}, {Glu::kGeGlu, "geglu"}}) {
+      Pair gate_up = random({N, 2 * F}, act(), 4.0f);
+      ref_->glu_forward(out.ref, gate_up.ref, glu);
+      gpu_->glu_forward(out.gpu, gate_up.gpu, glu);
+      expect(out, std::string("glu_forward ") + name);
+      Pair dgate_up = random({N, 2 * F}, act());
+      ref_->glu_backward(dgate_up.ref, dout.ref, gate_up.ref, glu);
+      gpu_->glu_backward(dgate_up.gpu, dout.gpu, gate_up.gpu, glu);
+      expect(dgate_up, std::string("glu_backward ") + name);
+    }
 
     Pair a = random({N, F}, act()), b = random({N, F}, act());
     ref_->add_forward(out.ref, a.ref, b.ref);
@@ -244,22 +246,49 @@ TEST_P(CudaParityTest, GeluSwigluAdd) {
   }
 }
 
+// T5's relative position bias: shared by the batch (Bb = 1) or per row, T5's 32 buckets or few
+// (each used by many positions), query rows that are not a multiple of the 16-row chunk, and a
+// bucket count that fills the shared memory of one warp only.
+TEST_P(CudaParityTest, PositionBias) {
+  struct Case {
+    int64_t Bb, NH, Tq, Tk, K;
+  };
+  for (Case c : {Case{1, 1, 1, 1, 2}, Case{1, 4, 37, 37, 32}, Case{3, 2, 16, 70, 5},
+                 Case{2, 6, 130, 129, 32}, Case{1, 2, 9, 40, 300}}) {
+    SCOPED_TRACE(testing::Message() << "Bb=" << c.Bb << " NH=" << c.NH << " Tq=" << c.Tq
+                                    << " Tk=" << c.Tk << " buckets=" << c.K);
+    Pair buckets = ints({c.Bb, c.Tq, c.Tk}, ids(c.Bb * c.Tq * c.Tk, c.K, 0));
+    Pair table = random({c.K, c.NH}, act()), bias = zeros({c.Bb, c.NH, c.Tq, c.Tk}, act());
+    ref_->position_bias_forward(bias.ref, table.ref, buckets.ref);
+    gpu_->position_bias_forward(bias.gpu, table.gpu, buckets.gpu);
+    expect(bias, "position_bias_forward");
+    Pair dbias = random({c.Bb, c.NH, c.Tq, c.Tk}, kF32), dtable = random({c.K, c.NH}, kF32);
+    ref_->position_bias_backward(dtable.ref, dbias.ref, buckets.ref);
+    gpu_->position_bias_backward(dtable.gpu, dbias.gpu, buckets.gpu);
+    expect(dtable, "position_bias_backward");
+  }
+}
+
 TEST_P(CudaParityTest, CrossEntropy) {
   struct Case {
     int64_t N, V, Vp;
   };
   for (Case c : {Case{1, 2, 2}, Case{5, 11, 16}, Case{9, 1000, 1024}, Case{33, 50257, 50304}}) {
     SCOPED_TRACE(testing::Message() << "N=" << c.N << " V=" << c.V << " Vp=" << c.Vp);
-    Pair logits = random({c.N, c.Vp}, act(), 8.0f);
-    Pair targets = ints({c.N}, ids(c.N, c.V, 4));
-    Pair losses = zeros({c.N}, kF32);
-    ref_->cross_entropy_forward(losses.ref, logits.ref, targets.ref, c.V);
-    gpu_->cross_entropy_forward(losses.gpu, logits.gpu, targets.gpu, c.V);
-    expect(losses, "cross_entropy_forward");
-    // In place, as the model calls it.
-    ref_->cross_entropy_backward(logits.ref, logits.ref, targets.ref, c.V, 0.25f);
-    gpu_->cross_entropy_backward(logits.gpu, logits.gpu, targets.gpu, c.V, 0.25f);
-    expect(logits, "cross_entropy_backward");
+    // Without and with T5x's z-loss (1e-4 as T5 trains; 0.1 so the term matters).
+    for (float z : {0.0f, 1e-4f, 0.1f}) {
+      SCOPED_TRACE(testing::Message() << "z_loss " << z);
+      Pair logits = random({c.N, c.Vp}, act(), 8.0f);
+      Pair targets = ints({c.N}, ids(c.N, c.V, 4));
+      Pair losses = zeros({c.N}, kF32);
+      ref_->cross_entropy_forward(losses.ref, logits.ref, targets.ref, c.V, z);
+      gpu_->cross_entropy_forward(losses.gpu, logits.gpu, targets.gpu, c.V, z);
+      expect(losses, "cross_entropy_forward");
+      // In place, as the model calls it.
+      ref_->cross_entropy_backward(logits.ref, logits.ref, targets.ref, c.V, 0.25f, z);
+      gpu_->cross_entropy_backward(logits.gpu, logits.gpu, targets.gpu, c.V, 0.25f, z);
+      expect(logits, "cross_entropy_backward");
+    }
   }
 }
 
@@ -286,11 +315,15 @@ TEST_P(CudaParityTest, CrossEntropyShards) {
     std::vector<float> m = ref_values(rowmax), s = ref_values(sums), l(m.size());
     for (size_t i = 0; i < l.size(); ++i) l[i] = m[i] + std::log(s[2 * i]);
     Pair lse = upload({c.N}, kF32, l);
-    ref_->ce_shard_backward(logits.ref, logits.ref, lse.ref, targets.ref, c.v_begin, c.v_count,
-                            0.5f);
-    gpu_->ce_shard_backward(logits.gpu, logits.gpu, lse.gpu, targets.gpu, c.v_begin, c.v_count,
-                            0.5f);
-    expect(logits, "ce_shard_backward");
+    for (float z : {0.0f, 0.1f}) {  // without and with a z-loss; in place, as the model calls it
+      SCOPED_TRACE(testing::Message() << "z_loss " << z);
+      Pair d = zeros({c.N, c.Vl}, act());
+      ref_->copy(d.ref, logits.ref);
+      gpu_->copy(d.gpu, logits.gpu);
+      ref_->ce_shard_backward(d.ref, d.ref, lse.ref, targets.ref, c.v_begin, c.v_count, 0.5f, z);
+      gpu_->ce_shard_backward(d.gpu, d.gpu, lse.gpu, targets.gpu, c.v_begin, c.v_count, 0.5f, z);
+      expect(d, "ce_shard_backward");
+    }
   }
 }
 

@@ -17,8 +17,10 @@
 //   rmsnorm        1e-2   3e-4   1e-3   smooth
 //   attention      1e-2   5e-4   2e-3   smooth (softmax); the OpenBLAS path for T >= 64
 //   gelu           1e-2   2e-4   1e-3   smooth; inputs N(0, 2) cover both tails
-//   swiglu         1e-2   2e-4   1e-3   smooth
-//   cross_entropy  1e-2   2e-4   1e-3   smooth; padded columns and ignored rows have zero gradient
+//   glu            1e-2   2e-4   1e-3   smooth (SwiGLU and GeGLU)
+//   position_bias  0.5    1e-4   1e-4   linear (the table's gradient; buckets repeat)
+//   cross_entropy  1e-2   2e-4   1e-3   smooth; padded columns and ignored rows have zero gradient;
+//                                       z-loss 0, 1e-4 (T5's) and 0.1 (large enough to matter)
 //
 // Measured worst error / tolerance is below 0.25 for every case; a 1 % error planted in the
 // attention or LayerNorm input gradient exceeds the tolerance 3 to 9 times.
@@ -202,8 +204,8 @@ std::vector<GradCase> attention_cases() {
       be.attention_forward(e["out"], e["lse"], e["qkv"], e["qkv"], spec);
     };
     c.backward = [spec](Backend& be, Env& e) {
-      be.attention_backward(e["dqkv"], e["dqkv"], Tensor(), e["dout"], e["out"], e["lse"],
-                            e["qkv"], e["qkv"], spec);
+      be.attention_backward(e["dqkv"], e["dqkv"], Tensor(), e["dout"], e["out"], e["lse"], e["qkv"],
+                            e["qkv"], spec);
     };
     cases.push_back(c);
   }
@@ -214,17 +216,22 @@ std::vector<GradCase> attention_cases() {
     int B, Tq, Tk, NH, KVH, HD, bias_batch;
     bool causal, segments;
   };
-  for (const General& g : {General{2, 4, 6, 4, 2, 8, 1, false, false},
-                           General{2, 5, 5, 2, 1, 8, 2, true, true},
-                           General{1, 70, 9, 2, 2, 8, 1, false, true}}) {
+  for (const General& g :
+       {General{2, 4, 6, 4, 2, 8, 1, false, false}, General{2, 5, 5, 2, 1, 8, 2, true, true},
+        General{1, 70, 9, 2, 2, 8, 1, false, true}}) {
     GradCase c;
     c.name = std::string("attention_general") + (g.causal ? "_causal" : "") +
              (g.segments ? "_segments" : "") +
-             dims_name({{"B", g.B}, {"Tq", g.Tq}, {"Tk", g.Tk}, {"NH", g.NH}, {"KVH", g.KVH},
+             dims_name({{"B", g.B},
+                        {"Tq", g.Tq},
+                        {"Tk", g.Tk},
+                        {"NH", g.NH},
+                        {"KVH", g.KVH},
                         {"Bb", g.bias_batch}});
     c.eps = 1e-2, c.atol = 5e-4, c.rtol = 2e-3;
     const int64_t Rq = g.NH * g.HD + 3, Rkv = 2 * g.KVH * g.HD + 2;
-    c.inputs = {{"q", {g.B, g.Tq, Rq}}, {"kv", {g.B, g.Tk, Rkv}},
+    c.inputs = {{"q", {g.B, g.Tq, Rq}},
+                {"kv", {g.B, g.Tk, Rkv}},
                 {"bias", {g.bias_batch, g.NH, g.Tq, g.Tk}}};
     if (g.segments) {
       std::vector<int32_t> qs, ks;
@@ -273,32 +280,65 @@ std::vector<GradCase> pointwise_cases() {
     c.backward = [](Backend& be, Env& e) { be.gelu_backward(e["dinp"], e["dout"], e["inp"]); };
     cases.push_back(c);
   }
-  for (auto [N, F] : {std::pair{5, 7}, {3, 33}}) {
-    GradCase c;
-    c.name = "swiglu" + dims_name({{"N", N}, {"F", F}});
-    c.eps = 1e-2, c.atol = 2e-4, c.rtol = 1e-3;
-    c.inputs = {{"inp", {N, 2 * F}, true, 2.0f}};
-    c.outputs = {{"out", {N, F}}};
-    c.forward = [](Backend& be, Env& e) { be.swiglu_forward(e["out"], e["inp"]); };
-    c.backward = [](Backend& be, Env& e) { be.swiglu_backward(e["dinp"], e["dout"], e["inp"]); };
-    cases.push_back(c);
+  for (auto [glu, name] : {std::pair{Glu::kSwiGlu, "swiglu"}, {Glu::kGeGlu, "geglu"}}) {
+    for (auto [N, F] : {std::pair{5, 7}, {3, 33}}) {
+      GradCase c;
+      c.name = std::string("glu_") + name + dims_name({{"N", N}, {"F", F}});
+      c.eps = 1e-2, c.atol = 2e-4, c.rtol = 1e-3;
+      c.inputs = {{"inp", {N, 2 * F}, true, 2.0f}};
+      c.outputs = {{"out", {N, F}}};
+      c.forward = [glu](Backend& be, Env& e) { be.glu_forward(e["out"], e["inp"], glu); };
+      c.backward = [glu](Backend& be, Env& e) {
+        be.glu_backward(e["dinp"], e["dout"], e["inp"], glu);
+      };
+      cases.push_back(c);
+    }
   }
   std::mt19937 rng(11);
   for (auto [N, V, Vp] : {std::tuple{6, 11, 16}, {4, 40, 40}}) {
+    for (float z : {0.0f, 1e-4f, 0.1f}) {
+      GradCase c;
+      c.name = "cross_entropy" + dims_name({{"N", N}, {"V", V}, {"Vp", Vp}}) +
+               (z == 0      ? ""
+                : z < 1e-3f ? "_zloss_1em4"
+                            : "_zloss_0p1");
+      c.eps = 1e-2, c.atol = 2e-4, c.rtol = 1e-3;
+      auto targets = testing::ints(rng, N, 0, V);
+      targets[1] = -1;  // ignored
+      c.inputs = {{"targets", {N}, false, 1, targets}, {"logits", {N, Vp}, true, 2.0f}};
+      c.outputs = {{"losses", {N}}};
+      c.dloss = 0.37f;
+      int64_t v = V;
+      c.forward = [v, z](Backend& be, Env& e) {
+        be.cross_entropy_forward(e["losses"], e["logits"], e["targets"], v, z);
+      };
+      c.backward = [v, z](Backend& be, Env& e) {
+        be.cross_entropy_backward(e["dlogits"], e["logits"], e["targets"], v, 0.37f, z);
+      };
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+// T5's relative position bias: the table's gradient, for a bias shared by the batch (Bb = 1) and
+// one per batch row (Bb = B = 2), with few buckets, so each is used by many positions.
+std::vector<GradCase> position_bias_cases() {
+  std::vector<GradCase> cases;
+  std::mt19937 rng(13);
+  for (auto [Bb, NH, Tq, Tk, K] : {std::tuple{1, 3, 5, 6, 4}, {2, 2, 4, 4, 3}, {2, 4, 7, 5, 32}}) {
     GradCase c;
-    c.name = "cross_entropy" + dims_name({{"N", N}, {"V", V}, {"Vp", Vp}});
-    c.eps = 1e-2, c.atol = 2e-4, c.rtol = 1e-3;
-    auto targets = testing::ints(rng, N, 0, V);
-    targets[1] = -1;  // ignored
-    c.inputs = {{"targets", {N}, false, 1, targets}, {"logits", {N, Vp}, true, 2.0f}};
-    c.outputs = {{"losses", {N}}};
-    c.dloss = 0.37f;
-    int64_t v = V;
-    c.forward = [v](Backend& be, Env& e) {
-      be.cross_entropy_forward(e["losses"], e["logits"], e["targets"], v);
+    c.name = "position_bias" +
+             dims_name({{"Bb", Bb}, {"NH", NH}, {"Tq", Tq}, {"Tk", Tk}, {"buckets", K}});
+    c.eps = 0.5, c.atol = 1e-4, c.rtol = 1e-4;
+    c.inputs = {{"buckets", {Bb, Tq, Tk}, false, 1, testing::ints(rng, Bb * Tq * Tk, 0, K)},
+                {"table", {K, NH}}};
+    c.outputs = {{"bias", {Bb, NH, Tq, Tk}}};
+    c.forward = [](Backend& be, Env& e) {
+      be.position_bias_forward(e["bias"], e["table"], e["buckets"]);
     };
-    c.backward = [v](Backend& be, Env& e) {
-      be.cross_entropy_backward(e["dlogits"], e["logits"], e["targets"], v, 0.37f);
+    c.backward = [](Backend& be, Env& e) {
+      be.position_bias_backward(e["dtable"], e["dbias"], e["buckets"]);
     };
     cases.push_back(c);
   }
@@ -307,8 +347,8 @@ std::vector<GradCase> pointwise_cases() {
 
 std::vector<GradCase> all_cases() {
   std::vector<GradCase> all;
-  for (auto make :
-       {embedding_cases, norm_cases, matmul_cases, rope_cases, attention_cases, pointwise_cases}) {
+  for (auto make : {embedding_cases, norm_cases, matmul_cases, rope_cases, attention_cases,
+                    pointwise_cases, position_bias_cases}) {
     auto part = make();
     all.insert(all.end(), part.begin(), part.end());
   }

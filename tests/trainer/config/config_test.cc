@@ -31,15 +31,16 @@ std::string override_error(const std::string& assignment) {
 // Parameters of the model a config describes, counted from the layout of
 // docs/parameter-names.md:
 //   wte V·C, wpe maxT·C (learned positions), per layer two norms, qkv (NH + 2·KVH)·HD·C,
-//   proj C·NH·HD, MLP fc (F or 2F for SwiGLU)·C and proj C·F, biases when model.bias;
-//   final norm; an untied LM head V·C. A norm has C weights, plus C biases for LayerNorm with bias.
+//   proj C·NH·HD, MLP fc (F, or 2F for the gated swiglu and geglu)·C and proj C·F, biases when
+//   model.bias; final norm; an untied LM head V·C. A norm has C weights, plus C biases for
+//   LayerNorm with bias.
 int64_t parameter_count(const ModelConfig& m) {
   const int64_t C = m.model_dim, L = m.num_layers, NH = m.num_heads, KVH = m.num_kv_heads;
   const int64_t HD = m.head_dim(), F = m.hidden_dim, V = m.vocab_size;
   const int64_t norm = (m.norm == NormKind::kLayerNorm && m.bias) ? 2 * C : C;
   const int64_t qkv = (NH + 2 * KVH) * HD;
   const int64_t attn = qkv * C + C * NH * HD + (m.bias ? qkv + C : 0);
-  const int64_t fc = m.activation == Activation::kSwiglu ? 2 * F : F;
+  const int64_t fc = m.activation == Activation::kGelu ? F : 2 * F;
   const int64_t mlp = fc * C + C * F + (m.bias ? fc + C : 0);
   const int64_t positions = m.position == PositionKind::kLearned ? m.max_seq_len * C : 0;
   return V * C + positions + L * (2 * norm + attn + mlp) + norm + (m.tied_embeddings ? 0 : V * C);
@@ -285,6 +286,7 @@ TEST(ConfigOverrides, EachType) {
   ASSERT_TRUE(apply_override(&c, "model.tied_embeddings", "0").ok());
   ASSERT_TRUE(apply_override(&c, "data.tokenizer=/data/spm.model").ok());
   ASSERT_TRUE(apply_override(&c, "model.norm=rmsnorm").ok());
+  ASSERT_TRUE(apply_override(&c, "model.activation=geglu").ok());
   ASSERT_TRUE(apply_override(&c, "train.seed=18446744073709551615").ok());
   ASSERT_TRUE(apply_override(&c, " train.log_every = 5 ").ok());
   EXPECT_EQ(c.model.num_layers, 6);
@@ -293,6 +295,8 @@ TEST(ConfigOverrides, EachType) {
   EXPECT_FALSE(c.model.tied_embeddings);
   EXPECT_EQ(c.data.tokenizer, "/data/spm.model");
   EXPECT_EQ(c.model.norm, NormKind::kRmsNorm);
+  EXPECT_EQ(c.model.activation, Activation::kGeglu);
+  EXPECT_EQ(name_of(c.model.activation), "geglu");
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
   EXPECT_EQ(c.train.log_every, 5);
 }
@@ -324,7 +328,7 @@ TEST(ConfigOverrides, BadValuesNameTheKey) {
       {"model.norm=batchnorm", "'model.norm': 'batchnorm' is not one of layernorm, rmsnorm"},
       {"model.family=bert", "is not one of gpt, llama, t5"},
       {"model.position=alibi", "is not one of learned, rope, relative"},
-      {"model.activation=relu", "is not one of gelu, swiglu"},
+      {"model.activation=relu", "is not one of gelu, swiglu, geglu"},
       {"train.seed=-1", "'train.seed' (int): '-1' is not a non-negative integer"},
       {"train.percore_batch_size=0", "'train.percore_batch_size': 0 must be > 0"},
       {"train.num_microbatches=0", "'train.num_microbatches': 0 must be > 0"},
@@ -538,7 +542,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 55);  // experiment + 54 keys
+  EXPECT_EQ(lines, 57);  // experiment + 56 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

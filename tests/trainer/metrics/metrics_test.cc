@@ -21,7 +21,7 @@ double matmul_params(const ModelConfig& m) {
   const double HD = static_cast<double>(m.head_dim());
   const double NH = static_cast<double>(m.num_heads), KVH = static_cast<double>(m.num_kv_heads);
   const double F = static_cast<double>(m.hidden_dim);
-  const double mlp = (m.activation == Activation::kSwiglu ? 3 : 2) * C * F;
+  const double mlp = (m.activation == Activation::kGelu ? 2 : 3) * C * F;
   const double attn = C * (NH + 2 * KVH) * HD + NH * HD * C;
   return static_cast<double>(m.num_layers) * (attn + mlp) + static_cast<double>(m.vocab_size) * C;
 }

@@ -41,8 +41,9 @@ ModelConfig small_config(bool llama) {
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, Backend* be, int64_t batch,
-                                  int64_t seq, int64_t vocab = kVocab) {
-  auto model = Model::create(config, vocab, batch, seq, be);
+                                  int64_t seq, int64_t vocab = kVocab,
+                                  const ModelOptions& options = {}) {
+  auto model = Model::create(config, vocab, batch, seq, be, {}, options);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   return model.ok() ? std::move(*model) : nullptr;
 }
@@ -89,8 +90,7 @@ TEST(ModelFlops, NeverExceedTheMatrixProductsTheBackendExecutes) {
     const double executed = be->executed_matmul_flops() - before;
     const int64_t N = model->layout().num_matmul_parameters();
     auto counted = [&](bool causal) {
-      return flops_per_token(N, config.num_layers, config.num_heads, config.head_dim(), T,
-                             causal) *
+      return flops_per_token(N, config.num_layers, config.num_heads, config.head_dim(), T, causal) *
              static_cast<double>(B * T);
     };
     EXPECT_LE(counted(true), executed) << (llama ? "llama" : "gpt");
@@ -295,10 +295,10 @@ Batch random_batch(uint64_t seed, int64_t n, int64_t vocab) {
 }
 
 // Central differences for the largest gradients and a few random entries of every tensor.
-void check_gradients(bool llama) {
+void check_gradients(const ModelConfig& config, const ModelOptions& options = {}) {
   auto be = make_cpu_backend(2);
   const int64_t B = 2, T = 6;
-  auto model = make_model(small_config(llama), be.get(), B, T);
+  auto model = make_model(config, be.get(), B, T, kVocab, options);
   ASSERT_TRUE(model);
   randomize(model.get(), 7);
   const Batch batch = random_batch(11, B * T, kVocab);
@@ -336,8 +336,52 @@ void check_gradients(bool llama) {
   EXPECT_EQ(checked, 5 * static_cast<int>(model->layout().specs().size()));
 }
 
-TEST(ModelGradients, GptMatchesFiniteDifferences) { check_gradients(false); }
-TEST(ModelGradients, LlamaWithGqaMatchesFiniteDifferences) { check_gradients(true); }
+TEST(ModelGradients, GptMatchesFiniteDifferences) { check_gradients(small_config(false)); }
+TEST(ModelGradients, LlamaWithGqaMatchesFiniteDifferences) { check_gradients(small_config(true)); }
+// T5 v1.1's gated-GELU MLP (model.activation=geglu): a packed fc of 2F rows, as SwiGLU's.
+TEST(ModelGradients, GegluMlpMatchesFiniteDifferences) {
+  ModelConfig config = small_config(true);
+  config.activation = Activation::kGeglu;
+  check_gradients(config);
+}
+// T5x's z-loss (train.z_loss), large enough that its gradient is a good part of the whole.
+TEST(ModelGradients, ZLossMatchesFiniteDifferences) {
+  check_gradients(small_config(false), {.z_loss = 0.1f});
+}
+
+// The z-loss adds z · lse² per non-ignored target to the mean loss, lse = log Σ exp of the
+// target's logits (read from the model without the term: the same parameters give the same
+// logits); z = 0 gives the bits of a model without the option.
+TEST(Model, ZLossAddsTheSquaredLogSumExpOfEachTarget) {
+  auto be = make_cpu_backend(2);
+  const int64_t B = 2, T = 6;
+  const Batch batch = random_batch(21, B * T, kVocab);
+  const float z = 0.1f;
+  auto plain = make_model(small_config(true), be.get(), B, T);
+  auto zero = make_model(small_config(true), be.get(), B, T, kVocab, {.z_loss = 0.0f});
+  auto with = make_model(small_config(true), be.get(), B, T, kVocab, {.z_loss = z});
+  ASSERT_TRUE(plain && zero && with);
+  for (Model* m : {plain.get(), zero.get(), with.get()}) randomize(m, 5);
+  const float with_loss = with->forward(batch.tokens, batch.targets);
+  const float zero_loss = zero->forward(batch.tokens, batch.targets);
+  const float plain_loss = plain->forward(batch.tokens, batch.targets);
+  EXPECT_EQ(zero_loss, plain_loss);
+  double sum_sq = 0;
+  int count = 0;
+  for (int64_t n = 0; n < B * T; ++n) {
+    if (batch.targets[n] < 0) continue;
+    const std::vector<float> row = plain->logits(n / T, n % T);
+    double m = -1e300, s = 0;
+    for (float x : row) m = std::max(m, static_cast<double>(x));
+    for (float x : row) s += std::exp(x - m);
+    const double lse = m + std::log(s);
+    sum_sq += lse * lse;
+    ++count;
+  }
+  const double want = plain_loss + z * sum_sq / count;
+  EXPECT_GT(z * sum_sq / count, 1e-2) << "the term must be visible in the loss";
+  EXPECT_NEAR(with_loss, want, 1e-5 * want);
+}
 
 TEST(Model, PositionsAreCausal) {
   for (bool llama : {false, true}) {

@@ -17,11 +17,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string train_tokenizer(const std::string& dir, const std::string& input, uint32_t vocab) {
+std::string train_tokenizer(const std::string& dir, const std::string& input, uint32_t vocab,
+                            int extra_ids = 0) {
   data::TrainTokenizerOptions o;
   o.inputs = {input};
-  o.output = dir + "/spm-" + std::to_string(vocab) + ".model";
+  o.output = dir + "/spm-" + std::to_string(vocab) + "-x" + std::to_string(extra_ids) + ".model";
   o.vocab_size = vocab;
+  o.extra_ids = extra_ids;
   o.threads = 2;
   Status s = data::train_tokenizer(o);
   if (!s.ok()) ADD_FAILURE() << s.to_string();
@@ -72,6 +74,9 @@ const Corpus& corpus() {
     c.other_tokenizer = train_tokenizer(root, root + "/train.txt", 400);
     c.train_dir = tokenize(c.tokenizer, root + "/train.txt", root + "/shards/train");
     c.val_dir = tokenize(c.tokenizer, root + "/val.txt", root + "/shards/val");
+    c.t5_tokenizer = train_tokenizer(root, root + "/train.txt", 500, 100);
+    c.t5_train_dir = tokenize(c.t5_tokenizer, root + "/train.txt", root + "/t5/shards/train");
+    tokenize(c.t5_tokenizer, root + "/val.txt", root + "/t5/shards/val");
     auto tok = data::Tokenizer::load(c.tokenizer);
     if (tok.ok()) c.vocab = (*tok)->vocab_size();
     return c;
@@ -82,8 +87,9 @@ const Corpus& corpus() {
 Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides) {
   RunRequest request;
   request.experiment = experiment;
-  request.data_dir = corpus().train_dir;
-  request.tokenizer = corpus().tokenizer;
+  const bool t5 = experiment.find("t5") != std::string::npos;
+  request.data_dir = t5 ? corpus().t5_train_dir : corpus().train_dir;
+  request.tokenizer = t5 ? corpus().t5_tokenizer : corpus().tokenizer;
   request.overrides = overrides;
   StatusOr<Config> config = resolve_config(request);
   if (!config.ok()) {

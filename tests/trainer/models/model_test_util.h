@@ -37,11 +37,15 @@ struct Corpus {
   std::string train_dir;        // <root>/shards/train
   std::string val_dir;          // <root>/shards/val (found as the sibling `val`)
   uint32_t vocab = 0;
+  // T5: 400 pieces and 100 sentinels (--extra-ids 100), and the text tokenized with it.
+  std::string t5_tokenizer;
+  std::string t5_train_dir;  // <root>/t5/shards/train (and its sibling val)
 };
 // Built on first use; removed when the test binary exits.
 const Corpus& corpus();
 
-// resolve_config() of an experiment (tiny-gpt, tiny-llama) over corpus() with overrides.
+// resolve_config() of an experiment (tiny-gpt, tiny-llama; a t5 one on the T5 tokenizer's
+// shards) over corpus() with overrides.
 Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides);
 
 // rows windows of seq_len + 1 random tokens in [0, vocab).

@@ -37,6 +37,18 @@ constexpr int64_t kVocab = 500;
 constexpr int64_t kBatch = 3;
 // Below max_seq_len (64), so the learned position table has rows no token uses.
 constexpr int64_t kSeq = 40;
+// t5: the encoder's length, past the exact buckets (8 per direction) into the logarithmic ones.
+constexpr int64_t kEncSeq = 48;
+
+// A packed t5 batch: per row, two examples and padding (segment 0) at the end of both stacks.
+std::vector<int32_t> packed_segments(int64_t length, int64_t first, int64_t second) {
+  std::vector<int32_t> row(static_cast<size_t>(length), 0);
+  std::fill_n(row.begin(), first, 1);
+  std::fill_n(row.begin() + first, second, 2);
+  std::vector<int32_t> all;
+  for (int64_t b = 0; b < kBatch; ++b) all.insert(all.end(), row.begin(), row.end());
+  return all;
+}
 
 template <typename T>
 void write_raw(const fs::path& path, const std::vector<T>& values) {
@@ -63,12 +75,17 @@ std::vector<float> random_values(const ParamSpec& spec, std::mt19937_64& rng) {
   return v;
 }
 
-// Writes the oracle's input directory for `experiment`.
-void dump_model(const std::string& experiment, const fs::path& dir) {
+// Writes the oracle's input directory for `experiment` (t5: `packed` adds segment ids).
+void dump_model(const std::string& experiment, const fs::path& dir, bool packed = false) {
   StatusOr<Config> config = make_experiment(experiment);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const bool t5 = config->model.family == ModelFamily::kT5;
+  config->train.z_loss = t5 ? 0.01 : 0;  // large enough for its term to show in every gradient
   auto backend = make_cpu_backend(2);
-  auto created = Model::create(config->model, kVocab, kBatch, kSeq, backend.get());
+  ModelOptions options;
+  options.encoder_seq_len = t5 ? kEncSeq : 0;
+  options.z_loss = static_cast<float>(config->train.z_loss);
+  auto created = Model::create(config->model, kVocab, kBatch, kSeq, backend.get(), {}, options);
   ASSERT_TRUE(created.ok()) << created.status().to_string();
   Model& model = **created;
 
@@ -82,8 +99,25 @@ void dump_model(const std::string& experiment, const fs::path& dir) {
   for (int32_t& t : tokens) t = token(rng);
   for (size_t i = 0; i < targets.size(); ++i) targets[i] = i % 7 == 3 ? -1 : token(rng);
 
+  Batch batch{.tokens = tokens, .targets = targets};
+  std::vector<int32_t> encoder_tokens(t5 ? kBatch * kEncSeq : 0), segments, encoder_segments;
+  for (int32_t& t : encoder_tokens) t = token(rng);
+  batch.encoder_tokens = encoder_tokens;
+  if (packed) {
+    segments = packed_segments(kSeq, 15, 17);
+    encoder_segments = packed_segments(kEncSeq, 20, 22);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (segments[i] == 0) targets[i] = -1;
+    }
+    batch.segment_ids = segments;
+    batch.encoder_segment_ids = encoder_segments;
+    write_raw(dir / "segments.i32", segments);
+    write_raw(dir / "encoder_segments.i32", encoder_segments);
+  }
+  if (t5) write_raw(dir / "encoder_tokens.i32", encoder_tokens);
+
   model.zero_grad();
-  const float loss = model.forward(tokens, targets);
+  const float loss = model.forward(batch);
   model.backward(1.0f);
 
   fs::create_directories(dir / "params");
@@ -104,6 +138,8 @@ void dump_model(const std::string& experiment, const fs::path& dir) {
                    {"vocab", kVocab},
                    {"batch", kBatch},
                    {"seq_len", kSeq},
+                   {"encoder_seq_len", t5 ? kEncSeq : 0},
+                   {"packed", packed},
                    {"loss", loss},
                    {"num_targets", model.num_targets()},
                    {"tensors", tensors}};
@@ -121,11 +157,12 @@ int run(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-void check_against_torch(const std::string& experiment) {
+void check_against_torch(const std::string& experiment, bool packed = false) {
   ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
                                    << "python3-torch: run `" << kSetup << "`";
-  const fs::path dir = data::testing::temp_dir("oracle-" + experiment);
-  dump_model(experiment, dir);
+  const fs::path dir = data::testing::temp_dir("oracle-" + experiment + (packed ? "-packed" : ""));
+  fs::create_directories(dir);
+  dump_model(experiment, dir, packed);
   if (::testing::Test::HasFatalFailure()) return;
   std::string output;
   const int status =
@@ -136,6 +173,8 @@ void check_against_torch(const std::string& experiment) {
 
 TEST(TorchOracle, TinyGpt) { check_against_torch("tiny-gpt"); }
 TEST(TorchOracle, TinyLlama) { check_against_torch("tiny-llama"); }
+TEST(TorchOracle, TinyT5) { check_against_torch("tiny-t5"); }
+TEST(TorchOracle, TinyT5Packed) { check_against_torch("tiny-t5", /*packed=*/true); }
 
 }  // namespace
 }  // namespace ax::train

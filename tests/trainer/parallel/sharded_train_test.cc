@@ -225,7 +225,7 @@ TEST_P(ShardedEquivalence, EveryLayoutTrainsTheLossesOfOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
-                         ::testing::Combine(::testing::Values("tiny-gpt", "tiny-llama"),
+                         ::testing::Combine(::testing::Values("tiny-gpt", "tiny-llama", "tiny-t5"),
                                             ::testing::Values("cpu", "cpu-bf16")),
                          [](const auto& info) {
                            std::string n =
@@ -234,17 +234,42 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
                            return n;
                          });
 
+// T5x's z-loss (train.z_loss) through the vocabulary-parallel cross-entropy: tensor-parallel
+// layouts (the host adds z · lse² from the combined shard sums, the shards scale their softmax)
+// train the losses of one process, which are above those of the same run without the term.
+TEST(ShardedZLoss, TensorParallelLayoutsTrainTheLossesOfOneProcess) {
+  std::vector<std::string> o = base_overrides("tiny-gpt");
+  const Config plain = corpus_config("tiny-gpt", o);
+  o.push_back("train.z_loss=0.1");
+  const Config config = corpus_config("tiny-gpt", o);
+  const std::string root = data::testing::temp_dir("sharded-zloss");
+  RunResult without = run_ranks(plain, {1, 1, 1}, root + "/without", {}, "cpu");
+  RunResult one = run_ranks(config, {1, 1, 1}, root + "/one", {}, "cpu");
+  ASSERT_EQ(one.exit_codes[0], 0) << one.errs[0];
+  ASSERT_EQ(one.losses.size(), 5u);
+  ASSERT_EQ(without.losses.size(), 5u);
+  EXPECT_GT(one.losses[0], without.losses[0] + 0.1) << "z · lse² is in the loss";
+  for (const Layout& layout : std::vector<Layout>{{1, 1, 4}, {2, 1, 2}, {1, 2, 2}}) {
+    RunResult r = run_ranks(config, layout, root + "/" + layout.name(), {}, "cpu");
+    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
+    }
+    EXPECT_EQ(r.losses.size(), 5u) << layout.name();
+    expect_same_losses(r.losses, one.losses, 0, "z-loss " + layout.name());
+  }
+}
+
 // Stopped after 3 steps on one layout (a checkpoint is written), resumed on others: steps 4-6
 // match an uninterrupted run.
-TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
-  std::vector<std::string> o = base_overrides("tiny-llama");
+void expect_resume_on(const std::string& experiment, const std::vector<Layout>& layouts) {
+  std::vector<std::string> o = base_overrides(experiment);
   o.push_back("train.max_steps=6");
-  const Config config = corpus_config("tiny-llama", o);
-  const std::string root = data::testing::temp_dir("reshard");
+  const Config config = corpus_config(experiment, o);
+  const std::string root = data::testing::temp_dir("reshard-" + experiment);
   RunResult reference = run_ranks(config, {1, 1, 1}, root + "/reference");
   ASSERT_EQ(reference.losses.size(), 6u) << reference.errs[0];
 
-  for (const Layout& to : std::vector<Layout>{{1, 4, 1}, {2, 1, 2}, {1, 1, 1}}) {
+  for (const Layout& to : layouts) {
     const std::string dir = root + "/from_d2f2_to_" + to.name();
     Fault stop;
     stop.stop_after = 3;
@@ -260,6 +285,14 @@ TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
     EXPECT_EQ(b.losses.size(), 3u) << to.name();
     expect_same_losses(b.losses, reference.losses, 3, "resumed on " + to.name());
   }
+}
+
+TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
+  expect_resume_on("tiny-llama", {{1, 4, 1}, {2, 1, 2}, {1, 1, 1}});
+}
+
+TEST(ShardedCheckpoint, T5ResumesOnAnotherLayoutWithTheSameLosses) {
+  expect_resume_on("tiny-t5", {{1, 1, 4}});
 }
 
 // One rank killed or stopped mid-run: every other rank exits with kExitCollectiveFailed within

@@ -51,6 +51,8 @@ for split in train val; do
     --output "$work/shards/$split" >/dev/null 2>&1 || { echo "FAIL: tokenize $split" >&2; exit 1; }
 done
 common=(--experiment tiny-gpt --data "$work/shards/train" --tokenizer "$work/spm.model")
+head -n 50 "$work/train.txt" | awk '{ gsub(/["\\]/, ""); gsub(/[[:cntrl:]]/, " "); printf "{\"inputs\": \"%s\", \"targets\": \"%s\"}\n", $0, $0 }' \
+  >"$work/pairs.jsonl"
 
 # Help and usage.
 expect_status 0 "--help" -- "$axtrain" --help
@@ -139,6 +141,35 @@ expect_status 1 "NaN" -- "$axtrain" "${common[@]}" --run-dir "$nan" --set optim.
   --set optim.grad_clip=0 --set train.checkpoint_every=1
 expect_output "^ax-train: loss is NaN at step"
 ls -d "$nan"/checkpoints/step_* >/dev/null 2>&1 || fail "NaN: the last good checkpoint is gone"
+
+# T5: span corruption from the same text, on a tokenizer with sentinels; and what is refused
+# before training starts.
+"$axdata" train-tokenizer --input "$work/train.txt" --vocab-size 600 --extra-ids 100 \
+  --output "$work/t5.model" >/dev/null 2>&1 || fail "T5 tokenizer training"
+"$axdata" tokenize --tokenizer "$work/t5.model" --input "$work/train.txt" \
+  --output "$work/t5shards/train" >/dev/null 2>&1 || fail "T5 tokenize"
+t5=(--experiment tiny-t5 --data "$work/t5shards/train" --tokenizer "$work/t5.model")
+expect_status 0 "tiny-t5 trains" -- "$axtrain" "${t5[@]}" --run-dir "$work/t5run" --max-steps 12 \
+  --set train.eval_every=0 --set train.log_every=1
+expect_output "^model: t5, 2+2 encoder+decoder layers"
+first=$(sed -n 's/^step  *1\/12 | loss \([0-9.]*\).*/\1/p' "$work/out")
+last=$(sed -n 's/^step 12\/12 | loss \([0-9.]*\).*/\1/p' "$work/out")
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b > 0 && b < a) }' ||
+  fail "tiny-t5: loss does not fall ($first -> $last)"
+expect_status 1 "T5 without sentinels" -- "$axtrain" --experiment tiny-t5 \
+  --data "$work/shards/train" --tokenizer "$work/spm.model" --run-dir "$work/t5-nosent"
+expect_output "train one with \`ax-data train-tokenizer --extra-ids 100"
+expect_status 1 "ENC_SL too short for one span" -- "$axtrain" "${t5[@]}" --run-dir "$work/t5-enc" \
+  --set train.encoder_seq_len=1
+expect_output "ENC_SL=1"
+expect_status 1 "DEC_SL shorter than the targets" -- "$axtrain" "${t5[@]}" \
+  --run-dir "$work/t5-dec" --set train.seq_len=4
+expect_output "DEC_SL (train.seq_len) = 4 is shorter than the span-corruption targets"
+"$axdata" tokenize --format seq2seq --tokenizer "$work/spm.model" --input "$work/pairs.jsonl" \
+  --output "$work/s2s" >/dev/null 2>&1 || fail "seq2seq tokenize"
+expect_status 1 "GPT on seq2seq data" -- "$axtrain" --experiment tiny-gpt --data "$work/s2s" \
+  --tokenizer "$work/spm.model" --run-dir "$work/gpt-s2s"
+expect_output "is seq2seq (input/target pairs"
 
 # A rank of a two-rank job without the job secret: it fails at once and says why.
 SECONDS=0

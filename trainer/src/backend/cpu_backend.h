@@ -2,8 +2,8 @@
 // (matmuls and per-head attention products) through OpenBLAS or the builtin kernel. Every op
 // gives the same bits for any thread count except where a GEMM is split across threads. The
 // ops are defined in cpu_backend.cc (memory, matmul, optimizer), cpu_norms.cc (embedding,
-// LayerNorm, RMSNorm), cpu_pointwise.cc (GELU, SwiGLU, RoPE, cross-entropy) and
-// cpu_attention.cc.
+// LayerNorm, RMSNorm), cpu_pointwise.cc (GELU, gated linear units, RoPE, cross-entropy),
+// cpu_attention.cc and cpu_position_bias.cc.
 #pragma once
 
 #include <mutex>
@@ -58,17 +58,20 @@ class CpuBackend final : public Backend {
                           Tensor q, Tensor kv, const AttentionSpec& spec) override;
   void gelu_forward(Tensor out, Tensor inp) override;
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
-  void swiglu_forward(Tensor out, Tensor inp) override;
-  void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void glu_forward(Tensor out, Tensor inp, Glu glu) override;
+  void glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) override;
   void add_forward(Tensor out, Tensor a, Tensor b) override;
-  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) override;
-  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
-                              float dloss) override;
+  void position_bias_forward(Tensor bias, Tensor table, Tensor buckets) override;
+  void position_bias_backward(Tensor dtable, Tensor dbias, Tensor buckets) override;
+  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                             float z_loss) override;
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V, float dloss,
+                              float z_loss) override;
   void ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) override;
   void ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets, int64_t v_begin,
                      int64_t v_count) override;
-  void ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                         int64_t v_begin, int64_t v_count, float dloss) override;
+  void ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t v_begin,
+                         int64_t v_count, float dloss, float z_loss) override;
   double sum_squares(Tensor x) override;
   void adamw_update(Tensor params, Tensor grads, Tensor m, Tensor v,
                     const AdamWArgs& args) override;

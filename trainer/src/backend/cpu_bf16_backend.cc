@@ -192,18 +192,18 @@ class CpuBf16Backend final : public Backend {
     f32_->gelu_backward(di, w.of(dout), w.of(inp));
     w.store(dinp, di);
   }
-  void swiglu_forward(Tensor out, Tensor inp) override {
-    check_swiglu_forward(kBf16, out, inp);
+  void glu_forward(Tensor out, Tensor inp, Glu glu) override {
+    check_glu_forward(kBf16, out, inp, glu);
     Widened w(*f32_);
     Tensor o = w.like(out);
-    f32_->swiglu_forward(o, w.of(inp));
+    f32_->glu_forward(o, w.of(inp), glu);
     w.store(out, o);
   }
-  void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
-    check_swiglu_backward(kBf16, dinp, dout, inp);
+  void glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) override {
+    check_glu_backward(kBf16, dinp, dout, inp, glu);
     Widened w(*f32_);
     Tensor di = w.of(dinp);
-    f32_->swiglu_backward(di, w.of(dout), w.of(inp));
+    f32_->glu_backward(di, w.of(dout), w.of(inp), glu);
     w.store(dinp, di);
   }
   void add_forward(Tensor out, Tensor a, Tensor b) override {
@@ -214,18 +214,31 @@ class CpuBf16Backend final : public Backend {
     w.store(out, o);
   }
 
-  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) override {
-    check_cross_entropy_forward(kBf16, losses, logits, targets, V);
+  void position_bias_forward(Tensor bias, Tensor table, Tensor buckets) override {
+    check_position_bias_forward(kBf16, bias, table, buckets);
     Widened w(*f32_);
-    f32_->cross_entropy_forward(losses, w.of(logits), targets, V);
+    Tensor o = w.like(bias);
+    f32_->position_bias_forward(o, w.of(table), buckets);
+    w.store(bias, o);  // a gather: the table's bf16 values, widened and rounded back exactly
   }
-  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
-                              float dloss) override {
-    check_cross_entropy_backward(kBf16, dlogits, logits, targets, V);
+  void position_bias_backward(Tensor dtable, Tensor dbias, Tensor buckets) override {
+    check_position_bias_backward(kBf16, dtable, dbias, buckets);
+    f32_->position_bias_backward(dtable, dbias, buckets);
+  }
+
+  void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                             float z_loss) override {
+    check_cross_entropy_forward(kBf16, losses, logits, targets, V, z_loss);
+    Widened w(*f32_);
+    f32_->cross_entropy_forward(losses, w.of(logits), targets, V, z_loss);
+  }
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V, float dloss,
+                              float z_loss) override {
+    check_cross_entropy_backward(kBf16, dlogits, logits, targets, V, z_loss);
     Widened w(*f32_);
     Tensor x = w.of(logits);
     Tensor d = dlogits.data == logits.data ? x : w.like(dlogits);
-    f32_->cross_entropy_backward(d, x, targets, V, dloss);
+    f32_->cross_entropy_backward(d, x, targets, V, dloss, z_loss);
     w.store(dlogits, d);
   }
   void ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) override {
@@ -240,12 +253,12 @@ class CpuBf16Backend final : public Backend {
     f32_->ce_shard_sums(sums, w.of(logits), rowmax, targets, v_begin, v_count);
   }
   void ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets, int64_t v_begin,
-                         int64_t v_count, float dloss) override {
-    check_ce_shard_backward(kBf16, dlogits, logits, lse, targets, v_count);
+                         int64_t v_count, float dloss, float z_loss) override {
+    check_ce_shard_backward(kBf16, dlogits, logits, lse, targets, v_count, z_loss);
     Widened w(*f32_);
     Tensor x = w.of(logits);
     Tensor d = dlogits.data == logits.data ? x : w.like(dlogits);
-    f32_->ce_shard_backward(d, x, lse, targets, v_begin, v_count, dloss);
+    f32_->ce_shard_backward(d, x, lse, targets, v_begin, v_count, dloss, z_loss);
     w.store(dlogits, d);
   }
 

@@ -1,9 +1,10 @@
-// GELU, SwiGLU, RoPE and the softmax cross-entropy: element- and row-wise ops split over rows.
+// GELU, the gated linear units (SwiGLU, GeGLU), RoPE and the softmax cross-entropy (with T5x's
+// z-loss): element- and row-wise ops split over rows.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
-#include <cstring>
 
 #include "cpu_backend.h"
 #include "cpu_math.h"
@@ -19,25 +20,27 @@ int64_t rows_per_chunk(int64_t cols) {
   return std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1));
 }
 
+// GELU with the tanh approximation and its derivative: gelu_* and GeGLU's gate.
+inline float gelu_f32(float x) {
+  float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanh_f32(u));
+}
+
+inline float gelu_grad_f32(float x) {
+  float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  float th = tanh_f32(u);
+  float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
 AX_CPU_KERNEL
 void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanh_f32(u));
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_f32(inp[i]);
 }
 
 AX_CPU_KERNEL
 void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    float th = tanh_f32(u);
-    float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-    dinp[i] += grad * dout[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad_f32(inp[i]) * dout[i];
 }
 
 // out (rows, F) = silu(inp[:, :F]) · inp[:, F:], inp (rows, 2F).
@@ -68,9 +71,37 @@ void swiglu_backward_rows(float* dinp, const float* dout, const float* inp, int6
   }
 }
 
+// The same with GELU (tanh) for the gate: GeGLU.
+AX_CPU_KERNEL
+void geglu_forward_rows(float* out, const float* inp, int64_t n0, int64_t n1, int64_t F) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* gate = inp + n * 2 * F;
+    const float* up = gate + F;
+    float* y = out + n * F;
+    for (int64_t f = 0; f < F; ++f) y[f] = gelu_f32(gate[f]) * up[f];
+  }
+}
+
+AX_CPU_KERNEL
+void geglu_backward_rows(float* dinp, const float* dout, const float* inp, int64_t n0, int64_t n1,
+                         int64_t F) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* gate = inp + n * 2 * F;
+    const float* up = gate + F;
+    const float* dy = dout + n * F;
+    float* dgate = dinp + n * 2 * F;
+    float* dup = dgate + F;
+    for (int64_t f = 0; f < F; ++f) {
+      dgate[f] += dy[f] * up[f] * gelu_grad_f32(gate[f]);
+      dup[f] += dy[f] * gelu_f32(gate[f]);
+    }
+  }
+}
+
+// z_loss = 0 skips the z-loss term, so the loss has the bits it had before the term existed.
 AX_CPU_KERNEL
 void cross_entropy_forward_rows(float* losses, const float* logits, const int32_t* targets,
-                                int64_t n0, int64_t n1, int64_t V, int64_t Vp) {
+                                int64_t n0, int64_t n1, int64_t V, int64_t Vp, float z_loss) {
   for (int64_t n = n0; n < n1; ++n) {
     if (targets[n] < 0) {
       losses[n] = 0;
@@ -79,14 +110,18 @@ void cross_entropy_forward_rows(float* losses, const float* logits, const int32_
     const float* x = logits + n * Vp;
     float m = max_f32(x, V);
     float lse = m + std::log(sum_exp_f32(x, m, V));
-    losses[n] = lse - x[targets[n]];
+    float loss = lse - x[targets[n]];
+    if (z_loss != 0) loss += z_loss * lse * lse;
+    losses[n] = loss;
   }
 }
 
-// Row by row; d may be x (in place) or a separate buffer.
+// Row by row; d may be x (in place) or a separate buffer. The z-loss scales the softmax by
+// 1 + 2·z_loss·lse (skipped when z_loss = 0, as in the forward pass).
 AX_CPU_KERNEL
 void cross_entropy_backward_rows(float* dlogits, const float* logits, const int32_t* targets,
-                                 int64_t n0, int64_t n1, int64_t V, int64_t Vp, float dloss) {
+                                 int64_t n0, int64_t n1, int64_t V, int64_t Vp, float dloss,
+                                 float z_loss) {
   for (int64_t n = n0; n < n1; ++n) {
     float* d = dlogits + n * Vp;
     int32_t target = targets[n];
@@ -97,7 +132,9 @@ void cross_entropy_backward_rows(float* dlogits, const float* logits, const int3
     // One pointer from here on, so the loops vectorise without alias checks.
     if (d != logits + n * Vp) std::memcpy(d, logits + n * Vp, V * sizeof(float));
     float m = max_f32(d, V);
-    float scale = dloss / exp_in_place_sum(d, m, V);
+    float sum = exp_in_place_sum(d, m, V);
+    float scale = dloss / sum;
+    if (z_loss != 0) scale = dloss * (1.0f + 2.0f * z_loss * (m + std::log(sum))) / sum;
     for (int64_t i = 0; i < V; ++i) d[i] *= scale;
     d[target] -= dloss;
     std::fill(d + V, d + Vp, 0.0f);
@@ -146,19 +183,27 @@ void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   });
 }
 
-void CpuBackend::swiglu_forward(Tensor out, Tensor inp) {
+void CpuBackend::glu_forward(Tensor out, Tensor inp, Glu glu) {
   // out (N, F), inp (N, 2F).
-  auto [N, F] = check_swiglu_forward(kPlan, out, inp);
+  auto [N, F] = check_glu_forward(kPlan, out, inp, glu);
   pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
-    swiglu_forward_rows(out.as<float>(), inp.as<float>(), n0, n1, F);
+    if (glu == Glu::kSwiGlu) {
+      swiglu_forward_rows(out.as<float>(), inp.as<float>(), n0, n1, F);
+    } else {
+      geglu_forward_rows(out.as<float>(), inp.as<float>(), n0, n1, F);
+    }
   });
 }
 
-void CpuBackend::swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+void CpuBackend::glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) {
   // dinp (N, 2F), dout (N, F), inp (N, 2F).
-  auto [N, F] = check_swiglu_backward(kPlan, dinp, dout, inp);
+  auto [N, F] = check_glu_backward(kPlan, dinp, dout, inp, glu);
   pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
-    swiglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
+    if (glu == Glu::kSwiGlu) {
+      swiglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
+    } else {
+      geglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
+    }
   });
 }
 
@@ -204,8 +249,7 @@ void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_
 void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
                                float theta) {
   // dinp, dout (B, T, (NH + 2·KVH)·HD).
-  auto d =
-      check_rope(kPlan, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
+  auto d = check_rope(kPlan, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
   update_rope_table(d.T, d.HD, theta);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* dy = dout.as<float>();
@@ -220,26 +264,28 @@ void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_
   });
 }
 
-void CpuBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) {
+void CpuBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                                       float z_loss) {
   // losses (N), logits (N, Vp), targets (N) i32.
   constexpr const char* kOp = "cross_entropy_forward";
-  auto [N, Vp] = check_cross_entropy_forward(kPlan, losses, logits, targets, V);
+  auto [N, Vp] = check_cross_entropy_forward(kPlan, losses, logits, targets, V, z_loss);
   const int32_t* tgt = targets.as<int32_t>();
   for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
   pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
-    cross_entropy_forward_rows(losses.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp);
+    cross_entropy_forward_rows(losses.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp, z_loss);
   });
 }
 
 void CpuBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
-                                        float dloss) {
+                                        float dloss, float z_loss) {
   // dlogits (N, Vp) (may be logits itself), logits (N, Vp), targets (N) i32.
   constexpr const char* kOp = "cross_entropy_backward";
-  auto [N, Vp] = check_cross_entropy_backward(kPlan, dlogits, logits, targets, V);
+  auto [N, Vp] = check_cross_entropy_backward(kPlan, dlogits, logits, targets, V, z_loss);
   const int32_t* tgt = targets.as<int32_t>();
   for (int64_t n = 0; n < N; ++n) AX_CHECK_LT(tgt[n], V) << kOp << ": target of row " << n;
   pool_.parallel_for(N, rows_per_chunk(V), [&](int64_t n0, int64_t n1) {
-    cross_entropy_backward_rows(dlogits.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp, dloss);
+    cross_entropy_backward_rows(dlogits.as<float>(), logits.as<float>(), tgt, n0, n1, V, Vp, dloss,
+                                z_loss);
   });
 }
 
@@ -274,8 +320,8 @@ void CpuBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor
 }
 
 void CpuBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                                   int64_t v_begin, int64_t v_count, float dloss) {
-  auto [N, Vl] = check_ce_shard_backward(kPlan, dlogits, logits, lse, targets, v_count);
+                                   int64_t v_begin, int64_t v_count, float dloss, float z_loss) {
+  auto [N, Vl] = check_ce_shard_backward(kPlan, dlogits, logits, lse, targets, v_count, z_loss);
   const float* x = logits.as<float>();
   const float* l = lse.as<float>();
   const int32_t* tgt = targets.as<int32_t>();
@@ -288,7 +334,9 @@ void CpuBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Te
         std::fill(dr, dr + Vl, 0.0f);
         continue;
       }
-      for (int64_t i = 0; i < v_count; ++i) dr[i] = exp_f32(xr[i] - l[n]) * dloss;
+      // The softmax's factor: dloss, times 1 + 2·z_loss·lse with a z-loss.
+      const float g = z_loss != 0 ? dloss * (1.0f + 2.0f * z_loss * l[n]) : dloss;
+      for (int64_t i = 0; i < v_count; ++i) dr[i] = exp_f32(xr[i] - l[n]) * g;
       std::fill(dr + v_count, dr + Vl, 0.0f);
       int64_t local = static_cast<int64_t>(tgt[n]) - v_begin;
       if (local >= 0 && local < v_count) dr[local] -= dloss;

@@ -205,14 +205,14 @@ AttentionDims attention_dims(DTypePlan p, const Tensor& out, const Tensor& q, co
   expect_dtype(q, p.act, op, "q");
   expect_dtype(kv, p.act, op, "kv");
   expect_dtype(out, p.act, op, "out");
-  AX_CHECK(q.ndim == 3 && kv.ndim == 3 && out.ndim == 3 && s.num_heads > 0 &&
-           s.num_kv_heads > 0 && s.num_heads % s.num_kv_heads == 0 &&
-           out.dim(2) % s.num_heads == 0)
+  AX_CHECK(q.ndim == 3 && kv.ndim == 3 && out.ndim == 3 && s.num_heads > 0 && s.num_kv_heads > 0 &&
+           s.num_heads % s.num_kv_heads == 0 && out.dim(2) % s.num_heads == 0)
       << op << ": q " << q.shape_string() << ", kv " << kv.shape_string() << ", out "
       << out.shape_string() << " with " << s.num_heads << " heads and " << s.num_kv_heads
       << " kv heads";
-  AttentionDims d{q.dim(0), q.dim(1), kv.dim(1), s.num_heads, s.num_kv_heads,
-                  out.dim(2) / s.num_heads, q.dim(2), kv.dim(2), 0, false};
+  AttentionDims d{
+      q.dim(0), q.dim(1),  kv.dim(1), s.num_heads, s.num_kv_heads, out.dim(2) / s.num_heads,
+      q.dim(2), kv.dim(2), 0,         false};
   AX_CHECK(kv.dim(0) == d.B && out.dim(0) == d.B && out.dim(1) == d.Tq && d.Rq >= d.NH * d.HD &&
            s.k_offset >= 0 && s.k_offset + 2 * d.KVH * d.HD <= d.Rkv)
       << op << ": q " << q.shape_string() << ", kv " << kv.shape_string() << ", out "
@@ -226,8 +226,8 @@ AttentionDims attention_dims(DTypePlan p, const Tensor& out, const Tensor& q, co
     d.bias_batch = s.bias.ndim == 4 ? s.bias.dim(0) : 0;
     AX_CHECK(s.bias.ndim == 4 && (d.bias_batch == 1 || d.bias_batch == d.B) &&
              s.bias.dim(1) == d.NH && s.bias.dim(2) == d.Tq && s.bias.dim(3) == d.Tk)
-        << op << ": bias is " << s.bias.shape_string() << ", expected (1 or " << d.B << ", "
-        << d.NH << ", " << d.Tq << ", " << d.Tk << ")";
+        << op << ": bias is " << s.bias.shape_string() << ", expected (1 or " << d.B << ", " << d.NH
+        << ", " << d.Tq << ", " << d.Tk << ")";
   }
   AX_CHECK(s.q_segments.empty() == s.k_segments.empty())
       << op << ": segment ids for the queries and the keys go together";
@@ -282,19 +282,32 @@ RowDims check_gelu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
   return {rows, cols};
 }
 
-RowDims check_swiglu_forward(DTypePlan p, const Tensor& out, const Tensor& inp) {
+namespace {
+
+void expect_glu(Glu glu, const char* op) {
+  AX_CHECK(glu == Glu::kSwiGlu || glu == Glu::kGeGlu)
+      << op << ": no gated linear unit " << static_cast<int>(glu);
+}
+
+}  // namespace
+
+RowDims check_glu_forward(DTypePlan p, const Tensor& out, const Tensor& inp, Glu glu) {
+  constexpr const char* kOp = "glu_forward";
+  expect_glu(glu, kOp);
   const int64_t N = out.rows(), F = out.cols();
-  expect_matrix(out, p.act, N, F, "swiglu_forward", "out");
-  expect_matrix(inp, p.act, N, 2 * F, "swiglu_forward", "inp");
+  expect_matrix(out, p.act, N, F, kOp, "out");
+  expect_matrix(inp, p.act, N, 2 * F, kOp, "inp");
   return {N, F};
 }
 
-RowDims check_swiglu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
-                              const Tensor& inp) {
+RowDims check_glu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
+                           Glu glu) {
+  constexpr const char* kOp = "glu_backward";
+  expect_glu(glu, kOp);
   const int64_t N = dout.rows(), F = dout.cols();
-  expect_matrix(dout, p.act, N, F, "swiglu_backward", "dout");
-  expect_matrix(inp, p.act, N, 2 * F, "swiglu_backward", "inp");
-  expect_matrix(dinp, p.act, N, 2 * F, "swiglu_backward", "dinp");
+  expect_matrix(dout, p.act, N, F, kOp, "dout");
+  expect_matrix(inp, p.act, N, 2 * F, kOp, "inp");
+  expect_matrix(dinp, p.act, N, 2 * F, kOp, "dinp");
   return {N, F};
 }
 
@@ -309,10 +322,45 @@ RowDims check_add(DTypePlan p, const Tensor& out, const Tensor& a, const Tensor&
   return {rows, cols};
 }
 
+namespace {
+
+// table (num_buckets, NH) of `table_dtype`, buckets (Bb, Tq, Tk) i32, bias (Bb, NH, Tq, Tk) of
+// `bias_dtype`.
+PositionBiasDims position_bias_dims(const Tensor& bias, DType bias_dtype, const Tensor& table,
+                                    DType table_dtype, const Tensor& buckets, const char* op,
+                                    const char* bias_name, const char* table_name) {
+  expect_dtype(table, table_dtype, op, table_name);
+  AX_CHECK_EQ(table.ndim, 2) << op << ": " << table_name << " is " << table.shape_string();
+  expect_dtype(buckets, DType::kI32, op, "buckets");
+  AX_CHECK_EQ(buckets.ndim, 3) << op << ": buckets is " << buckets.shape_string();
+  PositionBiasDims d{buckets.dim(0), table.dim(1), buckets.dim(1), buckets.dim(2), table.dim(0)};
+  expect_shape(bias, bias_dtype, {d.Bb, d.NH, d.Tq, d.Tk}, op, bias_name);
+  return d;
+}
+
+void check_z_loss(float z_loss, const char* op) {
+  AX_CHECK(std::isfinite(z_loss) && z_loss >= 0) << op << ": z_loss " << z_loss;
+}
+
+}  // namespace
+
+PositionBiasDims check_position_bias_forward(DTypePlan p, const Tensor& bias, const Tensor& table,
+                                             const Tensor& buckets) {
+  return position_bias_dims(bias, p.act, table, p.act, buckets, "position_bias_forward", "bias",
+                            "table");
+}
+
+PositionBiasDims check_position_bias_backward(DTypePlan, const Tensor& dtable, const Tensor& dbias,
+                                              const Tensor& buckets) {
+  return position_bias_dims(dbias, kF32, dtable, kF32, buckets, "position_bias_backward", "dbias",
+                            "dtable");
+}
+
 std::pair<int64_t, int64_t> check_cross_entropy_forward(DTypePlan p, const Tensor& losses,
                                                         const Tensor& logits, const Tensor& targets,
-                                                        int64_t V) {
+                                                        int64_t V, float z_loss) {
   constexpr const char* kOp = "cross_entropy_forward";
+  check_z_loss(z_loss, kOp);
   const int64_t N = logits.rows(), Vp = logits.cols();
   expect_matrix(logits, p.act, N, Vp, kOp, "logits");
   expect_shape(losses, kF32, {N}, kOp, "losses");
@@ -323,8 +371,10 @@ std::pair<int64_t, int64_t> check_cross_entropy_forward(DTypePlan p, const Tenso
 
 std::pair<int64_t, int64_t> check_cross_entropy_backward(DTypePlan p, const Tensor& dlogits,
                                                          const Tensor& logits,
-                                                         const Tensor& targets, int64_t V) {
+                                                         const Tensor& targets, int64_t V,
+                                                         float z_loss) {
   constexpr const char* kOp = "cross_entropy_backward";
+  check_z_loss(z_loss, kOp);
   const int64_t N = logits.rows(), Vp = logits.cols();
   expect_matrix(logits, p.act, N, Vp, kOp, "logits");
   expect_matrix(dlogits, p.act, N, Vp, kOp, "dlogits");
@@ -353,8 +403,10 @@ std::pair<int64_t, int64_t> check_ce_shard_sums(DTypePlan p, const Tensor& sums,
 
 std::pair<int64_t, int64_t> check_ce_shard_backward(DTypePlan p, const Tensor& dlogits,
                                                     const Tensor& logits, const Tensor& lse,
-                                                    const Tensor& targets, int64_t v_count) {
+                                                    const Tensor& targets, int64_t v_count,
+                                                    float z_loss) {
   constexpr const char* kOp = "ce_shard_backward";
+  check_z_loss(z_loss, kOp);
   auto d = expect_vocab_shard(logits, p.act, targets, v_count, kOp);
   expect_dtype(targets, DType::kI32, kOp, "targets");
   expect_matrix(dlogits, p.act, d.first, d.second, kOp, "dlogits");

@@ -52,7 +52,7 @@ int64_t column_grads_scratch_floats(int64_t N, int64_t C);
 // The largest grid.y column_grads launches (CUDA's limit); more row chunks loop.
 inline constexpr int64_t kMaxGridY = 65535;
 
-// ---- cuda_pointwise.cu: casts, GELU, SwiGLU, add, RoPE, cross-entropy, optimizer ----
+// ---- cuda_pointwise.cu: casts, GELU, gated linear units, add, RoPE, cross-entropy, optimizer ----
 
 void cast_f32_to_bf16(bf16* dst, const float* src, int64_t n, cudaStream_t stream);
 void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t stream);
@@ -61,12 +61,13 @@ template <typename Act>
 void gelu_forward(Act* out, const Act* inp, int64_t n, cudaStream_t stream);
 template <typename Act>
 void gelu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t n, cudaStream_t stream);
-// out (N,F) = silu(inp[:, :F]) · inp[:, F:], inp (N,2F).
+// out (N,F) = act(inp[:, :F]) · inp[:, F:], inp (N,2F); act = GELU (tanh approximation, as
+// gelu_forward) when `gelu` (GeGLU), else SiLU (SwiGLU).
 template <typename Act>
-void swiglu_forward(Act* out, const Act* inp, int64_t N, int64_t F, cudaStream_t stream);
+void glu_forward(Act* out, const Act* inp, int64_t N, int64_t F, bool gelu, cudaStream_t stream);
 template <typename Act>
-void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F,
-                     cudaStream_t stream);
+void glu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F, bool gelu,
+                  cudaStream_t stream);
 // The residual stream (Act) and FSDP's reduce-scattered f32 gradient shards.
 template <typename Act>
 void add_forward(Act* out, const Act* a, const Act* b, int64_t n, cudaStream_t stream);
@@ -84,14 +85,15 @@ void rope_backward(Act* dinp, const Act* dout, const float* cos_sin, int64_t B, 
 
 // One block per row of logits (N,Vp); the first V columns are real. A target < 0 is ignored
 // (loss 0, a zero gradient row); a target >= V is never read: its row's loss and gradient are
-// NaN, so a bad id shows in the loss instead of reading past the row.
+// NaN, so a bad id shows in the loss instead of reading past the row. z_loss > 0 adds
+// z_loss · lse² to the loss (and its gradient); 0 skips the term.
 template <typename Act>
 void cross_entropy_forward(float* losses, const Act* logits, const int32_t* targets, int64_t N,
-                           int64_t V, int64_t Vp, cudaStream_t stream);
+                           int64_t V, int64_t Vp, float z_loss, cudaStream_t stream);
 // Overwrites dlogits; it may be logits itself.
 template <typename Act>
 void cross_entropy_backward(Act* dlogits, const Act* logits, const int32_t* targets, int64_t N,
-                            int64_t V, int64_t Vp, float dloss, cudaStream_t stream);
+                            int64_t V, int64_t Vp, float dloss, float z_loss, cudaStream_t stream);
 template <typename Act>
 void ce_shard_max(float* rowmax, const Act* logits, int64_t N, int64_t Vl, int64_t v_count,
                   cudaStream_t stream);
@@ -101,7 +103,7 @@ void ce_shard_sums(float* sums, const Act* logits, const float* rowmax, const in
 template <typename Act>
 void ce_shard_backward(Act* dlogits, const Act* logits, const float* lse, const int32_t* targets,
                        int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, float dloss,
-                       cudaStream_t stream);
+                       float z_loss, cudaStream_t stream);
 
 // Σ x² with f64 products and sums in a fixed order (the same value on every run). `scratch`
 // holds kSumSquaresBlocks + 1 doubles. Waits for the stream.
@@ -112,6 +114,24 @@ double sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t stre
 // derives them on the host, the same for every backend.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
                   const AdamWScalars& s, cudaStream_t stream);
+
+// ---- cuda_position_bias.cu: T5's relative position bias ----
+
+// bias (Bb,NH,Tq,Tk)[b,h,i,j] = table (num_buckets,NH)[buckets[b,i,j], h]; buckets (Bb,Tq,Tk).
+// A bucket outside [0, num_buckets) is never read: NaN.
+template <typename Act>
+void position_bias_forward(Act* bias, const Act* table, const int32_t* buckets, int64_t Bb,
+                           int64_t NH, int64_t Tq, int64_t Tk, int64_t num_buckets,
+                           cudaStream_t stream);
+// dtable (num_buckets,NH) f32 += the per-bucket sums of dbias (Bb,NH,Tq,Tk) f32 in a fixed order
+// (no atomics); a bucket outside the table is skipped. `scratch` holds
+// position_bias_scratch_floats(Bb, NH, Tq, num_buckets) floats; num_buckets is at most
+// position_bias_max_buckets() (one warp's accumulators fill the default shared memory).
+void position_bias_backward(float* dtable, const float* dbias, const int32_t* buckets, int64_t Bb,
+                            int64_t NH, int64_t Tq, int64_t Tk, int64_t num_buckets, float* scratch,
+                            cudaStream_t stream);
+int64_t position_bias_scratch_floats(int64_t Bb, int64_t NH, int64_t Tq, int64_t num_buckets);
+int64_t position_bias_max_buckets();
 
 // ---- cuda_attention.cu: flash-style attention (backend.h AttentionSpec) ----
 

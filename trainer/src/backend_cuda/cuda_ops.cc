@@ -1,8 +1,9 @@
 // The ops of the CUDA backend: check the views (dtype and shape, aborting on a mismatch as
 // backend.h says), then launch the kernels' instantiation for the plan's activation type (bf16
-// or f32); statistics and parameter gradients are f32 either way. Unlike the CPU backend, token
-// and target ids are not range-checked here: they live on the device (Model::forward checks them
-// on the host, and the cross-entropy kernels never read past a row: cuda_kernels.h).
+// or f32); statistics and parameter gradients are f32 either way. Unlike the CPU backend, token,
+// target and position-bucket ids are not range-checked here: they live on the device
+// (Model::forward checks tokens and targets on the host; the cross-entropy kernels never read
+// past a row, the position-bias kernels never past the table: cuda_kernels.h).
 #include <utility>
 
 #include "attention_plan.h"
@@ -268,19 +269,20 @@ void CudaBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
   });
 }
 
-void CudaBackend::swiglu_forward(Tensor out, Tensor inp) {
+void CudaBackend::glu_forward(Tensor out, Tensor inp, Glu glu) {
   // out (N, F), inp (N, 2F).
-  auto [N, F] = check_swiglu_forward(plan_, out, inp);
+  auto [N, F] = check_glu_forward(plan_, out, inp, glu);
   with_act(plan_.act, [&]<typename Act>() {
-    cuda::swiglu_forward(ptr<Act>(out), ptr<Act>(inp), N, F, stream_);
+    cuda::glu_forward(ptr<Act>(out), ptr<Act>(inp), N, F, glu == Glu::kGeGlu, stream_);
   });
 }
 
-void CudaBackend::swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+void CudaBackend::glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) {
   // dinp (N, 2F), dout (N, F), inp (N, 2F).
-  auto [N, F] = check_swiglu_backward(plan_, dinp, dout, inp);
+  auto [N, F] = check_glu_backward(plan_, dinp, dout, inp, glu);
   with_act(plan_.act, [&]<typename Act>() {
-    cuda::swiglu_backward(ptr<Act>(dinp), ptr<Act>(dout), ptr<Act>(inp), N, F, stream_);
+    cuda::glu_backward(ptr<Act>(dinp), ptr<Act>(dout), ptr<Act>(inp), N, F, glu == Glu::kGeGlu,
+                       stream_);
   });
 }
 
@@ -292,24 +294,48 @@ void CudaBackend::add_forward(Tensor out, Tensor a, Tensor b) {
   });
 }
 
+// ---- T5's relative position bias ----
+
+void CudaBackend::position_bias_forward(Tensor bias, Tensor table, Tensor buckets) {
+  // bias (Bb, NH, Tq, Tk), table (num_buckets, NH), buckets (Bb, Tq, Tk) i32.
+  const PositionBiasDims d = check_position_bias_forward(plan_, bias, table, buckets);
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::position_bias_forward(ptr<Act>(bias), ptr<Act>(table), buckets.as<int32_t>(), d.Bb, d.NH,
+                                d.Tq, d.Tk, d.num_buckets, stream_);
+  });
+}
+
+void CudaBackend::position_bias_backward(Tensor dtable, Tensor dbias, Tensor buckets) {
+  // dtable (num_buckets, NH) f32, dbias (Bb, NH, Tq, Tk) f32, buckets (Bb, Tq, Tk) i32.
+  const PositionBiasDims d = check_position_bias_backward(plan_, dtable, dbias, buckets);
+  AX_CHECK_LE(d.num_buckets, position_bias_max_buckets())
+      << "position_bias_backward: the CUDA kernel takes at most " << position_bias_max_buckets()
+      << " buckets";
+  auto* partials = static_cast<float*>(
+      scratch(position_bias_scratch_floats(d.Bb, d.NH, d.Tq, d.num_buckets) * sizeof(float)));
+  cuda::position_bias_backward(f32(dtable), f32(dbias), buckets.as<int32_t>(), d.Bb, d.NH, d.Tq,
+                               d.Tk, d.num_buckets, partials, stream_);
+}
+
 // ---- cross-entropy ----
 
-void CudaBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) {
+void CudaBackend::cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                                        float z_loss) {
   // losses (N) f32, logits (N, Vp), targets (N) i32.
-  auto [N, Vp] = check_cross_entropy_forward(plan_, losses, logits, targets, V);
+  auto [N, Vp] = check_cross_entropy_forward(plan_, losses, logits, targets, V, z_loss);
   with_act(plan_.act, [&]<typename Act>() {
     cuda::cross_entropy_forward(f32(losses), ptr<Act>(logits), targets.as<int32_t>(), N, V, Vp,
-                                stream_);
+                                z_loss, stream_);
   });
 }
 
 void CudaBackend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
-                                         float dloss) {
+                                         float dloss, float z_loss) {
   // dlogits (N, Vp) (may be logits itself), logits (N, Vp), targets (N) i32.
-  auto [N, Vp] = check_cross_entropy_backward(plan_, dlogits, logits, targets, V);
+  auto [N, Vp] = check_cross_entropy_backward(plan_, dlogits, logits, targets, V, z_loss);
   with_act(plan_.act, [&]<typename Act>() {
     cuda::cross_entropy_backward(ptr<Act>(dlogits), ptr<Act>(logits), targets.as<int32_t>(), N, V,
-                                 Vp, dloss, stream_);
+                                 Vp, dloss, z_loss, stream_);
   });
 }
 
@@ -330,11 +356,11 @@ void CudaBackend::ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tenso
 }
 
 void CudaBackend::ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                                    int64_t v_begin, int64_t v_count, float dloss) {
-  auto [N, Vl] = check_ce_shard_backward(plan_, dlogits, logits, lse, targets, v_count);
+                                    int64_t v_begin, int64_t v_count, float dloss, float z_loss) {
+  auto [N, Vl] = check_ce_shard_backward(plan_, dlogits, logits, lse, targets, v_count, z_loss);
   with_act(plan_.act, [&]<typename Act>() {
     cuda::ce_shard_backward(ptr<Act>(dlogits), ptr<Act>(logits), f32(lse), targets.as<int32_t>(), N,
-                            Vl, v_begin, v_count, dloss, stream_);
+                            Vl, v_begin, v_count, dloss, z_loss, stream_);
   });
 }
 

@@ -1,7 +1,8 @@
-// Casts, GELU, SwiGLU, add, RoPE, the softmax cross-entropy (whole vocabulary and shards), the
-// squared norm and AdamW. Element-wise kernels are grid-stride loops; row-wise ones (the
-// cross-entropy) take one block per row and an online max/sum, so the logits are read twice
-// (statistics, then the gradient written in place) and never copied.
+// Casts, GELU, the gated linear units (SwiGLU, GeGLU), add, RoPE, the softmax cross-entropy
+// (whole vocabulary and shards, with T5x's z-loss), the squared norm and AdamW. Element-wise
+// kernels are grid-stride loops; row-wise ones (the cross-entropy) take one block per row and an
+// online max/sum, so the logits are read twice (statistics, then the gradient written in place) and
+// never copied.
 #include "cuda_common.cuh"
 
 namespace ax::train::cuda {
@@ -20,47 +21,60 @@ __global__ void cast_bf16_to_f32_kernel(float* dst, const bf16* src, int64_t n) 
   AX_GRID_STRIDE(i, n) dst[i] = to_f32(src[i]);
 }
 
+// GELU with the tanh approximation and its derivative: gelu_* and GeGLU's gate.
+__device__ __forceinline__ float gelu(float x) {
+  float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+  float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  float th = tanhf(u);
+  float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
 template <typename Act>
 __global__ void gelu_forward_kernel(Act* out, const Act* inp, int64_t n) {
-  AX_GRID_STRIDE(i, n) {
-    float x = to_f32(inp[i]);
-    float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    store(&out[i], 0.5f * x * (1.0f + tanhf(u)));
-  }
+  AX_GRID_STRIDE(i, n) store(&out[i], gelu(to_f32(inp[i])));
 }
 
 template <typename Act>
 __global__ void gelu_backward_kernel(Act* dinp, const Act* dout, const Act* inp, int64_t n) {
-  AX_GRID_STRIDE(i, n) {
-    float x = to_f32(inp[i]);
-    float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    float th = tanhf(u);
-    float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-    add_to(&dinp[i], grad * to_f32(dout[i]));
-  }
+  AX_GRID_STRIDE(i, n) add_to(&dinp[i], gelu_grad(to_f32(inp[i])) * to_f32(dout[i]));
 }
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-template <typename Act>
-__global__ void swiglu_forward_kernel(Act* out, const Act* inp, int64_t N, int64_t F) {
+// Gated linear units: kGelu selects GeGLU (GELU gate), else SwiGLU (SiLU gate).
+template <bool kGelu, typename Act>
+__global__ void glu_forward_kernel(Act* out, const Act* inp, int64_t N, int64_t F) {
   AX_GRID_STRIDE(i, N * F) {
     int64_t n = i / F, f = i % F;
     float gate = to_f32(inp[n * 2 * F + f]), up = to_f32(inp[n * 2 * F + F + f]);
-    store(&out[i], gate * sigmoid(gate) * up);
+    if (kGelu) {
+      store(&out[i], gelu(gate) * up);
+    } else {
+      store(&out[i], gate * sigmoid(gate) * up);
+    }
   }
 }
 
-template <typename Act>
-__global__ void swiglu_backward_kernel(Act* dinp, const Act* dout, const Act* inp, int64_t N,
-                                       int64_t F) {
+template <bool kGelu, typename Act>
+__global__ void glu_backward_kernel(Act* dinp, const Act* dout, const Act* inp, int64_t N,
+                                    int64_t F) {
   AX_GRID_STRIDE(i, N * F) {
     int64_t n = i / F, f = i % F;
     float a = to_f32(inp[n * 2 * F + f]), up = to_f32(inp[n * 2 * F + F + f]);
-    float dy = to_f32(dout[i]), sig = sigmoid(a);
-    add_to(&dinp[n * 2 * F + f], dy * up * (sig * (1.0f + a * (1.0f - sig))));
-    add_to(&dinp[n * 2 * F + F + f], dy * a * sig);
+    float dy = to_f32(dout[i]);
+    if (kGelu) {
+      add_to(&dinp[n * 2 * F + f], dy * up * gelu_grad(a));
+      add_to(&dinp[n * 2 * F + F + f], dy * gelu(a));
+    } else {
+      float sig = sigmoid(a);
+      add_to(&dinp[n * 2 * F + f], dy * up * (sig * (1.0f + a * (1.0f - sig))));
+      add_to(&dinp[n * 2 * F + F + f], dy * a * sig);
+    }
   }
 }
 
@@ -125,9 +139,11 @@ __device__ void row_max_sum(const Act* x, int64_t count, float* shared, float* m
 }
 
 // A target >= V is not a column of the row: it is never read, and the row's loss is NaN.
+// z_loss = 0 skips the z-loss term.
 template <typename Act>
 __global__ void cross_entropy_forward_kernel(float* losses, const Act* logits,
-                                             const int32_t* targets, int64_t V, int64_t Vp) {
+                                             const int32_t* targets, int64_t V, int64_t Vp,
+                                             float z_loss) {
   __shared__ float shared[2 * kWarp];
   int64_t n = blockIdx.x;
   int32_t target = targets[n];
@@ -138,16 +154,21 @@ __global__ void cross_entropy_forward_kernel(float* losses, const Act* logits,
   const Act* x = logits + n * Vp;
   float m, s;
   row_max_sum(x, V, shared, &m, &s);
-  if (threadIdx.x == 0) losses[n] = m + logf(s) - to_f32(x[target]);
+  if (threadIdx.x == 0) {
+    const float lse = m + logf(s);
+    float loss = lse - to_f32(x[target]);
+    if (z_loss != 0.0f) loss += z_loss * lse * lse;
+    losses[n] = loss;
+  }
 }
 
-// d = (softmax(x) - onehot) · dloss over the first V columns, 0 beyond; each thread reads the
-// elements it writes, after the whole block has read the row, so d may be x. A target >= V
-// gives NaN over the first V columns.
+// d = ((1 + 2·z_loss·lse) · softmax(x) - onehot) · dloss over the first V columns, 0 beyond;
+// each thread reads the elements it writes, after the whole block has read the row, so d may be
+// x. A target >= V gives NaN over the first V columns.
 template <typename Act>
 __global__ void cross_entropy_backward_kernel(Act* dlogits, const Act* logits,
                                               const int32_t* targets, int64_t V, int64_t Vp,
-                                              float dloss) {
+                                              float dloss, float z_loss) {
   __shared__ float shared[2 * kWarp];
   int64_t n = blockIdx.x;
   int32_t target = targets[n];
@@ -161,6 +182,7 @@ __global__ void cross_entropy_backward_kernel(Act* dlogits, const Act* logits,
   float m, s;
   row_max_sum(x, V, shared, &m, &s);
   float scale = dloss / s;
+  if (z_loss != 0.0f) scale = dloss * (1.0f + 2.0f * z_loss * (m + logf(s))) / s;
   for (int64_t i = threadIdx.x; i < Vp; i += blockDim.x) {
     float v = 0.0f;
     if (i < V) {
@@ -201,17 +223,19 @@ __global__ void ce_shard_sums_kernel(float* sums, const Act* logits, const float
 template <typename Act>
 __global__ void ce_shard_backward_kernel(Act* dlogits, const Act* logits, const float* lse,
                                          const int32_t* targets, int64_t Vl, int64_t v_begin,
-                                         int64_t v_count, float dloss) {
+                                         int64_t v_count, float dloss, float z_loss) {
   int64_t n = blockIdx.x;
   const Act* x = logits + n * Vl;
   Act* d = dlogits + n * Vl;
   int32_t target = targets[n];
   int64_t local = static_cast<int64_t>(target) - v_begin;
   float l = lse[n];
+  // The softmax's factor: dloss, times 1 + 2·z_loss·lse with a z-loss.
+  const float g = z_loss != 0.0f ? dloss * (1.0f + 2.0f * z_loss * l) : dloss;
   for (int64_t i = threadIdx.x; i < Vl; i += blockDim.x) {
     float v = 0.0f;
     if (target >= 0 && i < v_count) {
-      v = expf(to_f32(x[i]) - l) * dloss;
+      v = expf(to_f32(x[i]) - l) * g;
       if (i == local) v -= dloss;
     }
     store(&d[i], v);
@@ -287,17 +311,27 @@ void gelu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t n, cudaSt
 }
 
 template <typename Act>
-void swiglu_forward(Act* out, const Act* inp, int64_t N, int64_t F, cudaStream_t stream) {
+void glu_forward(Act* out, const Act* inp, int64_t N, int64_t F, bool gelu, cudaStream_t stream) {
   if (N * F == 0) return;
-  swiglu_forward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(out, inp, N, F);
+  const unsigned grid = grid_for(N * F, kThreads);
+  if (gelu) {
+    glu_forward_kernel<true><<<grid, kThreads, 0, stream>>>(out, inp, N, F);
+  } else {
+    glu_forward_kernel<false><<<grid, kThreads, 0, stream>>>(out, inp, N, F);
+  }
   AX_CUDA_CHECK_LAUNCH();
 }
 
 template <typename Act>
-void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F,
-                     cudaStream_t stream) {
+void glu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F, bool gelu,
+                  cudaStream_t stream) {
   if (N * F == 0) return;
-  swiglu_backward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(dinp, dout, inp, N, F);
+  const unsigned grid = grid_for(N * F, kThreads);
+  if (gelu) {
+    glu_backward_kernel<true><<<grid, kThreads, 0, stream>>>(dinp, dout, inp, N, F);
+  } else {
+    glu_backward_kernel<false><<<grid, kThreads, 0, stream>>>(dinp, dout, inp, N, F);
+  }
   AX_CUDA_CHECK_LAUNCH();
 }
 
@@ -332,19 +366,19 @@ void rope_backward(Act* dinp, const Act* dout, const float* cos_sin, int64_t B, 
 
 template <typename Act>
 void cross_entropy_forward(float* losses, const Act* logits, const int32_t* targets, int64_t N,
-                           int64_t V, int64_t Vp, cudaStream_t stream) {
+                           int64_t V, int64_t Vp, float z_loss, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
-      losses, logits, targets, V, Vp);
+      losses, logits, targets, V, Vp, z_loss);
   AX_CUDA_CHECK_LAUNCH();
 }
 
 template <typename Act>
 void cross_entropy_backward(Act* dlogits, const Act* logits, const int32_t* targets, int64_t N,
-                            int64_t V, int64_t Vp, float dloss, cudaStream_t stream) {
+                            int64_t V, int64_t Vp, float dloss, float z_loss, cudaStream_t stream) {
   if (N == 0) return;
   cross_entropy_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
-      dlogits, logits, targets, V, Vp, dloss);
+      dlogits, logits, targets, V, Vp, dloss, z_loss);
   AX_CUDA_CHECK_LAUNCH();
 }
 
@@ -369,10 +403,10 @@ void ce_shard_sums(float* sums, const Act* logits, const float* rowmax, const in
 template <typename Act>
 void ce_shard_backward(Act* dlogits, const Act* logits, const float* lse, const int32_t* targets,
                        int64_t N, int64_t Vl, int64_t v_begin, int64_t v_count, float dloss,
-                       cudaStream_t stream) {
+                       float z_loss, cudaStream_t stream) {
   if (N == 0) return;
   ce_shard_backward_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
-      dlogits, logits, lse, targets, Vl, v_begin, v_count, dloss);
+      dlogits, logits, lse, targets, Vl, v_begin, v_count, dloss, z_loss);
   AX_CUDA_CHECK_LAUNCH();
 }
 
@@ -400,22 +434,22 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
 #define AX_POINTWISE_LAUNCHERS(Act)                                                               \
   template void gelu_forward(Act*, const Act*, int64_t, cudaStream_t);                            \
   template void gelu_backward(Act*, const Act*, const Act*, int64_t, cudaStream_t);               \
-  template void swiglu_forward(Act*, const Act*, int64_t, int64_t, cudaStream_t);                 \
-  template void swiglu_backward(Act*, const Act*, const Act*, int64_t, int64_t, cudaStream_t);    \
+  template void glu_forward(Act*, const Act*, int64_t, int64_t, bool, cudaStream_t);              \
+  template void glu_backward(Act*, const Act*, const Act*, int64_t, int64_t, bool, cudaStream_t); \
   template void add_forward(Act*, const Act*, const Act*, int64_t, cudaStream_t);                 \
   template void rope_forward(Act*, const Act*, const float*, int64_t, int64_t, int64_t, int64_t,  \
                              int64_t, cudaStream_t);                                              \
   template void rope_backward(Act*, const Act*, const float*, int64_t, int64_t, int64_t, int64_t, \
                               int64_t, cudaStream_t);                                             \
   template void cross_entropy_forward(float*, const Act*, const int32_t*, int64_t, int64_t,       \
-                                      int64_t, cudaStream_t);                                     \
+                                      int64_t, float, cudaStream_t);                              \
   template void cross_entropy_backward(Act*, const Act*, const int32_t*, int64_t, int64_t,        \
-                                       int64_t, float, cudaStream_t);                             \
+                                       int64_t, float, float, cudaStream_t);                      \
   template void ce_shard_max(float*, const Act*, int64_t, int64_t, int64_t, cudaStream_t);        \
   template void ce_shard_sums(float*, const Act*, const float*, const int32_t*, int64_t, int64_t, \
                               int64_t, int64_t, cudaStream_t);                                    \
   template void ce_shard_backward(Act*, const Act*, const float*, const int32_t*, int64_t,        \
-                                  int64_t, int64_t, int64_t, float, cudaStream_t);
+                                  int64_t, int64_t, int64_t, float, float, cudaStream_t);
 AX_POINTWISE_LAUNCHERS(bf16)
 AX_POINTWISE_LAUNCHERS(float)
 #undef AX_POINTWISE_LAUNCHERS

@@ -1,7 +1,8 @@
-// Export of the params/* tensors to Hugging Face names and layouts (GPT-2, Llama). The mapping is
+// Export of the params/* tensors to Hugging Face names and layouts (GPT-2, Llama, T5). The mapping is
 // in docs/parameter-names.md and docs/checkpoint-format.md.
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -250,6 +251,109 @@ StatusOr<Json> export_llama(const ModelConfig& m, Params* p, Exported* out) {
               {"torch_dtype", "float32"}};
 }
 
+// T5 v1.1 as T5ForConditionalGeneration (docs/parameter-names.md "T5"). ax divides attention
+// logits by sqrt(d_kv) (T5x's GPU recipe); Hugging Face's T5 does not, so its query weights are
+// ax's divided by sqrt(d_kv) (exact for d_kv a power of 4, such as 64 and 16).
+StatusOr<Json> export_t5(const ModelConfig& m, Params* p, Exported* out) {
+  AX_RETURN_IF_ERROR(
+      check_architecture(m, NormKind::kRmsNorm, Activation::kGeglu, PositionKind::kRelative));
+  if (m.bias || m.tied_embeddings || m.num_kv_heads != m.num_heads) {
+    return FailedPrecondition(
+        "Hugging Face T5 v1.1 has no biases, an untied LM head and no grouped-query attention: "
+        "model.bias=false, model.tied_embeddings=false and model.num_kv_heads=model.num_heads");
+  }
+  const int64_t C = m.model_dim, F = m.hidden_dim, HD = m.head_dim(), Q = m.num_heads * HD;
+  const int64_t E = m.num_layers, D = m.num_decoder_layers > 0 ? m.num_decoder_layers : E;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  auto plain = [&](const std::string& name, const std::string& hf,
+                   const std::vector<int64_t>& shape) -> Status {
+    AX_ASSIGN_OR_RETURN(const HostTensor* t, p->take(name, shape));
+    out->add(hf, t->shape, t->data.data());
+    return Status::Ok();
+  };
+  // Rows of `name` split into Hugging Face tensors; the first `scaled` of them are queries.
+  auto split = [&](const std::string& name, int64_t cols, const std::vector<std::string>& parts,
+                   int64_t rows_each, size_t scaled) -> Status {
+    AX_ASSIGN_OR_RETURN(const HostTensor* t,
+                        p->take(name, {rows_each * static_cast<int64_t>(parts.size()), cols}));
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const int64_t begin = static_cast<int64_t>(k) * rows_each;
+      if (k < scaled) {
+        std::vector<float> q(t->data.begin() + begin * cols,
+                             t->data.begin() + (begin + rows_each) * cols);
+        for (float& x : q) x *= q_scale;
+        out->add_owned(parts[k], {rows_each, cols}, std::move(q));
+      } else {
+        out->add_rows(parts[k], *t, begin, begin + rows_each);
+      }
+    }
+    return Status::Ok();
+  };
+  auto mlp = [&](const std::string& ax, const std::string& hf) -> Status {
+    AX_RETURN_IF_ERROR(split(ax + "mlp.fc.weight", C, {hf + "wi_0.weight", hf + "wi_1.weight"},
+                             F, 0));
+    return plain(ax + "mlp.proj.weight", hf + "wo.weight", {C, F});
+  };
+  auto self_attention = [&](const std::string& ax, const std::string& hf) -> Status {
+    AX_RETURN_IF_ERROR(plain(ax + "ln1.weight", hf + "layer.0.layer_norm.weight", {C}));
+    const std::string a = hf + "layer.0.SelfAttention.";
+    AX_RETURN_IF_ERROR(split(ax + "attn.qkv.weight", C,
+                             {a + "q.weight", a + "k.weight", a + "v.weight"}, Q, 1));
+    return plain(ax + "attn.proj.weight", a + "o.weight", {C, Q});
+  };
+
+  AX_ASSIGN_OR_RETURN(const HostTensor* wte, p->take("wte", {kAny, C}));
+  const int64_t vocab = wte->shape[0];
+  out->add("shared.weight", wte->shape, wte->data.data());
+  for (int64_t i = 0; i < E; ++i) {
+    const std::string ax = str_cat("enc.h.", i, "."), hf = str_cat("encoder.block.", i, ".");
+    AX_RETURN_IF_ERROR(self_attention(ax, hf));
+    AX_RETURN_IF_ERROR(plain(ax + "ln2.weight", hf + "layer.1.layer_norm.weight", {C}));
+    AX_RETURN_IF_ERROR(mlp(ax, hf + "layer.1.DenseReluDense."));
+  }
+  for (int64_t i = 0; i < D; ++i) {
+    const std::string ax = str_cat("dec.h.", i, "."), hf = str_cat("decoder.block.", i, ".");
+    AX_RETURN_IF_ERROR(self_attention(ax, hf));
+    const std::string x = hf + "layer.1.EncDecAttention.";
+    AX_RETURN_IF_ERROR(plain(ax + "ln_cross.weight", hf + "layer.1.layer_norm.weight", {C}));
+    AX_RETURN_IF_ERROR(split(ax + "cross.q.weight", C, {x + "q.weight"}, Q, 1));
+    AX_RETURN_IF_ERROR(split(ax + "cross.kv.weight", C, {x + "k.weight", x + "v.weight"}, Q, 0));
+    AX_RETURN_IF_ERROR(plain(ax + "cross.proj.weight", x + "o.weight", {C, Q}));
+    AX_RETURN_IF_ERROR(plain(ax + "ln2.weight", hf + "layer.2.layer_norm.weight", {C}));
+    AX_RETURN_IF_ERROR(mlp(ax, hf + "layer.2.DenseReluDense."));
+  }
+  for (const char* stack : {"enc", "dec"}) {
+    const std::string hf = std::string(stack) == "enc" ? "encoder." : "decoder.";
+    AX_RETURN_IF_ERROR(
+        plain(str_cat(stack, ".rel_bias.weight"),
+              hf + "block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+              {m.relative_buckets, m.num_heads}));
+    AX_RETURN_IF_ERROR(plain(str_cat(stack, ".lnf.weight"), hf + "final_layer_norm.weight", {C}));
+  }
+  AX_RETURN_IF_ERROR(plain("lm_head.weight", "lm_head.weight", {vocab, C}));
+
+  return Json{{"architectures", {"T5ForConditionalGeneration"}},
+              {"model_type", "t5"},
+              {"is_encoder_decoder", true},
+              {"vocab_size", vocab},
+              {"d_model", C},
+              {"d_ff", F},
+              {"d_kv", HD},
+              {"num_heads", m.num_heads},
+              {"num_layers", E},
+              {"num_decoder_layers", D},
+              {"relative_attention_num_buckets", m.relative_buckets},
+              {"relative_attention_max_distance", m.relative_max_distance},
+              {"layer_norm_epsilon", m.norm_eps},
+              {"feed_forward_proj", "gated-gelu"},  // gelu_new (tanh), as ax computes it
+              {"dropout_rate", m.dropout},
+              {"tie_word_embeddings", false},
+              {"decoder_start_token_id", 0},
+              {"pad_token_id", 0},
+              {"eos_token_id", 1},
+              {"torch_dtype", "float32"}};
+}
+
 }  // namespace
 
 Status export_hugging_face(const CheckpointState& state, const Config& config,
@@ -259,6 +363,8 @@ Status export_hugging_face(const CheckpointState& state, const Config& config,
   Exported exported;
   AX_ASSIGN_OR_RETURN(Json hf_config, m.family == ModelFamily::kGpt
                                           ? export_gpt2(m, &params, &exported)
+                                      : m.family == ModelFamily::kT5
+                                          ? export_t5(m, &params, &exported)
                                           : export_llama(m, &params, &exported));
   AX_RETURN_IF_ERROR(params.check_all_used());
 

@@ -67,7 +67,7 @@ constexpr Alias kAliases[] = {
 // The names of the typed enums, in the order of their values.
 constexpr std::string_view kFamilyNames[] = {"gpt", "llama", "t5"};
 constexpr std::string_view kNormNames[] = {"layernorm", "rmsnorm"};
-constexpr std::string_view kActivationNames[] = {"gelu", "swiglu"};
+constexpr std::string_view kActivationNames[] = {"gelu", "swiglu", "geglu"};
 constexpr std::string_view kPositionNames[] = {"learned", "rope", "relative"};
 std::vector<std::string_view> names(std::span<const std::string_view> all) {
   return {all.begin(), all.end()};
@@ -94,7 +94,7 @@ std::vector<KeyDef> build_key_table() {
       {"model.kv_channels", K::kInt, AX_FIELD(model.kv_channels), B::kNonNegative, {},
        "dimension of each head (T5's d_kv); 0 = model_dim / num_heads"},
       {"model.hidden_dim", K::kInt, AX_FIELD(model.hidden_dim), B::kPositive, {},
-       "MLP inner width (per SwiGLU branch)"},
+       "MLP inner width (per branch of a gated MLP: swiglu, geglu)"},
       {"model.vocab_size", K::kInt, AX_FIELD(model.vocab_size), B::kNonNegative, {},
        "embedding rows; 0 = the tokenizer's size rounded up to vocab_multiple"},
       {"model.vocab_multiple", K::kInt, AX_FIELD(model.vocab_multiple), B::kPositive, {},
@@ -105,7 +105,8 @@ std::vector<KeyDef> build_key_table() {
        "normalisation layer"},
       {"model.activation", K::kEnum, AX_ENUM_FIELD(model.activation), B::kAny,
        names(kActivationNames),
-       "MLP activation (gelu is the tanh approximation)"},
+       "MLP activation: gelu (the tanh approximation), or the gated units swiglu (SiLU gate) and "
+       "geglu (T5 v1.1's gated GELU, tanh approximation)"},
       {"model.position", K::kEnum, AX_ENUM_FIELD(model.position), B::kAny,
        names(kPositionNames),
        "position encoding"},
@@ -129,6 +130,8 @@ std::vector<KeyDef> build_key_table() {
        "peak learning rate"},
       {"optim.warmup_steps", K::kInt, AX_FIELD(optim.warmup_steps), B::kNonNegative, {},
        "linear warm-up from 0 to lr"},
+      {"optim.schedule", K::kEnum, AX_FIELD(optim.schedule), B::kAny, {"cosine", "linear"},
+       "learning-rate decay after warmup, down to lr * min_lr_ratio at decay_steps"},
       {"optim.decay_steps", K::kInt, AX_FIELD(optim.decay_steps), B::kNonNegative, {},
        "step where the cosine decay ends (0 = train.max_steps)"},
       {"optim.min_lr_ratio", K::kFloat, AX_FIELD(optim.min_lr_ratio), B::kUnit, {},
@@ -170,6 +173,8 @@ std::vector<KeyDef> build_key_table() {
        "t5: encoder tokens per sequence (ENC_SL)"},
       {"train.z_loss", K::kFloat, AX_FIELD(train.z_loss), B::kNonNegative, {},
        "z-loss coefficient: adds z_loss * (log sum exp logits)^2 per token (T5x uses 1e-4)"},
+      {"train.pack_examples", K::kInt, AX_FIELD(train.pack_examples), B::kPositive, {},
+       "t5: span-corruption examples per row, kept apart by segment ids (ENC_SL / pack each)"},
       {"train.seed", K::kInt, AX_FIELD(train.seed), B::kNonNegative, {},
        "seed of the initial weights and the data order"},
       {"train.log_every", K::kInt, AX_FIELD(train.log_every), B::kPositive, {},

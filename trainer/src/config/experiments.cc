@@ -196,6 +196,95 @@ Config fuji(FujiSize size, FujiVersion version) {
   return c;
 }
 
+// ---- T5 v1.1 (T5x's GPU recipes) ---------------------------------------------------------------
+
+enum class T5Size { kSmall, kBase, kLarge, kXl, kXxl };
+
+// t5x/contrib/gpu/t5/t5_1_1/{size}.gin and the Pile pretraining recipe
+// (examples/{size}_pile_pretrain.gin, adamw_opt.gin): shared token table, untied head, RMSNorm
+// 1e-6, gated GELU, no biases, relative position bias (32 buckets, distance 128), d_kv 64,
+// vocabulary 32128, z-loss 1e-4; AdamW lr 1e-4 (weight decay 0.01, clip 1.0), 10k warmup, linear
+// decay to 1e-5 (decay_factor 9.0909e-7 per step: 99k steps), ENC_SL 512, DEC_SL 128, batch 2048
+// (xxl 2304) over the recipe's 1M steps. Dropout (0.1 for small) is not implemented yet: 0 here.
+Config t5(T5Size size) {
+  struct Dims {
+    int64_t dim, ff, heads, layers;
+  };
+  const Dims d = size == T5Size::kSmall   ? Dims{512, 1024, 6, 8}
+                 : size == T5Size::kBase  ? Dims{768, 2048, 12, 12}
+                 : size == T5Size::kLarge ? Dims{1024, 2816, 16, 24}
+                 : size == T5Size::kXl    ? Dims{2048, 5120, 32, 24}
+                                          : Dims{4096, 10240, 64, 24};
+  Config c;
+  ModelConfig& m = c.model;
+  m.family = ModelFamily::kT5;
+  m.num_layers = d.layers;
+  m.num_decoder_layers = d.layers;
+  m.model_dim = d.dim;
+  m.num_heads = d.heads;
+  m.num_kv_heads = d.heads;
+  m.kv_channels = 64;
+  m.hidden_dim = d.ff;
+  m.vocab_size = 32128;
+  m.vocab_multiple = 128;
+  m.norm = NormKind::kRmsNorm;
+  m.norm_eps = 1e-6;
+  m.activation = Activation::kGeglu;
+  m.position = PositionKind::kRelative;
+  m.relative_buckets = 32;
+  m.relative_max_distance = 128;
+  m.tied_embeddings = false;
+  m.bias = false;
+  c.optim.lr = 1e-4;
+  c.optim.warmup_steps = 10000;
+  c.optim.schedule = "linear";
+  c.optim.decay_steps = 10000 + 99000;
+  c.optim.min_lr_ratio = 0.1;
+  c.optim.beta1 = 0.9;
+  c.optim.beta2 = 0.999;
+  c.optim.eps = 1e-8;
+  c.optim.weight_decay = 0.01;
+  c.optim.grad_clip = 1.0;
+  c.train.seq_len = 128;
+  c.train.encoder_seq_len = 512;
+  c.train.z_loss = 1e-4;
+  c.train.max_steps = 1000000;
+  c.train.global_batch = size == T5Size::kXxl ? 2304 : 2048;
+  c.train.log_every = 100;
+  c.train.eval_every = 1000;
+  c.train.checkpoint_every = 6000;
+  c.train.keep_checkpoints = 2;
+  return c;
+}
+
+// The t5 code paths at test size: 2+2 layers, GQA-free heads of d_kv 16, the real bucket count.
+Config tiny_t5() {
+  Config c = t5(T5Size::kSmall);
+  ModelConfig& m = c.model;
+  m.num_layers = 2;
+  m.num_decoder_layers = 2;
+  m.model_dim = 64;
+  m.num_heads = 4;
+  m.num_kv_heads = 4;
+  m.kv_channels = 16;
+  m.hidden_dim = 128;
+  m.vocab_size = 0;
+  c.optim.lr = 1e-3;
+  c.optim.warmup_steps = 2;
+  c.optim.decay_steps = 0;
+  c.train.seq_len = 16;
+  c.train.encoder_seq_len = 64;
+  c.train.global_batch = 0;
+  c.train.max_steps = 20;
+  c.train.percore_batch_size = 4;
+  c.train.log_every = 1;
+  c.train.eval_every = 10;
+  c.train.eval_batches = 2;
+  c.train.checkpoint_every = 10;
+  c.train.keep_checkpoints = 3;
+  return c;
+}
+
 // ---- Small configs -----------------------------------------------------------------------------
 
 // Shared by the CPU-sized GPTs: the Pax recipe at toy scale.
@@ -293,6 +382,12 @@ constexpr Experiment kExperiments[] = {
     {"fuji-70B-v3", [] { return fuji(FujiSize::k70B, FujiVersion::kV3); }},
     {"tiny-gpt", tiny_gpt},
     {"tiny-llama", tiny_llama},
+    {"t5-small", [] { return t5(T5Size::kSmall); }},
+    {"t5-base", [] { return t5(T5Size::kBase); }},
+    {"t5-large", [] { return t5(T5Size::kLarge); }},
+    {"t5-xl", [] { return t5(T5Size::kXl); }},
+    {"t5-xxl", [] { return t5(T5Size::kXxl); }},
+    {"tiny-t5", tiny_t5},
     {"demo-gpt", demo_gpt},
     {"bench-a", [] { return bench(4, 256, 4); }},
     {"bench-b", [] { return bench(6, 384, 6); }},

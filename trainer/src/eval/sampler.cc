@@ -62,6 +62,11 @@ StatusOr<std::string> sample_text(const SampleOptions& options, std::ostream& lo
   if (!tokenizer.ok()) return tokenizer.status().with_context("the run's data.tokenizer");
   const data::Tokenizer& tok = **tokenizer;
 
+  if (config.model.family == ModelFamily::kT5) {
+    return InvalidArgument(
+        "sampling continues a prompt with a decoder-only model; model.family=t5 needs an encoder "
+        "input and decoding from it, which this command does not do yet");
+  }
   std::vector<uint32_t> ids;
   AX_RETURN_IF_ERROR(tok.encode(options.prompt, &ids));
   const int32_t eos = tok.eos_id();

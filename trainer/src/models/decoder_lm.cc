@@ -6,8 +6,10 @@
 #include <cmath>
 
 #include "ax/trainer/comm/communicator.h"
+#include "ax/trainer/metrics.h"
 #include "ax/trainer/model.h"
 #include "layers.h"
+#include "lm_loss.h"
 
 namespace ax::train {
 
@@ -23,6 +25,11 @@ class DecoderLm final : public Model {
   }
 
   std::vector<float> logits(int64_t b, int64_t t) const override;
+  double flops_per_row() const override {
+    return static_cast<double>(T) * flops_per_token(logical_matmul_parameters(layout()),
+                                                    config.num_layers, config.num_heads,
+                                                    config.head_dim(), T, /*causal=*/true);
+  }
   double forward_impl(const Batch& batch) override;
   void backward_impl(float dloss) override;
 
@@ -41,13 +48,12 @@ class DecoderLm final : public Model {
 
   const ModelConfig& config = config_;
   Backend* be = nullptr;
-  int64_t B = 0, T = 0, C = 0, V = 0, Vp = 0;
+  int64_t B = 0, T = 0, C = 0;
   ModelParallel par;
   ModelOptions options;
   layers::TensorGroup tp;
-  // This rank's vocabulary shard: rows [v_begin, v_begin + Vl) of the padded table, of which
-  // the first v_count are real tokens.
-  int64_t Vl = 0, v_begin = 0, v_count = 0;
+  layers::VocabShard vocab;  // this rank's rows of the padded table
+  layers::LmLoss loss;
   void* acts_base = nullptr;
 
   // Blocks.
@@ -57,15 +63,10 @@ class DecoderLm final : public Model {
 
   // Activations of one micro-batch.
   Tensor tokens;   // (B, T) i32 (with a split vocabulary: this shard's ids, -1 elsewhere)
-  Tensor targets;  // (B, T) i32
   Tensor encoded;  // (N, C) embedding output = residual stream into layer 0
   std::vector<layers::DecoderLayer::Acts> block_acts;
   layers::Norm::Acts lnf_acts;
   Tensor logits_;  // (N, Vl); holds dlogits after backward
-  Tensor losses;   // (N) f32
-  Tensor rowmax;   // (N) f32, split vocabulary only
-  Tensor sums;     // (N, 2) f32, split vocabulary only
-  Tensor lse;      // (N) f32, split vocabulary only
   Tensor row_f32;  // (Vl) f32, one row of logits for the host
   Tensor dres;     // (N, C) gradient of the residual stream
   layers::DecoderLayer::Scratch scratch;
@@ -77,22 +78,9 @@ class DecoderLm final : public Model {
   ParamLayout declare() {
     ParamLayout layout;
     const bool learned = config.position == PositionKind::kLearned;
-    const bool split_vocab = tp.size > 1;
-    ParamSpec spec;
-    spec.name = "wte";
-    spec.shape = {Vp, C};
-    spec.weight_decay = true;
-    spec.matmul = config.tied_embeddings;  // the LM head counts once; a lookup does not
-    spec.init_std = config.init_std;
-    if (split_vocab) {
-      spec.logical_shape = {Vp, C};
-      spec.split_dim = 0;
-      spec.pieces = {{0, v_begin, Vl}};
-      spec.shape = {Vl, C};
-    }
-    const ParamSpec vocab_spec = spec;
     layout.set_unit(0);
-    layout.add(spec);
+    // The LM head counts once as a matmul; a lookup does not.
+    layout.add(vocab.table("wte", C, config.init_std, config.tied_embeddings, tp));
     if (learned) {
       ParamSpec pos;
       pos.name = "wpe";
@@ -110,10 +98,7 @@ class DecoderLm final : public Model {
     layout.set_unit(0);
     lnf.declare(&layout, "lnf", C, block.rms_norm, config.bias, config.norm_eps);
     if (!config.tied_embeddings) {
-      spec = vocab_spec;
-      spec.name = "lm_head.weight";
-      spec.matmul = true;
-      layout.add(spec);
+      layout.add(vocab.table("lm_head.weight", C, config.init_std, /*matmul=*/true, tp));
     }
     return layout;
   }
@@ -132,7 +117,6 @@ class DecoderLm final : public Model {
     const DType dt = be->compute_dtype();
     const int64_t N = B * T;
     tokens = arena->take(DType::kI32, {B, T});
-    targets = arena->take(DType::kI32, {B, T});
     segments = arena->take(DType::kI32, {B, T});
     encoded = arena->take(dt, {N, C});
     block_acts.resize(blocks.size());
@@ -147,41 +131,14 @@ class DecoderLm final : public Model {
       }
     }
     lnf.plan(arena, dt, N, C, &lnf_acts);
-    logits_ = arena->take(dt, {N, Vl});
-    losses = arena->take(DType::kF32, {N});
-    if (tp.size > 1) {
-      rowmax = arena->take(DType::kF32, {N});
-      sums = arena->take(DType::kF32, {N, 2});
-      lse = arena->take(DType::kF32, {N});
-    }
-    row_f32 = arena->take(DType::kF32, {Vl});
+    logits_ = arena->take(dt, {N, vocab.Vl});
+    loss.plan(arena, N);
+    row_f32 = arena->take(DType::kF32, {vocab.Vl});
     dres = arena->take(dt, {N, C});
     if (!blocks.empty()) blocks[0].plan_scratch(arena, dt, B, T, C, &scratch);
   }
 
   Tensor residual_into(size_t i) const { return i == 0 ? encoded : block_acts[i - 1].res_out; }
-  // The vocabulary-parallel loss of the last logits (tensor groups > 1). Returns the sum of the
-  // per-row losses over the non-ignored targets and leaves lse on the device for backward.
-  double split_vocab_loss(std::span<const int32_t> host_targets) {
-    const int64_t N = B * T;
-    be->ce_shard_max(rowmax, logits_, v_count);
-    comm::collective_or_die(par.tensor->all_reduce(rowmax, comm::ReduceOp::kMax),
-                            "tensor-parallel cross-entropy (max)");
-    be->ce_shard_sums(sums, logits_, rowmax, targets, v_begin, v_count);
-    comm::collective_or_die(par.tensor->all_reduce(sums, comm::ReduceOp::kSum),
-                            "tensor-parallel cross-entropy (sums)");
-    std::vector<float> m(static_cast<size_t>(N)), sm(static_cast<size_t>(2 * N));
-    be->copy_to_host(m.data(), rowmax);
-    be->copy_to_host(sm.data(), sums);
-    std::vector<float> l(static_cast<size_t>(N));
-    double total = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      l[n] = m[n] + std::log(sm[2 * n]);
-      if (host_targets[n] >= 0) total += static_cast<double>(l[n]) - sm[2 * n + 1];
-    }
-    be->copy_from_host(lse, l.data());
-    return total;
-  }
 };
 
 }  // namespace
@@ -201,32 +158,21 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
   m->B = batch;
   m->T = seq_len;
   m->C = config.model_dim;
-  m->V = vocab;
-  m->Vp = config.vocab_size;
   m->par = parallel;
   m->options = options;
   m->tp = {parallel.tensor_rank, tp, parallel.tensor};
-  m->Vl = m->Vp / tp;
-  m->v_begin = parallel.tensor_rank * m->Vl;
-  m->v_count = std::clamp<int64_t>(vocab - m->v_begin, 0, m->Vl);
+  m->vocab = layers::VocabShard::of(vocab, config.vocab_size, m->tp);
+  m->loss.vocab = m->vocab;
+  m->loss.tp = m->tp;
+  m->loss.z_loss = options.z_loss;
   AX_RETURN_IF_ERROR(m->build());
   return std::unique_ptr<Model>(std::move(m));
 }
 
 double DecoderLm::forward_impl(const Batch& batch) {
-  const int64_t N = B * T;
   ParamStore& ps = *store_;
   ps.gather(0);
-  if (tp.size == 1) {
-    be->copy_from_host(tokens, batch.tokens.data());
-  } else {
-    std::vector<int32_t> local(batch.tokens.size());
-    for (size_t i = 0; i < batch.tokens.size(); ++i) {
-      const int64_t id = batch.tokens[i] - v_begin;
-      local[i] = (id >= 0 && id < Vl) ? static_cast<int32_t>(id) : -1;
-    }
-    be->copy_from_host(tokens, local.data());
-  }
+  vocab.upload_ids(*be, tokens, batch.tokens);
   use_segments = !batch.segment_ids.empty();
   if (use_segments) be->copy_from_host(segments, batch.segment_ids.data());
   const Tensor seg = use_segments ? segments : Tensor();
@@ -238,32 +184,17 @@ double DecoderLm::forward_impl(const Batch& batch) {
     const int unit = static_cast<int>(i) + 1;
     ps.gather(unit);
     ps.prefetch(unit + 1);
-    blocks[i].forward(*be, residual_into(i), block_acts[i], scratch, seg);
+    blocks[i].forward(*be, residual_into(i), block_acts[i], scratch, {.segments = seg});
   }
   lnf.forward(*be, lnf_acts, residual_into(blocks.size()));
   be->matmul_forward(logits_, lnf_acts.out, lm_head.w, Tensor());
   if (batch.targets.empty()) return 0;
-
-  be->copy_from_host(targets, batch.targets.data());
-  if (tp.size > 1) return split_vocab_loss(batch.targets);
-  be->cross_entropy_forward(losses, logits_, targets, V);
-  std::vector<float> host(static_cast<size_t>(N));
-  be->copy_to_host(host.data(), losses);
-  double sum = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (batch.targets[i] >= 0) sum += host[i];
-  }
-  return sum;
+  return loss.forward(*be, logits_, batch.targets);
 }
 
 void DecoderLm::backward_impl(float dloss) {
   const Tensor seg = use_segments ? segments : Tensor();
-  // dlogits overwrite the logits in place.
-  if (tp.size > 1) {
-    be->ce_shard_backward(logits_, logits_, lse, targets, v_begin, v_count, dloss);
-  } else {
-    be->cross_entropy_backward(logits_, logits_, targets, V, dloss);
-  }
+  loss.backward(*be, logits_, dloss);  // dlogits overwrite the logits in place
   Tensor dlnf = scratch.dln;
   be->zero(dlnf);
   be->matmul_backward(dlnf, lm_head.dw, Tensor(), logits_, lnf_acts.out, lm_head.w);
@@ -278,9 +209,9 @@ void DecoderLm::backward_impl(float dloss) {
     // The shared activations hold the last layer's after the forward pass; any other layer runs
     // its forward pass again from its kept input (the same ops on the same values: bit-equal).
     if (options.recompute_layers && i + 1 < blocks.size()) {
-      blocks[i].forward(*be, residual_into(i), block_acts[i], scratch, seg);
+      blocks[i].forward(*be, residual_into(i), block_acts[i], scratch, {.segments = seg});
     }
-    blocks[i].backward(*be, dres, residual_into(i), block_acts[i], scratch, seg);
+    blocks[i].backward(*be, dres, residual_into(i), block_acts[i], scratch, {.segments = seg});
     ps.release(unit);
   }
   be->embedding_backward(wte.dw, wpe.dw, dres.view({B, T, C}), tokens);
@@ -289,20 +220,8 @@ void DecoderLm::backward_impl(float dloss) {
 
 std::vector<float> DecoderLm::logits(int64_t b, int64_t t) const {
   AX_CHECK(logits_valid_) << "logits() needs a forward() and no backward() since";
-  AX_CHECK(tp.size == 1) << "logits() of a vocabulary split over tensor-parallel ranks";
   AX_CHECK(b >= 0 && b < B && t >= 0 && t < T);
-  const size_t row = static_cast<size_t>(b * T + t) * static_cast<size_t>(Vp);
-  Tensor src(static_cast<char*>(logits_.data) + row * dtype_size(logits_.dtype), logits_.dtype,
-             {Vp});
-  std::vector<float> out(static_cast<size_t>(Vp));
-  if (src.dtype == DType::kF32) {
-    be->copy_to_host(out.data(), src);
-  } else {
-    be->copy(row_f32, src);
-    be->copy_to_host(out.data(), row_f32);
-  }
-  out.resize(static_cast<size_t>(V));
-  return out;
+  return layers::logits_row(*be, logits_, row_f32, vocab, b * T + t);
 }
 
 }  // namespace ax::train

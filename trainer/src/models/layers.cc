@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ax/trainer/comm/communicator.h"
+#include "position_buckets.h"
 
 namespace ax::train::layers {
 namespace {
@@ -138,13 +139,15 @@ BlockOptions BlockOptions::of(const ModelConfig& config) {
   o.hidden = config.hidden_dim;
   o.rms_norm = config.norm == NormKind::kRmsNorm;
   o.norm_eps = config.norm_eps;
-  o.swiglu = config.activation == Activation::kSwiglu;
+  if (config.activation == Activation::kSwiglu) o.glu = Glu::kSwiGlu;
+  if (config.activation == Activation::kGeglu) o.glu = Glu::kGeGlu;
   o.rope = config.position == PositionKind::kRope;
   o.rope_theta = config.rope_theta;
   o.bias = config.bias;
   o.init_std = config.init_std;
   // GPT-2's scaled init of the projections that write into the residual stream.
   o.proj_std = config.init_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  o.mlp_proj_std = o.proj_std;
   return o;
 }
 
@@ -162,14 +165,15 @@ void SelfAttention::declare(ParamLayout* layout, const std::string& prefix, cons
   proj.declare(layout, prefix + ".proj", o.dim, q, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
 }
 
-AttentionSpec SelfAttention::spec(Tensor segments) const {
+AttentionSpec SelfAttention::spec(const LayerContext& ctx) const {
   AttentionSpec s;
   s.num_heads = num_heads;
   s.num_kv_heads = num_kv_heads;
   s.causal = causal;
   s.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   s.k_offset = num_heads * head_dim;
-  s.q_segments = s.k_segments = segments;
+  s.bias = ctx.bias;
+  s.q_segments = s.k_segments = ctx.segments;
   return s;
 }
 
@@ -193,24 +197,24 @@ void SelfAttention::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64
 }
 
 void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
-                            const Scratch& scratch, Tensor segments) const {
+                            const Scratch& scratch, const LayerContext& ctx) const {
   if (rope) {
     qkv.forward(be, scratch.qkv_pre, inp);
     be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta);
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
-  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec(segments));
+  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec(ctx));
   proj.forward(be, out, acts.out);
 }
 
 void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                             const Scratch& scratch, Tensor segments) const {
+                             const Scratch& scratch, const LayerContext& ctx) const {
   be.zero(scratch.dout);
   proj.backward(be, scratch.dout, dout, acts.out);
   be.zero(scratch.dqkv);
-  be.attention_backward(scratch.dqkv, scratch.dqkv, Tensor(), scratch.dout, acts.out, acts.lse,
-                        acts.qkv, acts.qkv, spec(segments));
+  be.attention_backward(scratch.dqkv, scratch.dqkv, ctx.dbias, scratch.dout, acts.out, acts.lse,
+                        acts.qkv, acts.qkv, spec(ctx));
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);
@@ -220,18 +224,126 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
   qkv.backward(be, dinp, dqkv, inp);
 }
 
+// ---- CrossAttention ----
+
+AttentionSpec CrossAttention::spec(const LayerContext& ctx) const {
+  AttentionSpec s;
+  s.num_heads = num_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  s.q_segments = ctx.segments;
+  s.k_segments = ctx.memory_segments;
+  AX_CHECK_EQ(s.q_segments.empty(), s.k_segments.empty())
+      << "cross-attention needs segments for both the queries and the memory, or neither";
+  return s;
+}
+
+void CrossAttention::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
+                             const TensorGroup& tp) {
+  num_heads = static_cast<int>(o.num_heads / tp.size);
+  num_kv_heads = static_cast<int>(o.num_kv_heads / tp.size);
+  head_dim = o.head_dim;
+  const int64_t qd = o.num_heads * head_dim, kvd = o.num_kv_heads * head_dim;
+  q.declare(layout, prefix + ".q", qd, o.dim, o.bias, o.init_std, tp, {LinearSplit::kColumn, {qd}});
+  kv.declare(layout, prefix + ".kv", 2 * kvd, o.dim, o.bias, o.init_std, tp,
+             {LinearSplit::kColumn, {kvd, kvd}});
+  proj.declare(layout, prefix + ".proj", o.dim, qd, o.bias, o.proj_std, tp,
+               {LinearSplit::kRow, {}});
+}
+
+void CrossAttention::bind(const ParamStore& store) {
+  q.bind(store);
+  kv.bind(store);
+  proj.bind(store);
+}
+
+void CrossAttention::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t memory_seq,
+                          Acts* acts) const {
+  acts->q = arena->take(dtype, {batch, seq, num_heads * head_dim});
+  acts->kv = arena->take(dtype, {batch, memory_seq, 2 * num_kv_heads * head_dim});
+  acts->out = arena->take(dtype, {batch, seq, num_heads * head_dim});
+  acts->lse = arena->take(DType::kF32, {batch, num_heads, seq});
+}
+
+void CrossAttention::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq,
+                                  int64_t memory_seq, Scratch* scratch) const {
+  scratch->dq = arena->take(dtype, {batch, seq, num_heads * head_dim});
+  scratch->dkv = arena->take(dtype, {batch, memory_seq, 2 * num_kv_heads * head_dim});
+  scratch->dout = arena->take(dtype, {batch, seq, num_heads * head_dim});
+}
+
+void CrossAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
+                             const LayerContext& ctx) const {
+  q.forward(be, acts.q, inp);
+  kv.forward(be, acts.kv, ctx.memory);
+  be.attention_forward(acts.out, acts.lse, acts.q, acts.kv, spec(ctx));
+  proj.forward(be, out, acts.out);
+}
+
+void CrossAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
+                              const Scratch& scratch, const LayerContext& ctx) const {
+  be.zero(scratch.dout);
+  proj.backward(be, scratch.dout, dout, acts.out);
+  be.zero(scratch.dq);
+  be.zero(scratch.dkv);
+  be.attention_backward(scratch.dq, scratch.dkv, Tensor(), scratch.dout, acts.out, acts.lse, acts.q,
+                        acts.kv, spec(ctx));
+  q.backward(be, dinp, scratch.dq, inp);
+  kv.backward(be, ctx.dmemory, scratch.dkv, ctx.memory);
+}
+
+// ---- RelativeBias ----
+
+void RelativeBias::declare(ParamLayout* layout, const std::string& prefix, int64_t num_buckets,
+                           const BlockOptions& o, const TensorGroup& tp) {
+  name = prefix + ".weight";
+  num_heads = static_cast<int>(o.num_heads / tp.size);
+  // T5x initialises the table as an embedding of fan_avg variance scaling.
+  ParamSpec spec = make_param(name, {num_buckets, o.num_heads}, false, ParamInit::kNormal,
+                              std::sqrt(2.0 / static_cast<double>(num_buckets + o.num_heads)));
+  if (tp.size > 1) split_blocks(&spec, 1, {o.num_heads}, tp);
+  layout->add(std::move(spec));
+}
+
+void RelativeBias::bind(const ParamStore& store) { table = store.views(name); }
+
+void RelativeBias::plan(Arena* arena, DType dtype, int64_t seq_len) {
+  seq = seq_len;
+  buckets = arena->take(DType::kI32, {1, seq, seq});
+  bias = arena->take(dtype, {1, num_heads, seq, seq});
+  dbias = arena->take(DType::kF32, {1, num_heads, seq, seq});
+}
+
+void RelativeBias::upload(Backend& be, bool bidirectional, int num_buckets,
+                          int max_distance) const {
+  // Positions 0..T-1 serve packed rows too: within a segment the distance between two tokens is
+  // the same whether positions restart at the segment or not, and across segments nothing attends.
+  const std::vector<int32_t> positions = segment_positions({}, seq);
+  std::vector<int32_t> host(static_cast<size_t>(seq * seq));
+  relative_position_buckets(positions, positions, bidirectional, num_buckets, max_distance,
+                            host.data());
+  be.copy_from_host(buckets, host.data());
+}
+
+void RelativeBias::forward(Backend& be) const { be.position_bias_forward(bias, table.w, buckets); }
+
+void RelativeBias::backward(Backend& be) const {
+  be.position_bias_backward(table.dw, dbias, buckets);
+}
+
 // ---- Mlp ----
 
 void Mlp::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
                   const TensorGroup& group) {
   tp = group;
-  swiglu = o.swiglu;
+  glu = o.glu;
   const int64_t F = o.hidden;
   hidden = F / tp.size;
-  std::vector<int64_t> blocks = swiglu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
-  fc.declare(layout, prefix + ".fc", swiglu ? 2 * F : F, o.dim, o.bias, o.init_std, tp,
+  std::vector<int64_t> blocks = glu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
+  fc.declare(layout, prefix + ".fc", glu ? 2 * F : F, o.dim, o.bias, o.init_std, tp,
              {LinearSplit::kColumn, blocks});
-  proj.declare(layout, prefix + ".proj", o.dim, F, o.bias, o.proj_std, tp, {LinearSplit::kRow, {}});
+  proj.declare(layout, prefix + ".proj", o.dim, F, o.bias, o.mlp_proj_std, tp,
+               {LinearSplit::kRow, {}});
 }
 
 void Mlp::bind(const ParamStore& store) {
@@ -240,19 +352,19 @@ void Mlp::bind(const ParamStore& store) {
 }
 
 void Mlp::plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const {
-  acts->fch = arena->take(dtype, {rows, swiglu ? 2 * hidden : hidden});
+  acts->fch = arena->take(dtype, {rows, glu ? 2 * hidden : hidden});
   acts->act = arena->take(dtype, {rows, hidden});
 }
 
 void Mlp::plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const {
-  scratch->dfch = arena->take(dtype, {rows, swiglu ? 2 * hidden : hidden});
+  scratch->dfch = arena->take(dtype, {rows, glu ? 2 * hidden : hidden});
   scratch->dact = arena->take(dtype, {rows, hidden});
 }
 
 void Mlp::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const {
   fc.forward(be, acts.fch, inp);
-  if (swiglu) {
-    be.swiglu_forward(acts.act, acts.fch);
+  if (glu) {
+    be.glu_forward(acts.act, acts.fch, *glu);
   } else {
     be.gelu_forward(acts.act, acts.fch);
   }
@@ -264,8 +376,8 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
   be.zero(scratch.dact);
   proj.backward(be, scratch.dact, dout, acts.act);
   be.zero(scratch.dfch);
-  if (swiglu) {
-    be.swiglu_backward(scratch.dfch, scratch.dact, acts.fch);
+  if (glu) {
+    be.glu_backward(scratch.dfch, scratch.dact, acts.fch, *glu);
   } else {
     be.gelu_backward(scratch.dfch, scratch.dact, acts.fch);
   }
@@ -275,10 +387,15 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
 // ---- DecoderLayer ----
 
 void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
-                           const TensorGroup& group) {
+                           const TensorGroup& group, bool cross_attention) {
   tp = group;
+  has_cross = cross_attention;
   ln1.declare(layout, prefix + ".ln1", o.dim, o.rms_norm, o.bias, o.norm_eps);
   attn.declare(layout, prefix + ".attn", o, tp);
+  if (has_cross) {
+    ln_cross.declare(layout, prefix + ".ln_cross", o.dim, o.rms_norm, o.bias, o.norm_eps);
+    cross.declare(layout, prefix + ".cross", o, tp);
+  }
   ln2.declare(layout, prefix + ".ln2", o.dim, o.rms_norm, o.bias, o.norm_eps);
   mlp.declare(layout, prefix + ".mlp", o, tp);
 }
@@ -286,45 +403,62 @@ void DecoderLayer::declare(ParamLayout* layout, const std::string& prefix, const
 void DecoderLayer::bind(const ParamStore& store) {
   ln1.bind(store);
   attn.bind(store);
+  if (has_cross) {
+    ln_cross.bind(store);
+    cross.bind(store);
+  }
   ln2.bind(store);
   mlp.bind(store);
 }
 
 void DecoderLayer::plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
-                        Acts* acts) const {
+                        Acts* acts, int64_t memory_seq) const {
   const int64_t rows = batch * seq;
   ln1.plan(arena, dtype, rows, dim, &acts->ln1);
   attn.plan(arena, dtype, batch, seq, &acts->attn);
   acts->res_mid = arena->take(dtype, {rows, dim});
+  if (has_cross) {
+    ln_cross.plan(arena, dtype, rows, dim, &acts->ln_cross);
+    cross.plan(arena, dtype, batch, seq, memory_seq, &acts->cross);
+    acts->res_cross = arena->take(dtype, {rows, dim});
+  }
   ln2.plan(arena, dtype, rows, dim, &acts->ln2);
   mlp.plan(arena, dtype, rows, &acts->mlp);
   acts->res_out = arena->take(dtype, {rows, dim});
 }
 
 void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
-                                Scratch* scratch) const {
+                                Scratch* scratch, int64_t memory_seq) const {
   scratch->branch = arena->take(dtype, {batch * seq, dim});
   scratch->dln = arena->take(dtype, {batch * seq, dim});
   attn.plan_scratch(arena, dtype, batch, seq, &scratch->attn);
+  if (has_cross) cross.plan_scratch(arena, dtype, batch, seq, memory_seq, &scratch->cross);
   mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp);
 }
 
 void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
-                           Tensor segments) const {
+                           const LayerContext& ctx) const {
   // Tensor parallelism: each branch ends in a row-parallel projection whose partial outputs are
   // summed over the group before the residual add (Megatron's g).
   ln1.forward(be, acts.ln1, res_in);
-  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn, segments);
+  attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn, ctx);
   tp.all_reduce(scratch.branch);
   be.add_forward(acts.res_mid, res_in, scratch.branch);
-  ln2.forward(be, acts.ln2, acts.res_mid);
+  if (has_cross) {
+    ln_cross.forward(be, acts.ln_cross, acts.res_mid);
+    cross.forward(be, scratch.branch, acts.ln_cross.out, acts.cross, ctx);
+    tp.all_reduce(scratch.branch);
+    be.add_forward(acts.res_cross, acts.res_mid, scratch.branch);
+  }
+  const Tensor before_mlp = residual_before_mlp(acts);
+  ln2.forward(be, acts.ln2, before_mlp);
   mlp.forward(be, scratch.branch, acts.ln2.out, acts.mlp);
   tp.all_reduce(scratch.branch);
-  be.add_forward(acts.res_out, acts.res_mid, scratch.branch);
+  be.add_forward(acts.res_out, before_mlp, scratch.branch);
 }
 
 void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts,
-                            const Scratch& scratch, Tensor segments) const {
+                            const Scratch& scratch, const LayerContext& ctx) const {
   // The skip connections pass dres through unchanged; each branch adds its part through its
   // norm's backward, which accumulates into dres.
   // Tensor parallelism: a branch starts with a column-parallel projection, whose input gradient
@@ -332,9 +466,15 @@ void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts&
   be.zero(scratch.dln);
   mlp.backward(be, scratch.dln, dres, acts.ln2.out, acts.mlp, scratch.mlp);
   tp.all_reduce(scratch.dln);
-  ln2.backward(be, dres, scratch.dln, acts.res_mid, acts.ln2);
+  ln2.backward(be, dres, scratch.dln, residual_before_mlp(acts), acts.ln2);
+  if (has_cross) {
+    be.zero(scratch.dln);
+    cross.backward(be, scratch.dln, dres, acts.ln_cross.out, acts.cross, scratch.cross, ctx);
+    tp.all_reduce(scratch.dln);
+    ln_cross.backward(be, dres, scratch.dln, acts.res_mid, acts.ln_cross);
+  }
   be.zero(scratch.dln);
-  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn, segments);
+  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn, ctx);
   tp.all_reduce(scratch.dln);
   ln1.backward(be, dres, scratch.dln, res_in, acts.ln1);
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,17 +33,29 @@ struct BlockOptions {
   int64_t dim = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, hidden = 0;
   bool rms_norm = false;
   double norm_eps = 1e-5;
-  bool swiglu = false;
+  std::optional<Glu> glu;  // a gated MLP (SwiGLU, GeGLU); none: GELU
   bool rope = false;
   double rope_theta = 10000;
   bool bias = true;
-  double init_std = 0.02;
-  double proj_std = 0.02;  // the projections into the residual stream
+  double init_std = 0.02;      // every matrix that reads the residual stream (qkv, fc)
+  double proj_std = 0.02;      // attention's projection into the residual stream
+  double mlp_proj_std = 0.02;  // the MLP's projection into the residual stream
   static BlockOptions of(const ModelConfig& config);
 };
 
+// What a layer reads besides its residual stream; every field may be empty.
+struct LayerContext {
+  Tensor segments{};         // (B, T) i32: tokens of different segments never attend
+  Tensor bias{};             // self-attention's additive position bias (1, NH, T, T) (T5)
+  Tensor dbias{};            // backward: its f32 gradient, accumulated (+=) over the layers
+  Tensor memory{};           // cross-attention's keys and values come from (B·Te, C): the encoder
+  Tensor dmemory{};          // backward: the memory's gradient, accumulated (+=); partial per
+                             // tensor rank (the caller sums it over the group once)
+  Tensor memory_segments{};  // (B, Te) i32: segments of the memory's rows
+};
+
 // How a Linear is split over the tensor group (Megatron): kColumn splits the output features
-// (its weight's rows and its bias), in blocks: packed qkv has three (q, k, v), SwiGLU's fc two
+// (its weight's rows and its bias), in blocks: packed qkv has three (q, k, v), a gated fc two
 // (gate, up), each split evenly; kRow splits the input features (the weight's columns); its bias
 // is whole on every rank and added by rank 0 only, so the sum over the group adds it once.
 struct LinearSplit {
@@ -109,33 +122,88 @@ struct SelfAttention {
 
   int64_t qkv_dim() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
   // The packed qkv's heads, causal mask and 1/sqrt(head_dim) scale, for the attention op, with
-  // the batch's segment ids (B, T) i32 or none.
-  AttentionSpec spec(Tensor segments) const;
+  // the batch's segment ids (B, T) i32 and position bias, or none.
+  AttentionSpec spec(const LayerContext& ctx) const;
   void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
                const TensorGroup& tp);
   void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, Acts* acts) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, Scratch* scratch) const;
-  // out (N, C) = proj(attention(qkv(inp))); inp (N, C). segments (B, T) i32 or empty: tokens of
-  // different segments never attend.
+  // out (N, C) = proj(attention(qkv(inp))); inp (N, C). Reads ctx's segments and bias;
+  // backward accumulates ctx.dbias.
   void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts, const Scratch& scratch,
-               Tensor segments = {}) const;
+               const LayerContext& ctx) const;
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                const Scratch& scratch, Tensor segments = {}) const;
+                const Scratch& scratch, const LayerContext& ctx) const;
 };
 
-// fc → GELU or SwiGLU → proj.
+// Attention from the residual stream (queries) to a memory (keys and values: the encoder's
+// output), T5's EncDecAttention: separate q and kv projections, no mask but the segments, no
+// position bias.
+struct CrossAttention {
+  struct Acts {
+    Tensor q;    // (B, T, NH*HD)
+    Tensor kv;   // (B, Te, 2*KVH*HD)
+    Tensor out;  // (B, T, NH*HD)
+    Tensor lse;  // (B, NH, T) f32
+  };
+  struct Scratch {
+    Tensor dq, dkv, dout;
+  };
+  int num_heads = 0, num_kv_heads = 0;  // this rank's heads
+  int64_t head_dim = 0;
+  Linear q, kv, proj;
+
+  AttentionSpec spec(const LayerContext& ctx) const;
+  void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
+               const TensorGroup& tp);
+  void bind(const ParamStore& store);
+  void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t memory_seq,
+            Acts* acts) const;
+  void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t memory_seq,
+                    Scratch* scratch) const;
+  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
+               const LayerContext& ctx) const;
+  // dinp += the queries' input gradient, ctx.dmemory += the keys' and values'.
+  void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
+                const Scratch& scratch, const LayerContext& ctx) const;
+};
+
+// T5's relative position bias of one stack: a (buckets, NH) table, split over the tensor group
+// by heads, and the bucket of each (query, key) pair, computed once on the host
+// (position_buckets.h). forward gives the (1, NH, T, T) bias every layer of the stack adds.
+struct RelativeBias {
+  std::string name;
+  ParamViews table;
+  int num_heads = 0;  // this rank's
+  int64_t seq = 0;
+  Tensor buckets;  // (1, T, T) i32
+  Tensor bias;     // (1, NH, T, T), compute dtype
+  Tensor dbias;    // (1, NH, T, T) f32
+
+  void declare(ParamLayout* layout, const std::string& prefix, int64_t num_buckets,
+               const BlockOptions& options, const TensorGroup& tp);
+  void bind(const ParamStore& store);
+  void plan(Arena* arena, DType dtype, int64_t seq_len);
+  // After the allocation: the bucket ids onto the device.
+  void upload(Backend& be, bool bidirectional, int num_buckets, int max_distance) const;
+  void forward(Backend& be) const;
+  // table.dw += the gradient of dbias (summed over the stack's layers by their backward).
+  void backward(Backend& be) const;
+};
+
+// fc → GELU, or a gated linear unit (SwiGLU, GeGLU) over fc's two halves → proj.
 struct Mlp {
   struct Acts {
-    Tensor fch;  // (N, F) GELU or (N, 2F) SwiGLU
+    Tensor fch;  // (N, F) GELU or (N, 2F) gated: the gate, then the up projection
     Tensor act;  // (N, F)
   };
   struct Scratch {
     Tensor dfch;  // (N, F or 2F)
     Tensor dact;  // (N, F)
   };
-  bool swiglu = false;
-  int64_t hidden = 0;  // this rank's width (hidden_dim / tensor group size)
+  std::optional<Glu> glu;  // none: GELU
+  int64_t hidden = 0;      // this rank's width (hidden_dim / tensor group size)
   TensorGroup tp;
   Linear fc, proj;
 
@@ -149,38 +217,49 @@ struct Mlp {
                 const Scratch& scratch) const;
 };
 
-// A pre-norm transformer layer: x + attn(ln1(x)), then + mlp(ln2(·)).
+// A pre-norm transformer layer: x + attn(ln1(x)), then (with cross-attention, T5's decoder)
+// + cross(ln_cross(·), memory), then + mlp(ln2(·)).
 struct DecoderLayer {
   struct Acts {
-    Norm::Acts ln1, ln2;
+    Norm::Acts ln1, ln_cross, ln2;
     SelfAttention::Acts attn;
+    CrossAttention::Acts cross;
     Mlp::Acts mlp;
-    Tensor res_mid;  // (N, C) after the attention residual
-    Tensor res_out;  // (N, C)
+    Tensor res_mid;    // (N, C) after the attention residual
+    Tensor res_cross;  // (N, C) after the cross-attention residual (cross-attention only)
+    Tensor res_out;    // (N, C)
   };
   struct Scratch {
     Tensor branch;  // (N, C) output of a branch before its residual add
     Tensor dln;     // (N, C) gradient at a norm's output
     SelfAttention::Scratch attn;
+    CrossAttention::Scratch cross;
     Mlp::Scratch mlp;
   };
-  Norm ln1, ln2;
+  Norm ln1, ln_cross, ln2;
   SelfAttention attn;
+  CrossAttention cross;
+  bool has_cross = false;
   Mlp mlp;
   TensorGroup tp;
 
   // With a tensor group, each branch's input gradient and output are summed over the group.
+  // cross_attention: the layer attends to a memory (plan's memory_seq rows per example).
   void declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& options,
-               const TensorGroup& tp = {});
+               const TensorGroup& tp = {}, bool cross_attention = false);
   void bind(const ParamStore& store);
-  void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts) const;
+  void plan(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim, Acts* acts,
+            int64_t memory_seq = 0) const;
   void plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_t seq, int64_t dim,
-                    Scratch* scratch) const;
+                    Scratch* scratch, int64_t memory_seq = 0) const;
+  Tensor residual_before_mlp(const Acts& acts) const {
+    return has_cross ? acts.res_cross : acts.res_mid;
+  }
   void forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
-               Tensor segments = {}) const;
+               const LayerContext& ctx = {}) const;
   // On entry dres holds d(res_out); on return d(res_in).
   void backward(Backend& be, Tensor dres, Tensor res_in, const Acts& acts, const Scratch& scratch,
-                Tensor segments = {}) const;
+                const LayerContext& ctx = {}) const;
 };
 
 }  // namespace ax::train::layers

@@ -19,6 +19,17 @@ StatusOr<int64_t> padded_vocab_size(const ModelConfig& config, int64_t vocab) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
+int64_t logical_matmul_parameters(const ParamLayout& layout, std::string_view prefix) {
+  int64_t n = 0;
+  for (const ParamSpec& spec : layout.specs()) {
+    if (!spec.matmul || !spec.name.starts_with(prefix)) continue;
+    int64_t numel = 1;
+    for (int64_t d : spec.logical_shape) numel *= d;
+    n += numel;
+  }
+  return n;
+}
+
 Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_t vocab,
@@ -36,10 +47,12 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
         "model.num_layers, model_dim, num_heads, num_kv_heads and hidden_dim "
         "must be positive");
   }
-  if (config.model_dim % config.num_heads != 0 || config.num_heads % config.num_kv_heads != 0) {
+  if ((config.kv_channels == 0 && config.model_dim % config.num_heads != 0) ||
+      config.num_heads % config.num_kv_heads != 0) {
     return InvalidArgument(
         "model.num_heads=", config.num_heads, " must divide model.model_dim=", config.model_dim,
-        " and model.num_kv_heads=", config.num_kv_heads, " must divide model.num_heads");
+        " (or set model.kv_channels) and model.num_kv_heads=", config.num_kv_heads,
+        " must divide model.num_heads");
   }
   if (config.position == PositionKind::kRope && config.head_dim() % 2 != 0) {
     return InvalidArgument(
@@ -63,7 +76,7 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
     case ModelFamily::kLlama:
       return make_decoder_lm(padded_config, vocab, batch, seq_len, backend, parallel, options);
     case ModelFamily::kT5:
-      break;  // the encoder-decoder network is not built yet (issue 13)
+      return make_encoder_decoder(padded_config, vocab, batch, seq_len, backend, parallel, options);
   }
   return InvalidArgument("model.family=", name_of(config.family), ": no such model family");
 }

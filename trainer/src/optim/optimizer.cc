@@ -24,6 +24,7 @@ double learning_rate(const OptimConfig& optim, int64_t max_steps, int64_t step) 
   if (step >= decay_end) return floor;
   const double progress =
       static_cast<double>(step - warmup) / static_cast<double>(decay_end - warmup);
+  if (optim.schedule == "linear") return peak - (peak - floor) * progress;
   return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
 }
 

@@ -36,26 +36,16 @@ std::string absolute_path(const std::string& path) {
   return ec ? path : p.lexically_normal().string();
 }
 
-// Runs forward over `rows` windows of seq_len + 1 tokens (inputs [0, T), targets [1, T]) in
-// micro-batches of model->batch() rows; after each, `then(loss, targets)` returns what to add to
-// the sum this returns.
+// Runs forward over the rows in micro-batches of model->batch() rows; after each,
+// `then(loss, targets)` returns what to add to the sum this returns.
 template <typename Then>
-double for_each_micro_batch(Model* model, std::span<const uint32_t> windows, int64_t rows,
-                            Then then) {
-  const int64_t B = model->batch(), T = model->seq_len();
-  AX_CHECK(rows > 0 && rows % B == 0) << rows << " rows in micro-batches of " << B;
-  AX_CHECK_EQ(static_cast<int64_t>(windows.size()), rows * (T + 1));
-  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+double for_each_micro_batch(Model* model, const StepRows& rows, Then then) {
+  const int64_t B = model->batch();
+  AX_CHECK(rows.rows > 0 && rows.rows % B == 0) << rows.rows << " rows in micro-batches of " << B;
+  AX_CHECK_EQ(rows.length, model->seq_len());
   double sum = 0;
-  for (int64_t first = 0; first < rows; first += B) {
-    for (int64_t r = 0; r < B; ++r) {
-      const uint32_t* w = windows.data() + (first + r) * (T + 1);
-      for (int64_t t = 0; t < T; ++t) {
-        tokens[r * T + t] = static_cast<int32_t>(w[t]);
-        targets[r * T + t] = static_cast<int32_t>(w[t + 1]);
-      }
-    }
-    const float loss = model->forward(tokens, targets);
+  for (int64_t first = 0; first < rows.rows; first += B) {
+    const float loss = model->forward(rows.micro_batch(first, B));
     sum += then(loss, model->num_targets());
   }
   return sum;
@@ -146,33 +136,41 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
   return cpu;
 }
 
-double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows,
-                        int64_t global_rows) {
+double forward_backward(Model* model, const StepRows& rows, int64_t global_rows) {
   model->zero_grad();
   // Each micro-batch's mean loss is weighted by its share of the targets of the global batch, so
   // that the sum of the micro-batch gradients (over this rank's micro-batches, then over the
   // replicas) is the gradient of the mean over the whole batch.
   const double total =
-      static_cast<double>((global_rows > 0 ? global_rows : rows) * model->seq_len());
+      static_cast<double>((global_rows > 0 ? global_rows : rows.rows) * rows.targets_per_row);
   const double loss =
-      for_each_micro_batch(
-          model, windows, rows,
-          [&](float loss, int64_t targets) {
-            model->backward(static_cast<float>(static_cast<double>(targets) / total));
-            return static_cast<double>(loss) * static_cast<double>(targets);
-          }) /
+      for_each_micro_batch(model, rows,
+                           [&](float loss, int64_t targets) {
+                             model->backward(
+                                 static_cast<float>(static_cast<double>(targets) / total));
+                             return static_cast<double>(loss) * static_cast<double>(targets);
+                           }) /
       total;
   model->reduce_gradients();
   return loss;
 }
 
-double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows) {
-  const double total = static_cast<double>(rows * model->seq_len());
-  return for_each_micro_batch(model, windows, rows,
+double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows,
+                        int64_t global_rows) {
+  return forward_backward(model, lm_rows(windows, rows, model->seq_len()), global_rows);
+}
+
+double evaluate_loss(Model* model, const StepRows& rows) {
+  const double total = static_cast<double>(rows.rows * rows.targets_per_row);
+  return for_each_micro_batch(model, rows,
                               [](float loss, int64_t targets) {
                                 return static_cast<double>(loss) * static_cast<double>(targets);
                               }) /
          total;
+}
+
+double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows) {
+  return evaluate_loss(model, lm_rows(windows, rows, model->seq_len()));
 }
 
 void install_stop_handlers() {

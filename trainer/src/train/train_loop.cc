@@ -94,6 +94,15 @@ class Trainer {
   Status resume();
   Status step(int64_t step, StepResult* result);
   Status check_tokens(const data::TokenBatch& batch) const;
+  // The objective's rows from a batch of the loader's windows: next-token rows, or T5's span
+  // corruption.
+  StatusOr<StepRows> rows_of(const data::TokenBatch& batch) const;
+  // What span corruption needs from the tokenizer and the config (t5).
+  Status setup_span_corruption();
+  // Tokens a row feeds the model (the encoder's and the decoder's for t5).
+  int64_t tokens_per_row() const {
+    return config_.train.seq_len + (spans_ ? config_.train.encoder_seq_len : 0);
+  }
   // The error that stops a run when the loss or the gradient norm is NaN or inf.
   Status non_finite(const char* what, double value, int64_t step) const;
   Status evaluate(int64_t step);
@@ -127,6 +136,7 @@ class Trainer {
   bool resumed_ = false;
   bool logged_any_ = false;
   data::TokenBatch batch_;
+  std::optional<SpanCorruptionRows> spans_;  // t5
   // Step times since the last progress line.
   double window_time_s_ = 0;
   int64_t window_steps_ = 0;
@@ -157,6 +167,13 @@ Status Trainer::open_data() {
       data::ShardSet::open(config_.data.train_dir, tokenizer_->hash());
   if (!train.ok()) return train.status().with_context("training data");
   train_set_ = *train;
+  if (train_set_->index().kind != data::ShardKind::kLm) {
+    return FailedPrecondition(
+        "training data ", config_.data.train_dir,
+        " is seq2seq (input/target pairs from `ax-data tokenize --format seq2seq`); pretraining "
+        "reads text shards (`ax-data tokenize` without --format; model.family=t5 makes its own "
+        "inputs and targets from them by span corruption)");
+  }
 
   const int64_t devices = ctx_.world;
   const double global = config_.train.global_batch > 0
@@ -189,6 +206,10 @@ Status Trainer::open_data() {
 
   data::LoaderOptions lo;
   lo.seq_len = static_cast<uint64_t>(config_.train.seq_len);
+  if (config_.model.family == ModelFamily::kT5) {
+    AX_RETURN_IF_ERROR(setup_span_corruption());
+    lo.seq_len = static_cast<uint64_t>(spans_->raw_length() - 1);  // a window is seq_len + 1
+  }
   lo.seed = config_.train.seed;
   lo.global_batch = static_cast<uint64_t>(global_batch_);
   lo.replica = static_cast<uint64_t>(dist_->replica());
@@ -220,6 +241,43 @@ Status Trainer::open_data() {
     }
   }
   return Status::Ok();
+}
+
+Status Trainer::setup_span_corruption() {
+  const uint32_t sentinels = tokenizer_->num_sentinels();
+  if (sentinels == 0) {
+    return FailedPrecondition(
+        "model.family=t5 trains on span corruption, which needs T5's sentinel tokens "
+        "<extra_id_0..N>, and the tokenizer ",
+        config_.data.tokenizer,
+        " has none: train one with `ax-data train-tokenizer --extra-ids 100 ...` and tokenize "
+        "the data with it (docs/t5.md)");
+  }
+  SpanCorruptionRows sc;
+  sc.encoder_length = config_.train.encoder_seq_len;
+  sc.decoder_length = config_.train.seq_len;
+  sc.pack = config_.train.pack_examples;
+  sc.seed = config_.train.seed;
+  sc.sentinel_top = tokenizer_->vocab_size() - 1;
+  sc.num_sentinels = sentinels;
+  sc.eos = static_cast<uint32_t>(std::max(0, tokenizer_->eos_id()));
+  sc.pad = std::max(0, tokenizer_->pad_id());
+  StatusOr<data::SpanLengths> lengths = sc.lengths();
+  if (!lengths.ok()) return lengths.status();
+  const data::NoiseCounts counts = data::noise_counts(lengths->raw, sc.corruption);
+  if (counts.spans > sentinels) {
+    return FailedPrecondition("ENC_SL=", sc.encoder_length, " makes ", counts.spans,
+                              " noise spans per example, more than the tokenizer's ", sentinels,
+                              " sentinels");
+  }
+  spans_ = sc;
+  return Status::Ok();
+}
+
+StatusOr<StepRows> Trainer::rows_of(const data::TokenBatch& batch) const {
+  const int64_t rows = static_cast<int64_t>(batch.batch);
+  if (!spans_) return lm_rows(batch.tokens, rows, config_.train.seq_len);
+  return spans_->make(batch.tokens, batch.sample_ids);
 }
 
 Status Trainer::resume() {
@@ -261,7 +319,9 @@ Status Trainer::setup() {
   AX_ASSIGN_OR_RETURN(model_,
                       Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
                                     config_.train.seq_len, backend_.get(), dist_->model_parallel(),
-                                    {config_.train.recompute == "layer"}));
+                                    {.recompute_layers = config_.train.recompute == "layer",
+                                     .encoder_seq_len = config_.train.encoder_seq_len,
+                                     .z_loss = static_cast<float>(config_.train.z_loss)}));
   AX_ASSIGN_OR_RETURN(optimizer_,
                       AdamW::create(config_.optim, config_.train.max_steps, &model_->store()));
   AX_RETURN_IF_ERROR(resume());
@@ -279,7 +339,12 @@ void Trainer::print_summary() const {
   const ModelConfig& m = config_.model;
   out_ << to_text(config_);
   out_ << "backend: " << backend_->name() << "\n";
-  out_ << "model: " << name_of(m.family) << ", " << m.num_layers << " layers, width " << m.model_dim << ", "
+  const std::string layers =
+      m.family == ModelFamily::kT5
+          ? str_cat(m.num_layers, "+", m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_layers,
+                    " encoder+decoder layers")
+          : str_cat(m.num_layers, " layers");
+  out_ << "model: " << name_of(m.family) << ", " << layers << ", width " << m.model_dim << ", "
        << fixed(static_cast<double>(layout.num_parameters()) / 1e6, 2) << "M parameters ("
        << fixed(static_cast<double>(layout.num_matmul_parameters()) / 1e6, 2)
        << "M in matmuls), vocabulary " << tokenizer_->vocab_size() << " padded to " << m.vocab_size
@@ -322,10 +387,10 @@ Status Trainer::check_tokens(const data::TokenBatch& batch) const {
 Status Trainer::step(int64_t step, StepResult* result) {
   AX_RETURN_IF_ERROR(loader_->next(&batch_));
   AX_RETURN_IF_ERROR(check_tokens(batch_));
-  const double loss = dist_->all_reduce(
-      dist_->groups.replica.get(),
-      forward_backward(model_.get(), batch_.tokens, replica_rows_, global_batch_),
-      comm::ReduceOp::kSum);
+  AX_ASSIGN_OR_RETURN(StepRows rows, rows_of(batch_));
+  const double loss =
+      dist_->all_reduce(dist_->groups.replica.get(),
+                        forward_backward(model_.get(), rows, global_batch_), comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);
   const double norm = optimizer_->grad_norm();
   if (!std::isfinite(norm)) return non_finite("gradient norm", norm, step);
@@ -334,7 +399,7 @@ Status Trainer::step(int64_t step, StepResult* result) {
   result->grad_norm = norm;
   result->lr = optimizer_->apply(step, norm);
   progress_.step = step;
-  progress_.tokens_seen += global_batch_ * config_.train.seq_len;
+  progress_.tokens_seen += global_batch_ * tokens_per_row();
   progress_.loader = loader_->state();
   return Status::Ok();
 }
@@ -356,7 +421,8 @@ Status Trainer::evaluate(int64_t step) {
   for (int64_t i = 0; i < config_.train.eval_batches; ++i) {
     AX_RETURN_IF_ERROR(val_loader_->next(&batch));
     AX_RETURN_IF_ERROR(check_tokens(batch));
-    sum += evaluate_loss(model_.get(), batch.tokens, micro_batch_);
+    AX_ASSIGN_OR_RETURN(StepRows rows, rows_of(batch));
+    sum += evaluate_loss(model_.get(), rows);
   }
   // Every batch has the same number of targets: the mean of the means is the mean.
   const double val_loss =
@@ -391,7 +457,6 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   const bool first = !logged_any_;
   if (r.step % every != 0 && r.step != config_.train.max_steps && !first) return Status::Ok();
   logged_any_ = true;
-  const ModelConfig& mc = config_.model;
   const double mean_time = window_time_s_ / static_cast<double>(window_steps_);
   StepMetrics m;
   m.step = r.step;
@@ -400,13 +465,11 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   m.lr = r.lr;
   m.grad_norm = r.grad_norm;
   m.step_time_s = mean_time;
-  m.tokens_per_s = static_cast<double>(global_batch_ * config_.train.seq_len) / mean_time;
+  m.tokens_per_s = static_cast<double>(global_batch_ * tokens_per_row()) / mean_time;
   m.peak_flops = backend_->peak_flops() * static_cast<double>(ctx_.world);
   if (m.peak_flops > 0) {
-    const double per_token =
-        flops_per_token(model_->layout().num_matmul_parameters(), mc.num_layers, mc.num_heads,
-                        mc.head_dim(), config_.train.seq_len, /*causal=*/true);
-    m.mfu = m.tokens_per_s * per_token / m.peak_flops;
+    const double rows_per_s = static_cast<double>(global_batch_) / mean_time;
+    m.mfu = rows_per_s * model_->flops_per_row() / m.peak_flops;
   }
   m.eta_s = mean_time * static_cast<double>(config_.train.max_steps - r.step);
   out_ << format_progress(m) << "\n";

@@ -47,6 +47,10 @@ class AllocationCounter {
   size_t in_use_ = 0, peak_ = 0;
 };
 
+// The activation of a gated linear unit (glu_forward / glu_backward): SiLU (SwiGLU, Llama) or
+// GELU with the tanh approximation (GeGLU: T5 v1.1's gated GELU, Hugging Face's `gelu_new`).
+enum class Glu : uint8_t { kSwiGlu, kGeGlu };
+
 // What an attention op reads besides its tensors (attention_forward / attention_backward).
 // Queries are the first NH·HD columns of each row of `q`; keys are KVH·HD columns of each row of
 // `kv` from `k_offset`, values the KVH·HD columns after them. Self-attention over a packed
@@ -144,39 +148,56 @@ class Backend {
   // GELU, tanh approximation. out, inp (N,F).
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;
   virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
-  // out (N,F) = silu(inp[:, :F]) * inp[:, F:], inp (N,2F).
-  virtual void swiglu_forward(Tensor out, Tensor inp) = 0;
-  virtual void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+  // Gated linear unit: out (N,F) = act(inp[:, :F]) * inp[:, F:], inp (N,2F) (the gate, then the
+  // up projection), act = silu (Glu::kSwiGlu) or gelu_forward's GELU (Glu::kGeGlu).
+  virtual void glu_forward(Tensor out, Tensor inp, Glu glu) = 0;
+  // dinp (N,2F) += the gradients of the gate and of the up projection; dout (N,F).
+  virtual void glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) = 0;
 
   // out = a + b (the residual stream), same shapes.
   virtual void add_forward(Tensor out, Tensor a, Tensor b) = 0;
 
+  // T5's relative position bias, the AttentionSpec::bias of a stack's self-attention:
+  // bias[b,h,i,j] = table[buckets[b,i,j], h]. bias (Bb,NH,Tq,Tk) and table (num_buckets,NH), a
+  // compute weight, in the activation dtype; buckets (Bb,Tq,Tk) i32, each in [0, num_buckets).
+  // A bucket outside is a bug: the CPU aborts; CUDA (whose ids live on the device) never reads
+  // past the table and gives that element a NaN bias.
+  virtual void position_bias_forward(Tensor bias, Tensor table, Tensor buckets) = 0;
+  // dtable (num_buckets,NH) f32 += for each bucket k and head h the sum of dbias[b,h,i,j] over
+  // the (b,i,j) with buckets[b,i,j] = k; dbias (Bb,NH,Tq,Tk) f32 (attention_backward's). The
+  // same bits on every run (no float atomics); CUDA skips a bucket outside the table.
+  virtual void position_bias_backward(Tensor dtable, Tensor dbias, Tensor buckets) = 0;
+
   // Softmax cross-entropy over the first V columns of logits (N,Vp); targets (N) i32, a target
   // < 0 is ignored (loss 0, no gradient). A target >= V is a bug Model::forward refuses on the
   // host; should one reach a backend, the CPU aborts and CUDA (whose ids live on the device)
-  // never reads it and gives its row a NaN loss and NaN gradients. losses (N) f32.
-  virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V) = 0;
-  // dlogits (N,Vp) = (softmax(logits) - onehot(target)) * dloss for the first V columns, 0 for
-  // padded columns. Overwrites (does not accumulate) and may alias logits, so the full logits are
-  // never kept twice.
+  // never reads it and gives its row a NaN loss and NaN gradients. losses (N) f32:
+  // lse - logit[target] + z_loss * lse², lse = log Σ exp over the real columns (z_loss >= 0 is
+  // T5x's auxiliary z-loss; with z_loss = 0 the term is not computed at all).
+  virtual void cross_entropy_forward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                                     float z_loss) = 0;
+  // dlogits (N,Vp) = ((1 + 2·z_loss·lse) · softmax(logits) - onehot(target)) * dloss for the
+  // first V columns, 0 for padded columns. Overwrites (does not accumulate) and may alias
+  // logits, so the full logits are never kept twice.
   virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor targets, int64_t V,
-                                      float dloss) = 0;
+                                      float dloss, float z_loss) = 0;
 
   // Vocabulary-parallel cross-entropy (tensor parallelism): logits (N,Vl) hold the columns
   // [v_begin, v_begin + Vl) of the padded vocabulary, of which the first v_count (0 <= v_count
   // <= Vl) are real. Targets (N) i32 are global ids (< 0 ignored). The caller combines the
   // shards: all-reduce(max) of rowmax, then all-reduce(sum) of sums, then
-  // lse = max + log(sums[:,0]) and loss = lse - sums[:,1].
+  // lse = max + log(sums[:,0]) and loss = lse - sums[:,1] (+ z_loss · lse²).
   // rowmax (N) f32 = max over the real columns (-inf when v_count == 0).
   virtual void ce_shard_max(Tensor rowmax, Tensor logits, int64_t v_count) = 0;
   // sums (N,2) f32: [:,0] = Σ exp(x - rowmax) over the real columns, [:,1] = the target's logit
   // when the target lies in [v_begin, v_begin + v_count), else 0. rowmax (N) f32 is the global max.
   virtual void ce_shard_sums(Tensor sums, Tensor logits, Tensor rowmax, Tensor targets,
                              int64_t v_begin, int64_t v_count) = 0;
-  // dlogits (N,Vl) = (exp(x - lse) - [column is the target]) * dloss over the real columns, 0
-  // over the padded ones and on rows whose target is ignored. Overwrites; may alias logits.
+  // dlogits (N,Vl) = ((1 + 2·z_loss·lse) · exp(x - lse) - [column is the target]) * dloss over
+  // the real columns, 0 over the padded ones and on rows whose target is ignored. Overwrites;
+  // may alias logits.
   virtual void ce_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                                 int64_t v_begin, int64_t v_count, float dloss) = 0;
+                                 int64_t v_begin, int64_t v_count, float dloss, float z_loss) = 0;
 
   // Σ x² in f64 precision over one tensor (for the global gradient norm).
   virtual double sum_squares(Tensor x) = 0;

@@ -16,9 +16,9 @@ namespace ax::train {
 
 // The typed choices of a model config; each enum's values in the order of its names (as config
 // keys and config.json spell them: name_of()).
-enum class ModelFamily : uint8_t { kGpt, kLlama, kT5 };  // gpt | llama | t5
-enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };  // layernorm | rmsnorm
-enum class Activation : uint8_t { kGelu, kSwiglu };      // gelu | swiglu
+enum class ModelFamily : uint8_t { kGpt, kLlama, kT5 };            // gpt | llama | t5
+enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };            // layernorm | rmsnorm
+enum class Activation : uint8_t { kGelu, kSwiglu, kGeglu };        // gelu | swiglu | geglu
 enum class PositionKind : uint8_t { kLearned, kRope, kRelative };  // learned | rope | relative
 std::string_view name_of(ModelFamily v);
 std::string_view name_of(NormKind v);
@@ -27,13 +27,13 @@ std::string_view name_of(PositionKind v);
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::kGpt;
-  int64_t num_layers = 2;  // the encoder's layers for t5
+  int64_t num_layers = 2;          // the encoder's layers for t5
   int64_t num_decoder_layers = 0;  // t5: the decoder's layers (0 = num_layers)
   int64_t model_dim = 64;
   int64_t num_heads = 4;
   int64_t num_kv_heads = 4;      // < num_heads: grouped-query attention
   int64_t kv_channels = 0;       // per-head dimension (T5's d_kv); 0 = model_dim / num_heads
-  int64_t hidden_dim = 256;      // MLP inner width (per SwiGLU branch for llama)
+  int64_t hidden_dim = 256;      // MLP inner width (per branch of a gated MLP: swiglu, geglu)
   int64_t vocab_size = 0;        // 0: the tokenizer's size rounded up to vocab_multiple
   int64_t vocab_multiple = 128;  // padding of the embedding table
   int64_t max_seq_len = 256;     // learned position table size (gpt)
@@ -41,7 +41,7 @@ struct ModelConfig {
   Activation activation = Activation::kGelu;
   PositionKind position = PositionKind::kLearned;
   double rope_theta = 10000.0;
-  int64_t relative_buckets = 32;        // T5's relative position bias (position = relative)
+  int64_t relative_buckets = 32;  // T5's relative position bias (position = relative)
   int64_t relative_max_distance = 128;
   double dropout = 0;
   bool tied_embeddings = true;
@@ -50,13 +50,16 @@ struct ModelConfig {
   double init_std = 0.02;  // residual projections get init_std / sqrt(2 * num_layers)
 
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : model_dim / num_heads; }
-  int64_t decoder_layers() const { return num_decoder_layers > 0 ? num_decoder_layers : num_layers; }
+  int64_t decoder_layers() const {
+    return num_decoder_layers > 0 ? num_decoder_layers : num_layers;
+  }
 };
 
 struct OptimConfig {
   double lr = 6e-4;
   int64_t warmup_steps = 100;
-  int64_t decay_steps = 0;    // cosine decay ends here (0: train.max_steps)
+  std::string schedule = "cosine";  // after warmup: cosine | linear (T5x's linear_decay)
+  int64_t decay_steps = 0;    // the decay ends here (0: train.max_steps)
   double min_lr_ratio = 0.1;  // lr at the end of the decay, as a fraction of lr
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -79,9 +82,10 @@ struct TrainConfig {
   // mantissas; PyTorch's allow_tf32). Off: f32 GEMMs multiply in full f32.
   bool allow_tf32 = false;
   std::string recompute = "none";  // none | layer: activation recomputation per layer
-  int64_t seq_len = 256;          // decoder tokens per sequence (T5x's DEC_SL for t5)
-  int64_t encoder_seq_len = 0;    // t5: encoder tokens per sequence (ENC_SL)
-  double z_loss = 0;              // T5x's z-loss: z_loss · (log Σ exp logits)² per token
+  int64_t seq_len = 256;           // decoder tokens per sequence (T5x's DEC_SL for t5)
+  int64_t encoder_seq_len = 0;     // t5: encoder tokens per sequence (ENC_SL)
+  double z_loss = 0;               // T5x's z-loss: z_loss · (log Σ exp logits)² per token
+  int64_t pack_examples = 1;       // t5: span-corruption examples packed per row (segment ids)
   uint64_t seed = 1234;
   int64_t log_every = 10;
   int64_t eval_every = 100;  // 0 = never

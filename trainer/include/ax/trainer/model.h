@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -18,12 +19,18 @@
 
 namespace ax::train {
 
-// How a model trades memory for compute.
+// How a model trains beyond what its config describes (train.* keys that reach the network).
 struct ModelOptions {
   // Activation recomputation per layer: keep only each layer's output (the residual stream) and
   // run a layer's forward pass again just before its backward pass, so the other activations of
   // all layers share one layer's worth of memory. Same results, about one more forward pass.
   bool recompute_layers = false;
+  // Encoder-decoder models: the encoder's input length (train.encoder_seq_len); the decoder's is
+  // the model's seq_len.
+  int64_t encoder_seq_len = 0;
+  // T5x's auxiliary z-loss (train.z_loss): z_loss · lse² per token is added to the loss, lse =
+  // log Σ exp of the token's logits. 0 skips the term: the loss has the bits it had without it.
+  float z_loss = 0;
 };
 
 // One micro-batch as any model family reads it: host memory, row-major (batch, length). A loss
@@ -80,6 +87,9 @@ class Model {
   void backward(float scale);
   // The real-vocabulary logits at (b, t) of the last forward (before backward).
   virtual std::vector<float> logits(int64_t b, int64_t t) const = 0;
+  // The FLOPs of a forward and backward pass over one row of a batch (the whole model, however
+  // it is split over ranks), as MFU counts them (metrics.h flops_per_token).
+  virtual double flops_per_row() const = 0;
 
   // The store's, for callers that hold a model: parameters from init_parameters(seed), zeroed
   // gradients, flat f32 shards, owned ranges, the gradient norm and the data-parallel sum, the
@@ -120,11 +130,21 @@ class Model {
   bool logits_valid_ = false;
 };
 
+// Σ over the matmul parameters whose name starts with `prefix` of their whole (logical) size.
+int64_t logical_matmul_parameters(const ParamLayout& layout, std::string_view prefix = "");
+
 // The decoder-only LM of gpt and llama configs (decoder_lm.cc); Model::create calls it.
 StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int64_t vocab,
                                                  int64_t batch, int64_t seq_len, Backend* backend,
                                                  const ModelParallel& parallel,
                                                  const ModelOptions& options);
+// The encoder-decoder of t5 configs (encoder_decoder.cc); options.encoder_seq_len is its input
+// length, seq_len the decoder's.
+StatusOr<std::unique_ptr<Model>> make_encoder_decoder(const ModelConfig& config, int64_t vocab,
+                                                      int64_t batch, int64_t seq_len,
+                                                      Backend* backend,
+                                                      const ModelParallel& parallel,
+                                                      const ModelOptions& options);
 
 // The real vocabulary padded to the embedding table size: config.vocab_size when set (error if
 // smaller than vocab), else vocab rounded up to vocab_multiple.

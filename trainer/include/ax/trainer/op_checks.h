@@ -93,21 +93,35 @@ AttentionDims check_attention_backward(DTypePlan p, const Tensor& dq, const Tens
 // GELU: every view (rows, cols) alike; returns {rows, cols}.
 RowDims check_gelu_forward(DTypePlan p, const Tensor& out, const Tensor& inp);
 RowDims check_gelu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
-// SwiGLU: returns {N, F} for out/dout (N, F) and inp/dinp (N, 2F).
-RowDims check_swiglu_forward(DTypePlan p, const Tensor& out, const Tensor& inp);
-RowDims check_swiglu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
-                              const Tensor& inp);
+// Gated linear units: returns {N, F} for out/dout (N, F) and inp/dinp (N, 2F); `glu` is one of
+// the enum's values.
+RowDims check_glu_forward(DTypePlan p, const Tensor& out, const Tensor& inp, Glu glu);
+RowDims check_glu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
+                           Glu glu);
 // add_forward takes the activation dtype (the residual stream) or f32 (gradient shards), the
 // same for all three views; returns {rows, cols}.
 RowDims check_add(DTypePlan p, const Tensor& out, const Tensor& a, const Tensor& b);
 
-// Cross-entropy over (N, Vp) logits with V real columns; returns {N, Vp}.
+// T5's relative position bias: table (num_buckets, NH) in the activation dtype (dtable f32),
+// buckets (Bb, Tq, Tk) i32, bias (Bb, NH, Tq, Tk) in the activation dtype (dbias f32). The
+// bucket ids are not read (the CPU backend range-checks them itself).
+struct PositionBiasDims {
+  int64_t Bb, NH, Tq, Tk, num_buckets;
+};
+PositionBiasDims check_position_bias_forward(DTypePlan p, const Tensor& bias, const Tensor& table,
+                                             const Tensor& buckets);
+PositionBiasDims check_position_bias_backward(DTypePlan p, const Tensor& dtable,
+                                              const Tensor& dbias, const Tensor& buckets);
+
+// Cross-entropy over (N, Vp) logits with V real columns and a finite z_loss >= 0; returns
+// {N, Vp}.
 std::pair<int64_t, int64_t> check_cross_entropy_forward(DTypePlan p, const Tensor& losses,
                                                         const Tensor& logits, const Tensor& targets,
-                                                        int64_t V);
+                                                        int64_t V, float z_loss);
 std::pair<int64_t, int64_t> check_cross_entropy_backward(DTypePlan p, const Tensor& dlogits,
                                                          const Tensor& logits,
-                                                         const Tensor& targets, int64_t V);
+                                                         const Tensor& targets, int64_t V,
+                                                         float z_loss);
 // The vocabulary-shard trio; each returns {N, Vl}.
 std::pair<int64_t, int64_t> check_ce_shard_max(DTypePlan p, const Tensor& rowmax,
                                                const Tensor& logits, int64_t v_count);
@@ -116,7 +130,8 @@ std::pair<int64_t, int64_t> check_ce_shard_sums(DTypePlan p, const Tensor& sums,
                                                 const Tensor& targets, int64_t v_count);
 std::pair<int64_t, int64_t> check_ce_shard_backward(DTypePlan p, const Tensor& dlogits,
                                                     const Tensor& logits, const Tensor& lse,
-                                                    const Tensor& targets, int64_t v_count);
+                                                    const Tensor& targets, int64_t v_count,
+                                                    float z_loss);
 
 // f32 views of one element count; returns it.
 int64_t check_sum_squares(const Tensor& x);

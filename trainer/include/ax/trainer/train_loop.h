@@ -18,6 +18,7 @@
 #include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/model.h"
+#include "ax/trainer/step_rows.h"
 
 namespace ax::train {
 
@@ -96,6 +97,10 @@ double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t
                         int64_t global_rows = 0);
 // The same without gradients: the mean loss over the windows.
 double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows);
+// The same over rows of any family (step_rows.h): the mean over rows.rows × targets_per_row
+// targets, or global_rows × targets_per_row for forward_backward.
+double forward_backward(Model* model, const StepRows& rows, int64_t global_rows = 0);
+double evaluate_loss(Model* model, const StepRows& rows);
 
 // SIGTERM, SIGINT and SIGUSR1 ask the loop to stop at the next step boundary (a second SIGINT
 // ends the process at once).
