@@ -115,6 +115,133 @@ ax_mesh_vector() {
   fi
 }
 
+# ax_max_steps OUT: sets OUT to the run's step count from MAX_STEPS (Pax's name) or MAX_STEP
+# (AXLearn's): every script takes both; both set to different counts is an error naming both.
+ax_max_steps() {
+  printf -v "$1" '%s' ""
+  local bad=0
+  ax_check_uint MAX_STEPS 1 || bad=1
+  ax_check_uint MAX_STEP 1 || bad=1
+  ((bad)) && return 0
+  if ax_is_set MAX_STEPS && ax_is_set MAX_STEP && ((10#$MAX_STEPS != 10#$MAX_STEP)); then
+    ax_error "MAX_STEPS='$MAX_STEPS' and MAX_STEP='$MAX_STEP' are both set, to different step" \
+      "counts (MAX_STEPS is Pax's name, MAX_STEP AXLearn's; set one)"
+    return 0
+  fi
+  printf -v "$1" '%s' "${MAX_STEPS:-${MAX_STEP-}}"
+}
+
+# ax_precision NAME OUT [LABEL]: sets OUT to ax-train's train.precision from NAME, Pax's PREC
+# (its FPROP_DTYPE, the dtype of activations and compute weights): bfloat16 (bf16) or float32
+# (fp32). Anything else is an error naming LABEL (default NAME); OUT is then "". Unset: no error
+# here (ax_require says it).
+ax_precision() {
+  local v="${!1-}" label="${3:-$1}"
+  printf -v "$2" '%s' ""
+  case "$v" in
+    "") ;;
+    bfloat16 | bf16) printf -v "$2" '%s' bfloat16 ;;
+    float32 | fp32) printf -v "$2" '%s' float32 ;;
+    *)
+      ax_error "$label='$v': expected bfloat16 (or bf16: bf16 activations over fp32 master" \
+        "weights) or float32 (or fp32: fp32 throughout)"
+      ;;
+  esac
+}
+
+# --- variables that look meant for a script but that it does not read -------------------------
+
+# The variables each script reads (users set them in the environment sbatch exports).
+AX_PILE_VARS="BASE_WORKSPACE_DIR BASE_TFDS_DATA_DIR BASE_VOCAB_PATH LOG_DIR_LOCAL OUTPUT_DIR PREC
+  GPUS_PER_NODE PERCORE_BATCH_SIZE CONFIG ICI_MESH_SHAPE DCN_MESH_SHAPE MAX_STEPS MAX_STEP
+  ENABLE_FP8 ENABLE_TE BASE_SCRIPT CONTAINER CONTAINER_WORKDIR WORKSPACE_DIR TFDS_DATA_DIR
+  GPT_VOCAB_PATH"
+AX_FUJI_VARS="BASE_WORKSPACE_DIR BASE_TFDS_DATA_DIR BASE_VOCAB_PATH CONFIG GPUS_PER_NODE
+  TRAINER_DIR OUTPUT_DIR ICI_DP ICI_FSDP ICI_TP DCN_DP DCN_FSDP DCN_TP ICI_PP ICI_SQP DCN_PP
+  DCN_SQP GA GBS SEQ_LEN MAX_STEP MAX_STEPS SAVE_CHECKPOINT_STEPS WRITE_SUMMARY_STEPS CONTAINER
+  CONTAINER_WORKDIR WORKSPACE_DIR TFDS_DATA_DIR GPT_VOCAB_PATH"
+AX_SINGLENODE_VARS="CONFIG MAX_STEPS MAX_STEP ICI_MESH_SHAPE"
+# tokenize.sub's own (its generic names, TASKS, FORMAT, ..., are not claimed for the others).
+# shellcheck disable=SC2034 # read by tokenize.sub
+AX_TOKENIZE_VARS="INPUT_GLOB BASE_VOCAB_PATH SHARDS_DIR LOG_DIR TASKS THREADS FORMAT FIELD
+  TEXT_UNIT SHARD_TOKENS SPLIT_BYTES MAX_DOC_BYTES LONG_DOCS SKIP_BAD PROGRESS_SECONDS"
+# Every AX_* variable something in ax reads: these scripts, then ax-train's and ax-launch's knobs
+# and the launch contract (docs/launch.md) that ax-launch and the plugin set for each rank.
+# tests/sbatch/job_scripts_test.sh checks that it covers every AX_* name in the C++ sources.
+AX_KNOWN_ENV="AX_BIN AX_LAUNCH_MODE AX_TRAIN_ARGS AX_SRUN_ARGS AX_GRES AX_REQUEUE AX_DRY_RUN
+  AX_COORDINATOR_PORT AX_SBATCH_DIR AX_FORWARD AX_DATA_ARGS
+  AX_LOG_LEVEL AX_CPU_THREADS AX_CPU_GEMM AX_OPENBLAS_CORETYPE AX_TOPOLOGY_FILE
+  AX_CHECKPOINT_FAIL_AFTER_BYTES AX_STORE_MAX_KEYS AX_STORE_MAX_BYTES
+  AX_RANK AX_WORLD_SIZE AX_LOCAL_RANK AX_LOCAL_WORLD_SIZE AX_NODE_RANK AX_NNODES AX_ICI_MESH
+  AX_DCN_MESH AX_DEVICE AX_COORDINATOR AX_JOB_SECRET"
+
+# ax_warn_unknown_vars SCRIPT VARS: one warning (never an error: the environment is the user's) for
+# each exported variable that SCRIPT does not read (VARS) but that looks meant for it: an AX_*
+# variable nothing in ax reads, another job script's variable, or a name within an edit or two of
+# one SCRIPT reads (PERCORE_BATCH for PERCORE_BATCH_SIZE). Names of other software (SLURM_*,
+# NCCL_*, ...) and short names are left alone.
+ax_warn_unknown_vars() {
+  local script="$1" known="$2" line
+  while IFS= read -r line; do
+    echo "ax-job: warning: $line" >&2
+  done < <(compgen -e | awk -v script="$script" -v known="$known" -v ax="$AX_KNOWN_ENV" \
+    -v pile="$AX_PILE_VARS" -v fuji="$AX_FUJI_VARS" -v single="$AX_SINGLENODE_VARS" '
+    function dist(a, b,   i, j, la, lb, d, c) {  # Levenshtein distance
+      la = length(a); lb = length(b)
+      for (i = 0; i <= la; i++) d[i, 0] = i
+      for (j = 0; j <= lb; j++) d[0, j] = j
+      for (i = 1; i <= la; i++)
+        for (j = 1; j <= lb; j++) {
+          c = d[i - 1, j - 1] + (substr(a, i, 1) != substr(b, j, 1))
+          if (d[i - 1, j] + 1 < c) c = d[i - 1, j] + 1
+          if (d[i, j - 1] + 1 < c) c = d[i, j - 1] + 1
+          d[i, j] = c
+        }
+      return d[la, lb]
+    }
+    # A near miss of k: an edit or two away (one below 8 letters), k cut at an underscore
+    # (PERCORE_BATCH), or k with more letters (SEQ_LENGTH) when k has an underscore.
+    function near(name, k) {
+      if (length(k) < 5) return 0
+      if (index(name, "_") && index(k, name "_") == 1) return 1
+      if (index(k, "_") && index(name, k) == 1) return 1
+      return dist(name, k) <= (length(k) >= 8 ? 2 : 1)
+    }
+    function guess(name, list,   n, w, i) {
+      n = split(list, w, /[ \n]+/)
+      for (i = 1; i <= n; i++) if (w[i] != "" && near(name, w[i])) return w[i]
+      return ""
+    }
+    function own(list, script,   n, w, i) {
+      n = split(list, w, /[ \n]+/)
+      for (i = 1; i <= n; i++) {
+        if (w[i] == "") continue
+        if (w[i] in owner) owner[w[i]] = owner[w[i]] " and " script
+        else owner[w[i]] = script
+      }
+    }
+    BEGIN {
+      n = split(known " " ax, w, /[ \n]+/); for (i = 1; i <= n; i++) reads[w[i]] = 1
+      own(pile, "example_pile.sub"); own(fuji, "example_fuji.sub")
+      own(single, "run_pile_singlenode.sh")
+    }
+    $0 in reads { next }
+    /^AX_/ {
+      g = guess($0, ax)
+      print $0 " is set but nothing in ax reads it" (g != "" ? "; did you mean " g "?" : "")
+      next
+    }
+    $0 in owner { print $0 " is a variable of " owner[$0] "; " script " does not read it"; next }
+    !/^[A-Z][A-Z0-9_]*$/ { next }
+    /^(SLURM|SLURMD|SBATCH|SRUN|SALLOC|PMIX|PMI|OMPI|UCX|ENROOT|PYXIS)_/ { next }
+    /^(CUDA|NCCL|NVIDIA|XLA|TF|LC|XDG|LMOD|MODULE)_/ { next }
+    {
+      g = guess($0, known)
+      if (g != "") print $0 " is set but " script " does not read it; did you mean " g "?"
+    }
+  ')
+}
+
 # ax_shards_subdir NAME OUT: sets OUT to where the ax-data shards are inside the directory NAME
 # names: "" when it holds index.json itself, "train" for ax-data's train/ + val/ layout (the
 # trainer finds val/ beside train/).
@@ -306,7 +433,8 @@ ax_train_job() {
   ax_job_secret
   local rc=0
   ax_run_step "${AX_SRUN[@]}" || rc=$?
-  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel"
+  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel" \
+    "$outputs/output-${SLURM_JOB_ID:-}-"*.txt
 }
 
 # ax_check_common: the checks both .sub files share (launch mode, dry run, requeue, binaries,
@@ -375,11 +503,27 @@ ax_run_step() {
   return "$rc"
 }
 
-# ax_finish STATUS WHERE: ends the job. 0: done. 75: the ranks stopped at a checkpoint; unless
-# AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from that checkpoint
-# and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with that status.
+# ax_failure_cause FILE...: the cause the ranks agreed on after a collective failed, from the
+# first of the output files that has it: "rank 3 (host n2) stopped answering first (peer closed
+# the connection)" (docs/comm.md "Timeouts and failures"), or "the store host, rank 0, is gone";
+# nothing when no file has one.
+ax_failure_cause() {
+  local f first='ranks? [0-9,]+( \(hosts? [^)]*\))? stopped answering first \([^)]*\)'
+  for f in "$@"; do
+    [[ -f "$f" ]] || continue
+    grep -ohE -m 1 "$first|the store host, rank 0, is gone" "$f" && return 0
+  done
+  return 0
+}
+
+# ax_finish STATUS WHERE [OUTPUT_FILE...]: ends the job. 0: done. 75: the ranks stopped at a
+# checkpoint; unless AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from
+# that checkpoint and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with
+# that status, and its last line names the rank that failed first when the ranks' outputs
+# (OUTPUT_FILEs) do.
 ax_finish() {
   local rc="$1" where="$2"
+  shift 2
   if ((rc == 0)); then
     ax_log "finished: the run reached its last step (outputs: $where)"
     exit 0
@@ -407,7 +551,9 @@ ax_finish() {
     fi
     exit "$rc"
   fi
-  ax_log "error: the training step failed with status $rc; see $where"
+  local cause
+  cause="$(ax_failure_cause "$@")"
+  ax_log "error: the training step failed with status $rc${cause:+: $cause}; see $where"
   exit "$rc"
 }
 

@@ -5,17 +5,19 @@
 #   bash run_pile_singlenode.sh <DATA_DIR> <VOCAB_PATH> [PRECISION=bfloat16] [NUM_GPUS=8] \
 #     [PERCORE_BATCH_SIZE=4] [LOGDIR=test_logdir]
 #
-# DATA_DIR holds ax-data shards (index.json, or train/ and val/). The mesh is the original's pure
-# data parallelism (ICI_MESH_SHAPE=[NUM_GPUS,1,1]) unless ICI_MESH_SHAPE is set. Environment:
-# CONFIG (Pile126M), MAX_STEPS, AX_BIN, AX_TRAIN_ARGS (docs/job-scripts.md). LOGDIR receives
-# checkpoints, metrics.jsonl, TensorBoard events, logs/rank_<r>.log and pile_output.log. The exit
-# status is ax-launch's: 0 done, 75 stopped at a checkpoint by Ctrl-C/SIGTERM/SIGUSR1 (run again to
-# resume), anything else failed.
+# DATA_DIR holds ax-data shards (index.json, or train/ and val/). PRECISION is bfloat16 (bf16) or
+# float32 (fp32), ax-train's train.precision. The mesh is the original's pure data parallelism
+# (ICI_MESH_SHAPE=[NUM_GPUS,1,1]) unless ICI_MESH_SHAPE is set. Environment: CONFIG (Pile126M),
+# MAX_STEPS (or MAX_STEP), AX_BIN, AX_TRAIN_ARGS (docs/job-scripts.md). LOGDIR
+# receives checkpoints, metrics.jsonl, TensorBoard events, logs/rank_<r>.log and pile_output.log.
+# The exit status is ax-launch's: 0 done, 75 stopped at a checkpoint by Ctrl-C/SIGTERM/SIGUSR1 (run
+# again to resume), anything else failed.
 set -uo pipefail
 
 AX_SBATCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=sbatch/ax_job.sh
 source "$AX_SBATCH_DIR/ax_job.sh"
+ax_warn_unknown_vars run_pile_singlenode.sh "$AX_SINGLENODE_VARS"
 
 if (($# < 2 || $# > 6)); then
   echo "usage: $0 <DATA_DIR> <VOCAB_PATH> [PRECISION=bfloat16] [NUM_GPUS=8]" \
@@ -24,6 +26,7 @@ if (($# < 2 || $# > 6)); then
 fi
 DATA_DIR="$1"
 VOCAB_PATH="$2"
+# shellcheck disable=SC2034 # ax_precision reads it by name
 PREC="${3:-bfloat16}"
 NUM_GPUS="${4:-8}"
 PERCORE_BATCH_SIZE="${5:-4}"
@@ -36,12 +39,10 @@ AX_FORWARD="kill" # the launcher is this script's child, also inside an allocati
 ax_shards_subdir DATA_DIR shards_subdir
 [[ -f "$VOCAB_PATH" && -r "$VOCAB_PATH" ]] ||
   ax_error "VOCAB_PATH (\$2)='$VOCAB_PATH': no such readable file (the SentencePiece model)"
-[[ "$PREC" == bfloat16 || "$PREC" == bf16 ]] ||
-  ax_error "PRECISION (\$3)='$PREC': expected bfloat16 (ax trains in bf16 with fp32 master" \
-    "weights on GPUs; CPU ranks compute in fp32)"
+ax_precision PREC precision "PRECISION (\$3)"
 ax_check_uint NUM_GPUS 1
 ax_check_positive PERCORE_BATCH_SIZE
-ax_check_uint MAX_STEPS 1
+ax_max_steps max_steps
 ax_mesh_vector ICI_MESH_SHAPE ici
 ax_find_binaries
 ax_fail_if_errors
@@ -52,8 +53,8 @@ data="$(cd "$DATA_DIR" && pwd)${shards_subdir:+/$shards_subdir}"
 vocab="$(cd "$(dirname "$VOCAB_PATH")" && pwd)/$(basename "$VOCAB_PATH")"
 cmd=("$AX_LAUNCH" --nproc "$NUM_GPUS" --mesh "ici=${ici:--1,1,1};dcn=1,1,1" --run-dir "$LOG_DIR"
   -- "$AX_TRAIN" --experiment "$CONFIG" --data "$data" --tokenizer "$vocab" --run-dir "$LOG_DIR"
-  --set "PERCORE_BATCH_SIZE=$PERCORE_BATCH_SIZE")
-[[ -n "${MAX_STEPS-}" ]] && cmd+=(--max-steps "$MAX_STEPS")
+  --set "PERCORE_BATCH_SIZE=$PERCORE_BATCH_SIZE" --set "train.precision=$precision")
+[[ -n "$max_steps" ]] && cmd+=(--max-steps "$max_steps")
 # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
 [[ -n "${AX_TRAIN_ARGS-}" ]] && cmd+=($AX_TRAIN_ARGS)
 ax_log "$(ax_quote "${cmd[@]}")"
@@ -64,6 +65,10 @@ rc=$?
 case "$rc" in
   0) ax_log "Run succeeded! (outputs in $LOG_DIR)" ;;
   75) ax_log "Run stopped at a checkpoint; run the same command again to resume" ;;
-  *) ax_log "Run failed with status $rc (see $LOG_DIR/pile_output.log, $LOG_DIR/error.json)" ;;
+  *)
+    cause="$(ax_failure_cause "$LOG_DIR/pile_output.log")"
+    ax_log "Run failed with status $rc${cause:+: $cause} (see $LOG_DIR/pile_output.log," \
+      "$LOG_DIR/error.json)"
+    ;;
 esac
 exit "$rc"

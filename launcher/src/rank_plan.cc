@@ -90,7 +90,11 @@ StatusOr<NodePlan> plan_node(const topo::Topology& node, const PlanInput& in) {
   StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(in.mesh_spec);
   if (!spec.ok()) return spec.status();
   StatusOr<topo::Mesh> mesh = topo::derive_mesh({visible}, in.nnodes, tasks, *spec);
-  if (!mesh.ok()) return mesh.status();
+  if (!mesh.ok()) {
+    return in.mesh_flag.empty()
+               ? mesh.status()
+               : Status(mesh.status().code(), str_cat(in.mesh_flag, ": ", mesh.status().message()));
+  }
 
   NodePlan plan;
   plan.mesh = std::move(mesh).value();

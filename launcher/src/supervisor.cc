@@ -36,6 +36,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kPreemptedExit = 75;  // EX_TEMPFAIL: the trainer checkpointed on a signal
+// ax-train's kExitCollectiveFailed: a collective failed because another rank failed first. Such
+// an exit is a consequence: the rank that failed first is named by the ranks' own messages (and,
+// when it is on this node, by the launcher's line for it).
+constexpr int kCollectiveFailedExit = 3;
 constexpr size_t kMaxLine = 64 * 1024;
 
 // Node masks for set_mempolicy/get_mempolicy: 1024 nodes, as many as Linux configures at most.
@@ -69,7 +73,15 @@ std::string describe(int wait_status) {
     int sig = WTERMSIG(wait_status);
     return str_cat("was killed by signal ", sig, " (", signal_name(sig), ")");
   }
+  if (WEXITSTATUS(wait_status) == kCollectiveFailedExit) {
+    return str_cat("exited with status ", kCollectiveFailedExit,
+                   " (a collective failed: another rank failed first)");
+  }
   return str_cat("exited with status ", WEXITSTATUS(wait_status));
+}
+
+bool collective_failed(int wait_status) {
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == kCollectiveFailedExit;
 }
 
 std::string utc_now() {
@@ -356,8 +368,13 @@ void Supervisor::on_child_exit(Child& c) {
                                    (got_signal_ && WEXITSTATUS(c.wait_status) == kPreemptedExit));
   if (ok || first_failure_ != nullptr) return;
   first_failure_ = &c;
-  AX_LOG(kError, "launch") << "rank " << c.plan->rank << " on host " << options_.host << " "
-                           << describe(c.wait_status) << " (log: " << c.log_path << ")";
+  const std::string line = str_cat("rank ", c.plan->rank, " on host ", options_.host, " ",
+                                   describe(c.wait_status), " (log: ", c.log_path, ")");
+  if (collective_failed(c.wait_status)) {
+    AX_LOG(kWarn, "launch") << line;
+  } else {
+    AX_LOG(kError, "launch") << line;
+  }
   write_error_file(c);
   if (running_ > 0) {
     AX_LOG(kInfo, "launch") << "stopping the remaining ranks (" << running_

@@ -100,6 +100,7 @@ int run(int argc, char** argv) {
   ax::launcher::PlanInput in;
   in.nproc = o.nproc;
   in.mesh_spec = o.mesh;
+  in.mesh_flag = ax::str_cat("--mesh ", o.mesh);
   in.nnodes = o.nnodes;
   in.node_rank = o.node_rank;
   in.coordinator = o.coordinator;

@@ -9,6 +9,7 @@
 #include "ax/common/strings.h"
 #include "ax/launcher/job_context.h"
 #include "ax/launcher/rank_plan.h"
+#include "ax/topology/mesh.h"
 
 namespace ax::spank {
 
@@ -62,6 +63,7 @@ StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, con
   launcher::PlanInput plan_in;
   plan_in.nproc = in.tasks_per_node;
   plan_in.mesh_spec = in.mesh_spec;
+  plan_in.mesh_flag = str_cat("--ax-mesh=", in.mesh_spec);
   plan_in.nnodes = in.nnodes;
   plan_in.node_rank = in.node_id;
   plan_in.coordinator = in.coordinator;
@@ -116,6 +118,20 @@ StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, con
                        " (mesh placement order)");
   }
   return out;
+}
+
+Status check_step_mesh(const topo::Topology& node, const std::string& spec, int nnodes,
+                       int total_tasks) {
+  if (nnodes < 1 || total_tasks < nnodes || total_tasks % nnodes != 0) return Status::Ok();
+  const int tasks_per_node = total_tasks / nnodes;
+  if (!node.gpus.empty() && static_cast<int>(node.gpus.size()) != tasks_per_node) {
+    return Status::Ok();  // the step's GPUs are a subset Slurm picks on the node
+  }
+  StatusOr<topo::MeshSpec> parsed = topo::parse_mesh_spec(spec);
+  if (!parsed.ok()) return Status::Ok();  // the option's own check reports it
+  StatusOr<topo::Mesh> mesh = topo::derive_mesh({node}, nnodes, tasks_per_node, *parsed);
+  if (mesh.ok()) return Status::Ok();
+  return Status(mesh.status().code(), str_cat("--ax-mesh=", spec, ": ", mesh.status().message()));
 }
 
 StatusOr<std::string> first_host(const std::string& nodelist) {

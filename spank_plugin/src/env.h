@@ -37,7 +37,16 @@ struct TaskEnv {
   std::string note;       // why it is not bound, or the rank differs from Slurm's task id
 };
 
+// A mesh that does not fit is InvalidArgument "--ax-mesh=<spec>: <why and what to use instead>".
 StatusOr<TaskEnv> task_env(const topo::Topology& node, const Config& config, const TaskInput& in);
+
+// The mesh check srun can make before any task starts, from the node description every
+// slurmstepd of the step would use (plugstack `topology=FILE`): possible when the step's tasks per
+// node equal that node's GPU count, or the node has none (CPU ranks), since the tasks then plan
+// over exactly that node. Ok when the mesh fits or this cannot be decided here (slurmstepd
+// decides), else the same InvalidArgument as task_env.
+Status check_step_mesh(const topo::Topology& node, const std::string& spec, int nnodes,
+                       int total_tasks);
 
 // srun's part, in its local context before the step starts: a fresh AX_JOB_SECRET in srun's own
 // environment, which srun copies into every task of the step (spank_setenv works only in

@@ -3,6 +3,7 @@
 // local_user_init; slurmstepd discovers the node in user_init and sets every task's AX_*
 // environment and binding in task_init (docs/spank-plugin.md).
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -126,6 +127,23 @@ Status user_init(spank_t sp) {
   return Status::Ok();
 }
 
+// srun, after the allocation and before any task starts: the step's job secret, then, with a
+// topology file configured, a mesh that cannot fit the step is refused here, in one line
+// (check_step_mesh says when).
+Status local_user_init(spank_t sp) {
+  Status secret = export_job_secret();
+  if (!secret.ok()) return secret.with_context("local_user_init");
+  StepState& s = state();
+  std::optional<std::string> spec = mesh_option() ? mesh_option() : s.config.default_spec;
+  if (!spec || s.config.topology_file.empty()) return Status::Ok();
+  StatusOr<uint32_t> nnodes = item<uint32_t>(sp, S_JOB_NNODES, "S_JOB_NNODES");
+  StatusOr<uint32_t> tasks = item<uint32_t>(sp, S_JOB_TOTAL_TASK_COUNT, "S_JOB_TOTAL_TASK_COUNT");
+  if (!nnodes.ok() || !tasks.ok()) return Status::Ok();  // slurmstepd checks
+  StatusOr<topo::Topology> node = topo::load_topology(s.config.topology_file);
+  if (!node.ok()) return Status::Ok();  // slurmstepd reports it
+  return check_step_mesh(*node, *spec, static_cast<int>(*nnodes), static_cast<int>(*tasks));
+}
+
 std::vector<int> available_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -137,14 +155,29 @@ std::vector<int> available_cpus() {
   return out;
 }
 
+// The exit status of a task the plugin refused (the task never ran): 2, as ax-launch's for a bad
+// command line or a mesh that does not fit.
+constexpr int kRefusedTaskExit = 2;
+
+// Ends a task whose step cannot be set up (user_init's error, or a mesh that does not fit): every
+// task of the node computed the same error, so only local task 0 reports it, once per node, and
+// every task ends here, before exec. Returning the error from task_init instead would add
+// slurmstepd's own two lines for every task ("task_init() failed with rc=-1", "Failed to invoke
+// spank plugin stack"). This runs in the task's process, forked from slurmstepd for it: _exit
+// leaves slurmstepd's state alone, as the exec it replaces would.
+[[noreturn]] void refuse_task(int local_id, const Status& why) {
+  if (local_id == 0) slurm_error("ax: %s", why.message().c_str());
+  _exit(kRefusedTaskExit);
+}
+
 Status task_init(spank_t sp) {
   StepState& s = state();
-  if (!s.user_init_error.ok()) return s.user_init_error;
-  if (s.spec.empty() || !s.node) return Status::Ok();
+  if (s.user_init_error.ok() && (s.spec.empty() || !s.node)) return Status::Ok();
   StatusOr<int> local = item<int>(sp, S_TASK_ID, "S_TASK_ID");
   StatusOr<uint32_t> global = item<uint32_t>(sp, S_TASK_GLOBAL_ID, "S_TASK_GLOBAL_ID");
   if (!local.ok()) return local.status();
   if (!global.ok()) return global.status();
+  if (!s.user_init_error.ok()) refuse_task(*local, s.user_init_error);
   TaskInput in;
   in.nnodes = s.nnodes;
   in.node_id = s.node_id;
@@ -157,7 +190,7 @@ Status task_init(spank_t sp) {
   in.user_nccl_ib_hca = getenv_of(sp, "NCCL_IB_HCA").has_value();
   in.available_cpus = available_cpus();
   StatusOr<TaskEnv> env = task_env(*s.node, s.config, in);
-  if (!env.ok()) return env.status();
+  if (!env.ok()) refuse_task(*local, env.status());
   for (const auto& [name, value] : env->env) {
     if (spank_setenv(sp, name.c_str(), value.c_str(), 1) != ESPANK_SUCCESS) {
       return Internal("cannot set ", name);
@@ -191,19 +224,20 @@ Status task_init(spank_t sp) {
   return Status::Ok();
 }
 
-// Runs one callback body: no exception crosses the C ABI; errors are logged with "ax: " and
-// returned as -1. slurmstepd treats only a NEGATIVE return as a failure (ESPANK_ERROR is a
-// positive error code: returning it would let the tasks start without their AX_* environment).
+// Runs one callback body: no exception crosses the C ABI; errors are logged as "ax: <what>: ..."
+// ("ax: ..." when `what` is empty) and returned as -1. slurmstepd treats only a NEGATIVE return as
+// a failure (ESPANK_ERROR is a positive error code: returning it would let the tasks start without
+// their AX_* environment).
 template <typename F>
 int guarded(const char* what, F&& body) {
   try {
     Status st = body();
     if (st.ok()) return ESPANK_SUCCESS;
-    slurm_error("ax: %s: %s", what, st.message().c_str());
+    slurm_error("ax: %s%s%s", what, *what ? ": " : "", st.message().c_str());
   } catch (const std::exception& e) {
-    slurm_error("ax: %s: %s", what, e.what());
+    slurm_error("ax: %s%s%s", what, *what ? ": " : "", e.what());
   } catch (...) {
-    slurm_error("ax: %s: unexpected error", what);
+    slurm_error("ax: %s%sunexpected error", what, *what ? ": " : "");
   }
   return -1;
 }
@@ -218,10 +252,11 @@ AX_SPANK_EXPORT int slurm_spank_init(spank_t sp, int ac, char** av) {
 }
 
 // srun, after its options, before it launches the step: every step gets a fresh secret, with or
-// without --ax-mesh (a plain `srun ax-train` needs one too).
+// without --ax-mesh (a plain `srun ax-train` needs one too); then a mesh that cannot fit is
+// refused ("ax: --ax-mesh=<spec>: <why>": the message names the option itself).
 AX_SPANK_EXPORT int slurm_spank_local_user_init(spank_t sp, int ac, char** av) {
   if (spank_context() != S_CTX_LOCAL) return ESPANK_SUCCESS;
-  return ax::spank::guarded("local_user_init", [] { return ax::spank::export_job_secret(); });
+  return ax::spank::guarded("", [&] { return ax::spank::local_user_init(sp); });
 }
 
 AX_SPANK_EXPORT int slurm_spank_user_init(spank_t sp, int ac, char** av) {

@@ -371,6 +371,18 @@ TEST(LaunchTest, BadCommandLinesExit2WithOneLine) {
   }
 }
 
+// A mesh that does not fit this node names the option and says what to use (the exact words per
+// node kind: tests/topology/mesh_test.cc), without "node 0" or a source location.
+TEST(LaunchTest, MeshThatDoesNotFitNamesTheOption) {
+  std::string dir = ax::testing::temp_dir("launch_mesh_fit");
+  Result r = launch(dir, {"--nproc", "2", "--mesh", "auto:tp=64", "--", "/bin/true"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(r.out.rfind("ax-launch: --mesh auto:tp=64: ", 0), 0u) << r.out;
+  EXPECT_FALSE(contains(r.out, "node 0")) << r.out;
+  EXPECT_FALSE(contains(r.out, "(at ")) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
 TEST(RankPlanTest, VisibleTopologyByUuidAndErrors) {
   StatusOr<topo::Topology> node = topo::load_topology(kFixtures + "/dgx-h100.json");
   ASSERT_TRUE(node.ok()) << node.status().to_string();

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A bad --ax-mesh fails before any task starts, non-zero, with the plugin's "ax:" message:
 #   malformed (`bogus`) in srun, sbatch and `#SBATCH`: rejected by the client, no job is created;
-#   well-formed but not fitting the node (ICI 1,4,1 on 8-GPU nodes): rejected in slurmstepd
-#   before exec, so the task program never runs.
+#   well-formed but not fitting the node (ICI 1,4,1 on 8-GPU nodes): rejected by srun itself
+#   (the plugin knows the nodes from its topology= file), one line, no task starts;
+#   a step whose GPUs Slurm picks on the node (auto:tp=4 with --gres=gpu:2, issue 11): rejected
+#   in slurmstepd before exec, one line per node that says what to use instead (it was 18
+#   lines, "node 0" on every node), and the task program never runs.
 source "$(dirname "$0")/lib.sh" "$@"
 require_cluster
 dir="$(scratch)"
@@ -45,12 +48,29 @@ out="$(t srun -J "$JOB" --ax-mesh='ici=1,4,1;dcn=-1,1,1' -N2 --ntasks-per-node=8
   bash -c "$marker" 2>&1)"
 rc=$?
 ran="$(ls "$dir" | wc -l)"
-want='ax: task_init: ici=1,4,1 has 4 devices but an ICI domain here has 8 GPUs'
-if ((rc != 0 && ran == 0)) && grep -qF "$want" <<<"$out"; then
-  ok "ici=1,4,1 on 8-GPU nodes: exit $rc, no task ran, message: $want"
+want='srun: error: ax: --ax-mesh=ici=1,4,1;dcn=-1,1,1: ici=1,4,1 covers 4 GPUs but there are 8'
+want+=' in one NVLink domain (this node has 8): make the product 8 or let a -1 fill it in'
+if ((rc != 0 && ran == 0)) && grep -qxF "$want" <<<"$out" && (($(grep -c 'ax:' <<<"$out") == 1)) &&
+  ! grep -q slurmstepd <<<"$out"; then
+  ok "ici=1,4,1 on 8-GPU nodes: exit $rc, refused by srun in one line, no task ran"
 else
-  bad "ici=1,4,1 on 8-GPU nodes: exit $rc, $ran of 16 tasks ran (want 0), plugin message" \
-    "$(grep -qF "$want" <<<"$out" && echo present || echo missing)"
-  sort -u <<<"$out" | sed 's/^/  | /' | head -n 8
+  bad "ici=1,4,1 on 8-GPU nodes: exit $rc, $ran of 16 tasks ran (want 0), output:"
+  sed 's/^/  | /' <<<"$out" | head -n 12
+fi
+
+out="$(t srun -J "$JOB" --ax-mesh=auto:tp=4 -N3 --ntasks-per-node=2 --gres=gpu:2 \
+  bash -c "$marker" 2>&1)"
+rc=$?
+ran="$(ls "$dir" | wc -l)"
+want='ax: --ax-mesh=auto:tp=4: tensor parallelism of 4 needs 4 GPUs in one NVLink domain, this'
+want+=' node has 2: use auto:tp=2 or auto:tp=1'
+nodes="$(grep -F "$want" <<<"$out" | grep -oE '^slurmstepd-n[0-9]+' | sort | tr '\n' ' ')"
+if ((rc != 0 && ran == 0)) && [[ "$nodes" == "slurmstepd-n1 slurmstepd-n2 slurmstepd-n3 " ]] &&
+  (($(grep -c 'ax:' <<<"$out") == 3 && $(wc -l <<<"$out") <= 6)) &&
+  ! grep -qE 'node 0|CPU ranks|spank plugin stack|task_init\(\) failed' <<<"$out"; then
+  ok "auto:tp=4 on 3 nodes x 2 GPUs: exit $rc, no task ran, one line per node: $want"
+else
+  bad "auto:tp=4 on 3 nodes x 2 GPUs: exit $rc, $ran of 6 tasks ran (want 0), output:"
+  sed 's/^/  | /' <<<"$out" | head -n 24
 fi
 finish

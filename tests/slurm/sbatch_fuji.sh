@@ -2,7 +2,8 @@
 # shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
 # sbatch/example_fuji.sub with AXLearn's knobs on tiny-llama: `sbatch -N 2`, 2 CPU ranks per node,
 # mesh ICI_TP=2 (tensor parallel inside the node, data parallel across), GA=2 micro-batches,
-# GBS=16, SEQ_LEN=32, MAX_STEP=8, a checkpoint every 4 steps and a summary every 2. The job
+# GBS=16, SEQ_LEN=32, MAX_STEPS=8 (Pax's name, which the script once ignored: it read only
+# AXLearn's MAX_STEP; both work now), a checkpoint every 4 steps and a summary every 2. The job
 # completes with exit 0, the loss falls, and the trainer directory holds what the knobs say.
 #   sbatch_fuji.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
@@ -14,7 +15,7 @@ prepare_data "$dir/data"
 ws="$dir/ws"
 vars=(AX_CPU_THREADS=1 "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$ws"
   "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" CONFIG=tiny-llama
-  GPUS_PER_NODE=2 ICI_TP=2 GA=2 GBS=16 SEQ_LEN=32 MAX_STEP=8 SAVE_CHECKPOINT_STEPS=4
+  GPUS_PER_NODE=2 ICI_TP=2 GA=2 GBS=16 SEQ_LEN=32 MAX_STEPS=8 SAVE_CHECKPOINT_STEPS=4
   WRITE_SUMMARY_STEPS=2
   "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0")
 id="$(submit_sub "$dir/fuji.out" -N 2 "$SUB_DIR/example_fuji.sub")"

@@ -2,7 +2,9 @@
 # shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
 # A rank of an example_pile.sub job killed mid-run (kill -9 of rank 3, on the second node): the job
 # fails promptly (srun --kill-on-bad-exit ends the step, the script passes the status on) with a
-# non-zero exit code, its output names the rank, and no rank is left running.
+# non-zero exit code, its output names the rank, and no rank is left running. The surviving
+# ranks name only rank 3, one of them as the cause ("rank 3 (host n2) stopped answering first"),
+# and the job's last line repeats that cause (issue 11: they named live ranks too).
 #   sbatch_kill.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -50,6 +52,17 @@ if grep -q 'n2: task 3: Killed' "$dir/kill.out" &&
 else
   bad "the job's output does not name task 3"
   show_tail "$dir/kill.out"
+fi
+cause="rank 3 (host n2) stopped answering first"
+outs=("$dir/ws/output/output-$id-"*.txt)
+causes="$(cat "${outs[@]}" | grep -c "$cause")"
+if grep -F 'the training step failed with status' "$dir/kill.out" | grep -qF ": $cause" &&
+  ((causes == 1)) && ! grep -q 'did not answer' "${outs[@]}"; then
+  ok "one rank gives the cause and the job's last line repeats it: $(tail -n 1 "$dir/kill.out")"
+else
+  bad "the cause: $causes line(s) with '$cause' in the task outputs, job's last line: " \
+    "$(tail -n 1 "$dir/kill.out")"
+  grep -h 'ax-train:' "${outs[@]}" | sed 's/^/  | /'
 fi
 left="$(rank_pids 0; rank_pids 1; rank_pids 2)"
 if [[ -z "$left" ]]; then ok "no rank left running"; else bad "ranks still running: $left"; fi

@@ -4,9 +4,10 @@
 # variables, tiny-gpt on real shards, GPUS_PER_NODE=2 (CPU ranks). In srun mode (one task per GPU,
 # --ax-mesh) and in ax-launch mode (one launcher per node) the job completes with exit 0, the loss
 # falls, checkpoints, metrics, TensorBoard and the per-task output files are where the variables
-# say, and both modes log the same losses; ax-launch mode also where srun loads no spank_ax.so
-# (the job script's own job secret). With CONTAINER set, AX_DRY_RUN=1 shows the Pyxis
-# command (the original's mounts, in-container paths) without running it.
+# say, PREC=bfloat16 runs the ranks in the bf16 plan, and both modes log the same losses;
+# ax-launch mode also where srun loads no spank_ax.so (the job script's own job secret). With
+# CONTAINER set, AX_DRY_RUN=1 shows the Pyxis command (the original's mounts, in-container paths)
+# without running it.
 #   sbatch_pile.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -51,6 +52,12 @@ if grep -q "mesh data=2 fsdp=2 tensor=1" "$ws/output/output-$id-0-0.txt"; then
   ok "srun mode: the plugin's auto mesh (data=2 fsdp=2)"
 else
   bad "srun mode: mesh not data=2 fsdp=2"
+fi
+# PREC=bfloat16 reaches ax-train as train.precision: CPU ranks run the GPU's bf16 plan.
+if grep -q "device: cpu-bf16$" "$ws/output/output-$id-0-0.txt"; then
+  ok "srun mode: PREC=bfloat16 runs the CPU ranks in the bf16 plan (device: cpu-bf16)"
+else
+  bad "srun mode: PREC=bfloat16 but $(grep -o 'device: .*' "$ws/output/output-$id-0-0.txt")"
 fi
 
 # mode B: one ax-launch per node.

@@ -40,18 +40,30 @@ check_rejected "PREC missing, GPUS_PER_NODE and ICI_MESH_SHAPE malformed" exampl
   "3 problem(s) with the job's variables; nothing was launched"
 
 mapfile -t vars < <(sub_env "$dir" logs/x "BASE_VOCAB_PATH=$dir/missing.model" \
-  "BASE_TFDS_DATA_DIR=$dir/empty" PERCORE_BATCH_SIZE=0 LOG_DIR_LOCAL=/abs ENABLE_FP8=1)
-check_rejected "missing vocabulary, no shards, bad batch, absolute log dir, FP8" example_pile.sub \
+  "BASE_TFDS_DATA_DIR=$dir/empty" PERCORE_BATCH_SIZE=0 LOG_DIR_LOCAL=/abs ENABLE_FP8=1 PREC=fp16)
+check_rejected "missing vocabulary, no shards, bad batch, absolute log dir, FP8, PREC=fp16" \
+  example_pile.sub \
   "BASE_VOCAB_PATH='$dir/missing.model': no such readable file" \
   "BASE_TFDS_DATA_DIR='$dir/empty': expected ax-data shards" \
   "PERCORE_BATCH_SIZE='0': expected a number > 0" \
   "LOG_DIR_LOCAL='/abs': expected a path relative to BASE_WORKSPACE_DIR" \
-  "ENABLE_FP8=1: FP8 training is not implemented in ax"
+  "ENABLE_FP8=1: FP8 training is not implemented in ax" \
+  "PREC='fp16': expected bfloat16 (or bf16: bf16 activations over fp32 master weights) or float32"
 
 mapfile -t vars < <(sub_env "$dir" logs/x BASE_WORKSPACE_DIR= AX_LAUNCH_MODE=mpirun)
 check_rejected "BASE_WORKSPACE_DIR missing, AX_LAUNCH_MODE unknown" example_pile.sub \
   "BASE_WORKSPACE_DIR is not set: expected an absolute directory" \
   "AX_LAUNCH_MODE='mpirun': expected one of srun|ax-launch"
+
+# Both names of the step count, set to different values (issue 11: the fuji script read only
+# MAX_STEP and silently ran the experiment's step count); the pile variables sub_env sets and a
+# typo are warned about, not refused.
+mapfile -t vars < <(sub_env "$dir" logs/x CONFIG=tiny-llama MAX_STEP=5 MAX_STEPS=6 SEQ_LENGTH=64)
+check_rejected "example_fuji.sub: MAX_STEP and MAX_STEPS differ" example_fuji.sub \
+  "ax-job: error: MAX_STEPS='6' and MAX_STEP='5' are both set, to different step counts" \
+  "ax-job: warning: PERCORE_BATCH_SIZE is a variable of example_pile.sub; example_fuji.sub does not read it" \
+  "ax-job: warning: SEQ_LENGTH is set but example_fuji.sub does not read it; did you mean SEQ_LEN?" \
+  "1 problem(s) with the job's variables; nothing was launched"
 
 mapfile -t vars < <(sub_env "$dir" logs/x CONFIG=tiny-llama GA=0 ICI_PP=2 ICI_DP=-1 ICI_FSDP=-1)
 check_rejected "example_fuji.sub: GA=0, pipeline axis, two -1 in ICI" example_fuji.sub \

@@ -232,6 +232,43 @@ TEST(SpankEnv, EveryStepGetsAFreshJobSecret) {
   ::unsetenv("AX_JOB_SECRET");
 }
 
+// Issue 11: --ax-mesh=auto:tp=4 on nodes with 2 GPUs (here: a step of 2 GPUs per node, which
+// Slurm's GRES narrows CUDA_VISIBLE_DEVICES to) says what to change, naming the option.
+TEST(SpankEnv, MeshThatCannotFitSaysWhatToUse) {
+  TaskInput in;
+  in.nnodes = 3;
+  in.tasks_per_node = 2;
+  in.mesh_spec = "auto:tp=4";
+  in.coordinator = "n1:20000";
+  in.cuda_visible_devices = "0,1";
+  StatusOr<TaskEnv> env = task_env(fixture("dgx-h100.json"), Config{}, in);
+  ASSERT_FALSE(env.ok());
+  EXPECT_EQ(env.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(env.status().message(),
+            "--ax-mesh=auto:tp=4: tensor parallelism of 4 needs 4 GPUs in one NVLink domain, this "
+            "node has 2: use auto:tp=2 or auto:tp=1");
+}
+
+// What srun checks before any task starts, from the configured node description.
+TEST(SpankStepCheck, RefusesInSrunWhatCannotFitTheConfiguredNode) {
+  const topo::Topology dgx = fixture("dgx-h100.json");
+  Status s = check_step_mesh(dgx, "auto:tp=16", 2, 16);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "--ax-mesh=auto:tp=16: tensor parallelism of 16 needs 16 GPUs in one NVLink domain, "
+            "this node has 8: use auto:tp=8, auto:tp=4 or auto:tp=2");
+  EXPECT_TRUE(check_step_mesh(dgx, "auto:tp=8", 2, 16).ok());
+  // 2 tasks per node on 8-GPU nodes: which 2 GPUs the step gets is decided on the node.
+  EXPECT_TRUE(check_step_mesh(dgx, "auto:tp=4", 3, 6).ok());
+  EXPECT_TRUE(check_step_mesh(dgx, "auto:tp=16", 3, 7).ok());  // uneven: left to the nodes
+  s = check_step_mesh(fixture("no-gpu.json"), "auto:tp=4", 3, 6);
+  EXPECT_EQ(s.message(),
+            "--ax-mesh=auto:tp=4: tensor parallelism of 4 needs 4 ranks in one ICI domain, this "
+            "node has no GPUs and runs 2 CPU ranks, one ICI domain per node: use auto:tp=2 or "
+            "auto:tp=1, or run 4 ranks per node");
+  EXPECT_TRUE(check_step_mesh(fixture("no-gpu.json"), "auto:tp=2", 3, 6).ok());
+}
+
 TEST(SpankHostlist, FirstHost) {
   EXPECT_EQ(*first_host("n[1-4]"), "n1");
   EXPECT_EQ(*first_host("gpu[007-009,012],cpu1"), "gpu007");

@@ -210,8 +210,8 @@ TEST(DeriveMeshTest, NvSwitchNodeAuto) {
     }
   }
   EXPECT_EQ(derive({nvswitch_node()}, 2, 8, "auto").explanation,
-            "auto: FSDP over the 8 GPUs of each ICI domain (NVLink island of node 0), data "
-            "parallel across 2 domains");
+            "auto: FSDP over the 8 GPUs of each ICI domain (a node's NVLink-connected GPUs), "
+            "data parallel across 2 domains");
 }
 
 TEST(DeriveMeshTest, NvSwitchNodeAutoTensorParallel) {
@@ -228,8 +228,8 @@ TEST(DeriveMeshTest, NvSwitchNodeAutoTensorParallel) {
     }
   }
   EXPECT_EQ(derive({nvswitch_node()}, 1, 8, "auto:tp=2").explanation,
-            "auto:tp=2: tensor 2 x FSDP 4 inside each ICI domain of 8 GPUs (NVLink island of "
-            "node 0), data parallel across 1 domain");
+            "auto:tp=2: tensor 2 x FSDP 4 inside each ICI domain of 8 GPUs (a node's "
+            "NVLink-connected GPUs), data parallel across 1 domain");
 }
 
 TEST(DeriveMeshTest, ExplicitWithFills) {
@@ -249,8 +249,8 @@ TEST(DeriveMeshTest, ExplicitWithFills) {
   EXPECT_EQ(mesh.dcn, (MeshShape{1, 1, 2}));
   EXPECT_EQ(mesh.global(), (MeshShape{1, 4, 4}));
   EXPECT_EQ(mesh.explanation,
-            "explicit: ici=1,4,2 covers each ICI domain of 8 GPUs (NVLink island of node 0), "
-            "dcn=1,1,2 the 2 domains");
+            "explicit: ici=1,4,2 covers each ICI domain of 8 GPUs (a node's NVLink-connected "
+            "GPUs), dcn=1,1,2 the 2 domains");
 }
 
 TEST(DeriveMeshTest, TwoIslandsGiveDomainsOfFour) {
@@ -272,8 +272,9 @@ TEST(DeriveMeshTest, TwoIslandsGiveDomainsOfFour) {
     EXPECT_EQ(p.gpu, gpus[p.rank]);
     EXPECT_EQ(p.local_rank, p.rank);
   }
-  EXPECT_NE(derive_error({two_island_node()}, 1, 8, "auto:tp=8").find("auto:tp=8 does not divide"),
-            std::string::npos);
+  EXPECT_EQ(derive_error({two_island_node()}, 1, 8, "auto:tp=8"),
+            "tensor parallelism of 8 needs 8 GPUs in one NVLink domain, this node's NVLink "
+            "islands have 4 GPUs each: use auto:tp=4, auto:tp=2 or auto:tp=1");
 }
 
 TEST(DeriveMeshTest, PcieNodeIsOneDomain) {
@@ -281,7 +282,10 @@ TEST(DeriveMeshTest, PcieNodeIsOneDomain) {
   EXPECT_EQ(mesh.ici, (MeshShape{1, 4, 1}));
   EXPECT_EQ(mesh.dcn, (MeshShape{3, 1, 1}));
   check_placement(mesh);
-  EXPECT_NE(mesh.explanation.find("no NVLink"), std::string::npos) << mesh.explanation;
+  EXPECT_NE(mesh.explanation.find("a node without NVLink"), std::string::npos) << mesh.explanation;
+  EXPECT_EQ(derive_error({pcie_node()}, 3, 4, "auto:tp=8"),
+            "tensor parallelism of 8 needs 8 GPUs in one ICI domain, this node has 4 GPUs without "
+            "NVLink, one ICI domain per node: use auto:tp=4, auto:tp=2 or auto:tp=1");
 }
 
 TEST(DeriveMeshTest, Nvl72CliqueSpansNodes) {
@@ -304,7 +308,10 @@ TEST(DeriveMeshTest, Nvl72CliqueSpansNodes) {
     EXPECT_EQ(p.gpu, p.rank % 4);
     EXPECT_EQ(p.domain, p.rank / 72);
   }
-  EXPECT_NE(mesh.explanation.find("NVLink clique of nodes 0-17"), std::string::npos);
+  EXPECT_NE(mesh.explanation.find("an NVLink clique of 18 nodes"), std::string::npos);
+  EXPECT_EQ(derive_error(nodes, 36, 4, "auto:tp=144"),
+            "tensor parallelism of 144 needs 144 GPUs in one NVLink domain, an NVLink clique here "
+            "has 72 GPUs (18 nodes of 4): use auto:tp=72, auto:tp=36 or auto:tp=24");
 }
 
 TEST(DeriveMeshTest, Nvl72CliquesMustBeContiguousAndEqual) {
@@ -338,20 +345,37 @@ TEST(DeriveMeshTest, CpuOnlyNodes) {
 
 TEST(DeriveMeshTest, ProductMismatchIsExplained) {
   EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,4,1;dcn=2,1,1"),
-            "ici=1,4,1 has 4 devices but an ICI domain here has 8 GPUs (NVLink island of node 0)");
+            "ici=1,4,1 covers 4 GPUs but there are 8 in one NVLink domain (this node has 8): make "
+            "the product 8 or let a -1 fill it in");
   EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,8,1;dcn=4,1,1"),
-            "dcn=4,1,1 has 4 domains but the job has 2 ICI domains (2 nodes of 8 ranks)");
+            "dcn=4,1,1 covers 4 ICI domains but there are 2 in the job (2 nodes of 8 ranks): make "
+            "the product 2 or let a -1 fill it in");
   EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,-1,3;dcn=-1,1,1"),
-            "ici=1,-1,3 cannot be filled: 3 devices do not divide 8; an ICI domain here has 8 "
-            "GPUs (NVLink island of node 0)");
+            "ici=1,-1,3 cannot be filled: 3 GPUs do not divide the 8 in one NVLink domain (this "
+            "node has 8)");
+  // One topology per node (not what the plugin and ax-launch pass): "each node".
+  EXPECT_EQ(derive_error({nvswitch_node(), nvswitch_node()}, 2, 8, "ici=1,4,1;dcn=2,1,1"),
+            "ici=1,4,1 covers 4 GPUs but there are 8 in one NVLink domain (each node has 8): make "
+            "the product 8 or let a -1 fill it in");
 }
 
 TEST(DeriveMeshTest, TensorParallelMustDivideTheDomain) {
   EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "auto:tp=3"),
-            "auto:tp=3 does not divide the ICI domain: an ICI domain here has 8 GPUs (NVLink "
-            "island of node 0)");
-  EXPECT_NE(derive_error({nvswitch_node()}, 2, 8, "auto:tp=16").find("auto:tp=16"),
-            std::string::npos);
+            "tensor parallelism of 3 does not divide the 8 GPUs of an NVLink domain (this node "
+            "has 8): use auto:tp=2 or auto:tp=1");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "auto:tp=16"),
+            "tensor parallelism of 16 needs 16 GPUs in one NVLink domain, this node has 8: use "
+            "auto:tp=8, auto:tp=4 or auto:tp=2");
+  // Issue 11: --ax-mesh=auto:tp=4 on nodes with 2 GPUs (the message said "does not divide the
+  // ICI domain ... (NVLink island of node 0)" on every node).
+  EXPECT_EQ(derive_error({node_with_islands({{0, 1}}, 2)}, 3, 2, "auto:tp=4"),
+            "tensor parallelism of 4 needs 4 GPUs in one NVLink domain, this node has 2: use "
+            "auto:tp=2 or auto:tp=1");
+  // CPU ranks: the domain is the node's ranks, so more ranks per node are a way out too.
+  EXPECT_EQ(derive_error({cpu_node()}, 3, 2, "auto:tp=4"),
+            "tensor parallelism of 4 needs 4 ranks in one ICI domain, this node has no GPUs and "
+            "runs 2 CPU ranks, one ICI domain per node: use auto:tp=2 or auto:tp=1, or run 4 "
+            "ranks per node");
 }
 
 TEST(DeriveMeshTest, TensorAcrossDcnNeedsForce) {
@@ -371,14 +395,15 @@ TEST(DeriveMeshTest, DisagreeingNodesAreNamed) {
   EXPECT_EQ(error, "nodes disagree: node 1 has 0 GPUs but node 0 has 8");
   error = derive_error({node_with_islands({{0, 1}, {2, 3, 4, 5}}, 6)}, 1, 6, "auto");
   EXPECT_EQ(error,
-            "node 0 has NVLink islands of unequal size (2+4); ICI domains must be the same size");
+            "this node has NVLink islands of unequal size (2+4); ICI domains must be the same "
+            "size");
   error = derive_error({nvswitch_node(), nvswitch_node()}, 3, 8, "auto");
   EXPECT_EQ(error, "got 2 node topologies for 3 nodes (pass one per node, or one shared by all)");
 }
 
 TEST(DeriveMeshTest, TasksMustMatchGpus) {
   EXPECT_EQ(derive_error({nvswitch_node()}, 2, 4, "auto"),
-            "tasks_per_node=4 but node 0 has 8 GPUs; run one task per GPU");
+            "4 tasks per node but this node has 8 GPUs: run one task per GPU (8 per node)");
   EXPECT_NE(derive_error({cpu_node()}, 2, 0, "auto").find("tasks_per_node must be >= 1"),
             std::string::npos);
   EXPECT_NE(derive_error({cpu_node()}, 0, 1, "auto").find("number of nodes"), std::string::npos);

@@ -124,11 +124,92 @@ struct Slot {
   int gpu;  // -1: CPU rank
 };
 struct Domains {
+  // What one domain is: a node's CPU ranks, a node whose GPUs are all NVLink-connected, a node
+  // without NVLink, one of a node's NVLink islands, or a multi-node NVLink clique.
+  enum class Kind { kCpu, kNode, kNodeNoNvlink, kIsland, kClique };
+  Kind kind = Kind::kNode;
   int size = 0;
   int count = 0;
+  int nodes_per_domain = 1;  // kClique
+  // Whom messages speak of: "this node" when one topology stands for every node (the plugin and
+  // ax-launch see their own node), "each node" when every node's was given.
+  std::string node = "this node";
   std::vector<Slot> slots;
-  std::string what;  // "NVLink island of node 0": what one domain is, for messages
 };
+
+const char* unit_of(const Domains& d) { return d.kind == Domains::Kind::kCpu ? "ranks" : "GPUs"; }
+
+// "NVLink domain" where NVLink makes the domain, else "ICI domain".
+const char* kind_word(const Domains& d) {
+  return d.kind == Domains::Kind::kCpu || d.kind == Domains::Kind::kNodeNoNvlink ? "ICI domain"
+                                                                                 : "NVLink domain";
+}
+
+// What one domain is, for explanations.
+std::string what(const Domains& d) {
+  switch (d.kind) {
+    case Domains::Kind::kCpu:
+      return "CPU ranks, one domain per node";
+    case Domains::Kind::kNode:
+      return "a node's NVLink-connected GPUs";
+    case Domains::Kind::kNodeNoNvlink:
+      return "a node without NVLink";
+    case Domains::Kind::kIsland:
+      return "one NVLink island of a node";
+    case Domains::Kind::kClique:
+      return str_cat("an NVLink clique of ", d.nodes_per_domain, " nodes");
+  }
+  return "";
+}
+
+// The domain as the user meets it, for errors: "this node has 2".
+std::string where(const Domains& d) {
+  switch (d.kind) {
+    case Domains::Kind::kCpu:
+      return str_cat(d.node, " has no GPUs and runs ", d.size,
+                     " CPU ranks, one ICI domain per node");
+    case Domains::Kind::kNode:
+      return str_cat(d.node, " has ", d.size);
+    case Domains::Kind::kNodeNoNvlink:
+      return str_cat(d.node, " has ", d.size, " GPUs without NVLink, one ICI domain per node");
+    case Domains::Kind::kIsland:
+      return str_cat(d.node, "'s NVLink islands have ", d.size, " GPUs each");
+    case Domains::Kind::kClique:
+      return str_cat("an NVLink clique here has ", d.size, " GPUs (", d.nodes_per_domain,
+                     " nodes of ", d.size / d.nodes_per_domain, ")");
+  }
+  return "";
+}
+
+// "auto:tp=2 or auto:tp=1": the (at most three) largest tensor sizes below `tp` that divide the
+// domain, so that the user can pick the nearest one that fits.
+std::string tp_choices(const Domains& d, int tp) {
+  std::vector<int> fits;
+  for (int t = std::min(tp - 1, d.size); t >= 1 && fits.size() < 3; --t) {
+    if (d.size % t == 0) fits.push_back(t);
+  }
+  std::string out;
+  for (size_t i = 0; i < fits.size(); ++i) {
+    if (i > 0) out += i + 1 == fits.size() ? " or " : ", ";
+    out += str_cat("auto:tp=", fits[i]);
+  }
+  return out;
+}
+
+// Why auto:tp=N does not fit and what to use instead.
+Status tp_does_not_fit(const Domains& d, int tp) {
+  std::string head = tp > d.size
+                         ? str_cat("tensor parallelism of ", tp, " needs ", tp, " ", unit_of(d),
+                                   " in one ", kind_word(d), ", ", where(d))
+                         : str_cat("tensor parallelism of ", tp, " does not divide the ", d.size,
+                                   " ", unit_of(d), " of an ", kind_word(d), " (", where(d), ")");
+  std::string more;
+  if (d.kind == Domains::Kind::kCpu) {
+    more = tp > d.size ? str_cat(", or run ", tp, " ranks per node")
+                       : str_cat(", or a multiple of ", tp, " ranks per node");
+  }
+  return InvalidArgument(head, ": use ", tp_choices(d, tp), more);
+}
 
 const Topology& node_topology(const std::vector<Topology>& nodes, int node) {
   return nodes.size() == 1 ? nodes[0] : nodes[node];
@@ -196,10 +277,10 @@ StatusOr<Domains> clique_domains(const std::vector<Topology>& nodes, int num_nod
     }
   }
   Domains d;
+  d.kind = Domains::Kind::kClique;
   d.size = gpus * per_clique;
   d.count = static_cast<int>(runs.size());
-  d.what = per_clique == 1 ? str_cat("NVLink clique of node 0")
-                           : str_cat("NVLink clique of nodes 0-", per_clique - 1);
+  d.nodes_per_domain = per_clique;
   d.slots.reserve(static_cast<size_t>(num_nodes) * gpus);
   for (int n = 0; n < num_nodes; ++n) {
     for (int g = 0; g < gpus; ++g) d.slots.push_back({n, g});
@@ -217,11 +298,13 @@ StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes
                              " GPUs but node 0 has ", gpus);
     }
   }
+  const std::string node = nodes.size() == 1 ? "this node" : "each node";
   if (gpus == 0) {
     Domains d;
+    d.kind = Domains::Kind::kCpu;
+    d.node = node;
     d.size = tasks_per_node;
     d.count = num_nodes;
-    d.what = "CPU ranks of node 0";
     d.slots.reserve(static_cast<size_t>(num_nodes) * tasks_per_node);
     for (int n = 0; n < num_nodes; ++n) {
       for (int i = 0; i < tasks_per_node; ++i) d.slots.push_back({n, -1});
@@ -229,15 +312,19 @@ StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes
     return d;
   }
   if (tasks_per_node != gpus) {
-    return InvalidArgument("tasks_per_node=", tasks_per_node, " but node 0 has ", gpus,
-                           " GPUs; run one task per GPU");
+    return InvalidArgument(tasks_per_node, " tasks per node but ", node, " has ", gpus,
+                           " GPUs: run one task per GPU (", gpus, " per node)");
   }
 
   bool fabric = true;
   for (const Topology& t : nodes) {
     for (const Gpu& gpu : t.gpus) fabric = fabric && has_fabric(gpu);
   }
-  if (fabric) return clique_domains(nodes, num_nodes, gpus);
+  if (fabric) {
+    StatusOr<Domains> cliques = clique_domains(nodes, num_nodes, gpus);
+    if (cliques.ok()) cliques->node = node;
+    return cliques;
+  }
 
   const std::vector<std::vector<int>> islands = canonical_islands(first);
   for (int n = 1; n < static_cast<int>(nodes.size()); ++n) {
@@ -251,11 +338,12 @@ StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes
   const bool no_nvlink = std::all_of(islands.begin(), islands.end(),
                                      [](const std::vector<int>& i) { return i.size() == 1; });
   Domains d;
+  d.node = node;
   if (islands.size() <= 1 || no_nvlink) {
     // One island, or no NVLink at all: the node is the domain.
+    d.kind = islands.size() <= 1 ? Domains::Kind::kNode : Domains::Kind::kNodeNoNvlink;
     d.size = gpus;
     d.count = num_nodes;
-    d.what = islands.size() <= 1 ? "NVLink island of node 0" : "node 0, no NVLink";
     d.slots.reserve(static_cast<size_t>(num_nodes) * gpus);
     for (int n = 0; n < num_nodes; ++n) {
       for (int g = 0; g < gpus; ++g) d.slots.push_back({n, g});
@@ -264,13 +352,13 @@ StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes
   }
   for (const auto& island : islands) {
     if (island.size() != islands[0].size()) {
-      return InvalidArgument("node 0 has NVLink islands of unequal size (", join_islands(islands),
+      return InvalidArgument(node, " has NVLink islands of unequal size (", join_islands(islands),
                              "); ICI domains must be the same size");
     }
   }
+  d.kind = Domains::Kind::kIsland;
   d.size = static_cast<int>(islands[0].size());
   d.count = num_nodes * static_cast<int>(islands.size());
-  d.what = "NVLink island of node 0";
   d.slots.reserve(static_cast<size_t>(num_nodes) * gpus);
   for (int n = 0; n < num_nodes; ++n) {
     for (const auto& island : islands) {
@@ -280,7 +368,8 @@ StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes
   return d;
 }
 
-// Fills the -1 of `shape` so that its product is `target`.
+// Fills the -1 of `shape` so that its product is `target`, the number of `unit` there are
+// (`have` says where they are).
 Status fit(const char* name, MeshShape* shape, int64_t target, const std::string& unit,
            const std::string& have) {
   int* dims[3] = {&shape->data, &shape->fsdp, &shape->tensor};
@@ -296,13 +385,16 @@ Status fit(const char* name, MeshShape* shape, int64_t target, const std::string
   const std::string given = str_cat(name, "=", shape->to_string());
   if (fill != nullptr) {
     if (target % known != 0) {
-      return InvalidArgument(given, " cannot be filled: ", known, " ", unit, " do not divide ",
-                             target, "; ", have);
+      return InvalidArgument(given, " cannot be filled: ", known, " ", unit, " do not divide the ",
+                             target, " ", have);
     }
     *fill = static_cast<int>(target / known);
     return Status::Ok();
   }
-  if (known != target) return InvalidArgument(given, " has ", known, " ", unit, " but ", have);
+  if (known != target) {
+    return InvalidArgument(given, " covers ", known, " ", unit, " but there are ", target, " ",
+                           have, ": make the product ", target, " or let a -1 fill it in");
+  }
   return Status::Ok();
 }
 
@@ -338,12 +430,10 @@ StatusOr<Mesh> derive_mesh(const std::vector<Topology>& nodes, int num_nodes, in
   if (int64_t{num_nodes} * tasks_per_node > (int64_t{1} << 24)) {
     return InvalidArgument(num_nodes, " nodes x ", tasks_per_node, " tasks is too many ranks");
   }
-  AX_ASSIGN_OR_RETURN(Domains domains, find_domains(nodes, num_nodes, tasks_per_node));
-  const std::string unit = domains.slots[0].gpu < 0 ? "ranks" : "GPUs";
-  const std::string domain_desc =
-      str_cat("an ICI domain here has ", domains.size, " ", unit, " (", domains.what, ")");
-  const std::string count_desc = str_cat("the job has ", domains.count, " ICI domains (", num_nodes,
-                                         " nodes of ", tasks_per_node, " ranks)");
+  StatusOr<Domains> found = find_domains(nodes, num_nodes, tasks_per_node);
+  if (!found.ok()) return found.status();  // the user's message, without a source location
+  const Domains& domains = *found;
+  const std::string unit = unit_of(domains);
 
   Mesh mesh;
   mesh.num_nodes = num_nodes;
@@ -351,26 +441,29 @@ StatusOr<Mesh> derive_mesh(const std::vector<Topology>& nodes, int num_nodes, in
   mesh.domain_size = domains.size;
   if (spec.kind == MeshSpec::Kind::kAuto) {
     const int tp = spec.auto_tp;
-    if (tp < 1 || domains.size % tp != 0) {
-      return InvalidArgument("auto:tp=", tp, " does not divide the ICI domain: ", domain_desc);
-    }
+    if (tp < 1 || domains.size % tp != 0) return tp_does_not_fit(domains, tp);
     mesh.ici = {1, domains.size / tp, tp};
     mesh.dcn = {domains.count, 1, 1};
     mesh.explanation =
         tp == 1
             ? str_cat("auto: FSDP over the ", domains.size, " ", unit, " of each ICI domain (",
-                      domains.what, "), data parallel across ", plural(domains.count, "domain"))
+                      what(domains), "), data parallel across ", plural(domains.count, "domain"))
             : str_cat("auto:tp=", tp, ": tensor ", tp, " x FSDP ", domains.size / tp,
-                      " inside each ICI domain of ", domains.size, " ", unit, " (", domains.what,
+                      " inside each ICI domain of ", domains.size, " ", unit, " (", what(domains),
                       "), data parallel across ", plural(domains.count, "domain"));
   } else {
     mesh.ici = spec.ici;
     mesh.dcn = spec.dcn;
-    AX_RETURN_IF_ERROR(fit("ici", &mesh.ici, domains.size, "devices", domain_desc));
-    AX_RETURN_IF_ERROR(fit("dcn", &mesh.dcn, domains.count, "domains", count_desc));
+    // Plain returns: the message is the user's, without a source location.
+    Status s = fit("ici", &mesh.ici, domains.size, unit,
+                   str_cat("in one ", kind_word(domains), " (", where(domains), ")"));
+    if (!s.ok()) return s;
+    s = fit("dcn", &mesh.dcn, domains.count, "ICI domains",
+            str_cat("in the job (", plural(num_nodes, "node"), " of ", tasks_per_node, " ranks)"));
+    if (!s.ok()) return s;
     mesh.explanation =
         str_cat("explicit: ici=", mesh.ici.to_string(), " covers each ICI domain of ", domains.size,
-                " ", unit, " (", domains.what, "), dcn=", mesh.dcn.to_string(), " the ",
+                " ", unit, " (", what(domains), "), dcn=", mesh.dcn.to_string(), " the ",
                 domains.count, " domains");
   }
   if (mesh.dcn.tensor > 1 && !spec.force) {

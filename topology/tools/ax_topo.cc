@@ -302,7 +302,7 @@ int run(int argc, char** argv) {
     const int tasks = o.tasks_per_node.value_or(gpus > 0 ? gpus : 1);
     StatusOr<Mesh> m = derive_mesh({*topology}, o.nodes, tasks, *spec);
     if (!m.ok()) {
-      std::cerr << "ax-topo: " << m.status().message() << "\n";
+      std::cerr << "ax-topo: --mesh " << o.mesh << ": " << m.status().message() << "\n";
       return kExitFailed;
     }
     mesh = std::move(*m);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm_internal.h"
 #include "memory_store.h"
 
 namespace ax::train::comm::internal {
@@ -175,12 +176,13 @@ TEST(CollectiveWatchdog, IntervalIsAHundredthOfTheTimeoutWithinBounds) {
   EXPECT_EQ(CollectiveWatchdog::interval_for(milliseconds(10)), milliseconds(1));
 }
 
-// Rank 0 of a group whose rank 1 (global 5) never answers: the latch names it, once, for every
-// thread that meets the failure.
+// Rank 0 of a group whose rank 1 (global 5) never answers: the latch names it as the job's
+// cause, once, for every thread that meets the failure.
 TEST(FailureLatch, RecordsTheFirstFailureOnceForEveryThread) {
   MemoryStore store;
   FailureLatch latch("nccl fsdp[d=0,t=0] (ranks 4,5)", "fsdp[d=0,t=0]/0", {4, 5}, 0,
                      milliseconds(200));
+  const int id = join_failure_domain(store, 4, {"fsdp[d=0,t=0]/0", 0, nullptr});
   EXPECT_TRUE(latch.status().ok());
   Status a, b;
   std::thread watchdog([&] {
@@ -191,33 +193,45 @@ TEST(FailureLatch, RecordsTheFirstFailureOnceForEveryThread) {
   caller.join();
   EXPECT_EQ(a.message(), b.message());
   EXPECT_EQ(latch.status().message(), a.message());
-  EXPECT_NE(a.message().find("on nccl fsdp[d=0,t=0] (ranks 4,5) failed: rank 5 did not answer"),
+  EXPECT_NE(a.message().find("on nccl fsdp[d=0,t=0] (ranks 4,5) failed: rank 5 stopped answering "
+                             "first ("),
             std::string::npos)
       << a.message();
+  leave_failure_domain(store, id);
 }
 
+// The rank's other groups are closed while the failure is recorded; this group is aborted last.
 TEST(HandleAsyncFailure, RecordsThenHandsToThePolicyThenAborts) {
   MemoryStore store;
   FailureLatch latch("nccl world (ranks 0,1)", "world/0", {0, 1}, 0, milliseconds(100));
   std::vector<std::string> steps;
+  const int own = join_failure_domain(store, 0, {"world/0", 0, [&] { steps.push_back("close"); }});
+  const int other =
+      join_failure_domain(store, 0, {"fsdp[d=0]/0", 0, [&] { steps.push_back("close fsdp"); }});
   auto policy = [&](const Status& s) {
     steps.push_back("policy: " + s.message());
     EXPECT_EQ(latch.status().message(), s.message());  // already recorded for other callers
   };
   handle_async_failure(latch, "all_reduce", DeadlineExceeded(timeout_cause(milliseconds(100))),
                        store, policy, [&] { steps.push_back("abort"); });
-  ASSERT_EQ(steps.size(), 2u);
-  EXPECT_EQ(steps[0],
-            "policy: all_reduce on nccl world (ranks 0,1) failed: rank 1 did not answer "
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[0], "close fsdp");
+  EXPECT_EQ(steps[1],
+            "policy: all_reduce on nccl world (ranks 0,1) failed: rank 1 stopped answering first "
             "(timed out after 0.1 s)");
-  EXPECT_EQ(steps[1], "abort");
+  EXPECT_EQ(steps[2], "abort");
+  leave_failure_domain(store, own);
+  leave_failure_domain(store, other);
 
   // Without a policy the communicator is still aborted, so that the stream moves on.
+  MemoryStore quiet_store;
   FailureLatch quiet("nccl world (ranks 0,1)", "world/1", {0, 1}, 0, milliseconds(50));
+  const int id = join_failure_domain(quiet_store, 0, {"world/1", 0, nullptr});
   int aborts = 0;
-  handle_async_failure(quiet, "barrier", Unavailable("x"), store, nullptr, [&] { ++aborts; });
+  handle_async_failure(quiet, "barrier", Unavailable("x"), quiet_store, nullptr, [&] { ++aborts; });
   EXPECT_EQ(aborts, 1);
   EXPECT_FALSE(quiet.status().ok());
+  leave_failure_domain(quiet_store, id);
 }
 
 }  // namespace

@@ -364,8 +364,18 @@ std::vector<RankOutcome> lose_a_rank(int victim, Fate fate) {
                    60, {victim});
 }
 
+std::string this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// Every survivor's message contains `phrase`, or, when `cause` is given, exactly one says
+// "<cause> stopped answering first (<why>)" and every other "stopping: <cause> stopped
+// answering (rank R reports it)".
 void expect_named(const std::vector<RankOutcome>& outcomes, int victim, const std::string& code,
-                  const std::string& phrase, double max_seconds) {
+                  const std::string& phrase, double max_seconds, const std::string& why = "") {
+  int causes = 0;
   for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
     if (r == victim) continue;
     const std::string& rep = outcomes[r].report;
@@ -377,28 +387,118 @@ void expect_named(const std::vector<RankOutcome>& outcomes, int victim, const st
     EXPECT_EQ(parts[0], code);
     EXPECT_NE(parts[1].find("all_reduce on gloo world (ranks 0,1,2,3) failed: "),
               std::string::npos);
-    EXPECT_NE(parts[1].find(phrase), std::string::npos);
+    if (why.empty()) {
+      EXPECT_NE(parts[1].find(phrase), std::string::npos);
+    } else if (parts[1].find(phrase + " stopped answering first (" + why + ")") !=
+               std::string::npos) {
+      ++causes;
+    } else {
+      EXPECT_NE(parts[1].find("stopping: " + phrase + " stopped answering (rank "),
+                std::string::npos);
+    }
     EXPECT_LT(std::stod(parts[2]), max_seconds);
+  }
+  if (!why.empty()) {
+    EXPECT_EQ(causes, 1);
   }
 }
 
 TEST(GlooFailure, KilledRankIsNamedByEveryOtherRank) {
   auto outcomes = lose_a_rank(2, Fate::kKill);
   // Detection is immediate (closed connection); then the alive round waits its window.
-  expect_named(outcomes, 2, "Unavailable", "rank 2 did not answer (peer closed the connection)",
-               kFailTimeout.count() / 1000.0 + 4);
+  expect_named(outcomes, 2, "Unavailable", "rank 2 (host " + this_host() + ")",
+               kFailTimeout.count() / 1000.0 + 4, "peer closed the connection");
 }
 
 TEST(GlooFailure, StoppedRankIsNamedWithinTheTimeout) {
   auto outcomes = lose_a_rank(1, Fate::kStop);
-  // The collective times out, then the alive round waits its window (≤ the timeout).
-  expect_named(outcomes, 1, "DeadlineExceeded", "rank 1 did not answer (timed out after 4 s)",
-               2 * kFailTimeout.count() / 1000.0 + 4);
+  // The collective times out, then the alive round waits its window (≤ the timeout). The first
+  // rank to time out closes its connections: the others fail at once, with a closed connection,
+  // and run the same round; whichever names rank 1 first gives the cause.
+  const std::string who = "rank 1 (host " + this_host() + ")";
+  int causes = 0;
+  for (int r : {0, 2, 3}) {
+    const std::string& rep = outcomes[static_cast<size_t>(r)].report;
+    if (rep.find(who + " stopped answering first (") != std::string::npos) ++causes;
+  }
+  EXPECT_EQ(causes, 1);
+  for (int r : {0, 2, 3}) {
+    const std::string& rep = outcomes[static_cast<size_t>(r)].report;
+    EXPECT_NE(rep.find(who + " stopped answering"), std::string::npos) << rep;
+    EXPECT_EQ(rep.find("did not answer"), std::string::npos) << rep;
+    EXPECT_LT(std::stod(rep.substr(rep.rfind('|') + 1)), 2 * kFailTimeout.count() / 1000.0 + 4)
+        << rep;
+  }
 }
 
 TEST(GlooFailure, KilledStoreHostIsNamed) {
   auto outcomes = lose_a_rank(0, Fate::kKill);
   expect_named(outcomes, 0, "Unavailable", "the store host, rank 0, is gone", 2 * 4.0 + 4);
+}
+
+// Ranks blocked in other groups when a rank dies (what a training step looks like: each rank is
+// in whichever collective it reached). 2x2 mesh, fsdp groups {0,1} {2,3}, data groups {0,2}
+// {1,3}; rank 3 dies. Rank 1 is in data {1,3} with it; rank 0 waits in fsdp {0,1} for rank 1,
+// rank 2 in data {0,2} for rank 0: neither shares a collective with rank 3. Every survivor must
+// name rank 3, and only rank 3; exactly one line gives it as the cause.
+TEST(GlooFailure, RanksBlockedInOtherGroupsNameOnlyTheDeadRank) {
+  const int world = 4;
+  auto outcomes = run_ranks(world,
+                            [](int rank, std::shared_ptr<Store> store) -> std::string {
+                              auto fsdp = make_gloo_communicator(
+                                  store, rank < 2 ? "fsdp[d=0]" : "fsdp[d=1]",
+                                  rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, rank,
+                                  options(kFailTimeout));
+                              if (!fsdp.ok()) return "create: " + fsdp.status().to_string();
+                              auto data = make_gloo_communicator(
+                                  store, rank % 2 ? "data[f=1]" : "data[f=0]",
+                                  rank % 2 ? std::vector<int>{1, 3} : std::vector<int>{0, 2}, rank,
+                                  options(kFailTimeout));
+                              if (!data.ok()) return "create: " + data.status().to_string();
+                              // Every pair of both groups is connected before rank 3 dies (its
+                              // creation could finish while a peer's was still connecting).
+                              for (auto* g : {&*fsdp, &*data}) {
+                                Status b = (*g)->barrier();
+                                if (!b.ok()) return "barrier: " + b.to_string();
+                              }
+                              if (rank == 3) raise(SIGKILL);
+                              Communicator& comm = rank == 0 ? **fsdp : **data;
+                              std::vector<float> buf(1000, 1.f);
+                              auto t0 = Clock::now();
+                              Status s = comm.all_reduce(view(buf), ReduceOp::kSum);
+                              if (s.ok()) return "no failure";
+                              std::ostringstream os;
+                              os << s.message() << "|" << since(t0);
+                              return os.str();
+                            },
+                            60, {3});
+  const std::string culprit = "rank 3 (host " + this_host() + ")";
+  std::vector<int> causes;  // whoever names it first gives the cause (usually rank 1)
+  for (int r = 0; r < 3; ++r) {
+    const std::string& rep = outcomes[static_cast<size_t>(r)].report;
+    if (rep.find(culprit + " stopped answering first (peer closed the connection)|") !=
+        std::string::npos) {
+      causes.push_back(r);
+    }
+  }
+  ASSERT_EQ(causes.size(), 1u) << outcomes[0].report << "\n"
+                               << outcomes[1].report << "\n"
+                               << outcomes[2].report;
+  for (int r = 0; r < 3; ++r) {
+    const std::string& rep = outcomes[static_cast<size_t>(r)].report;
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + rep);
+    const size_t bar = rep.rfind('|');
+    ASSERT_NE(bar, std::string::npos);
+    const std::string message = rep.substr(0, bar);
+    if (r != causes[0]) {
+      EXPECT_NE(message.find(str_cat("stopping: ", culprit, " stopped answering (rank ", causes[0],
+                                     " reports it)")),
+                std::string::npos);
+    }
+    EXPECT_EQ(message.find("did not answer"), std::string::npos);
+    // Prompt: one alive window, not a window per group the failure had to travel through.
+    EXPECT_LT(std::stod(rep.substr(bar + 1)), kFailTimeout.count() / 1000.0 + 3);
+  }
 }
 
 TEST(GlooFailure, RankThatNeverArrivesFailsCreationWithItsName) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -180,6 +182,147 @@ TEST(FailureNaming, Messages) {
   s = internal::collective_failure("all_gather", "g", StatusCode::kUnavailable, "x", gone,
                                    "file /shared/store");
   EXPECT_NE(s.message().find("the store (file /shared/store) failed"), std::string::npos);
+}
+
+// A MemoryStore without add, like PMIx.
+class NoAddStore : public MemoryStore {
+ public:
+  StatusOr<int64_t> add(const std::string&, int64_t) override { return Unimplemented("add"); }
+};
+
+TEST(FailureAgreement, TheFirstRankThatNamesAnotherGivesTheCauseTheOthersStop) {
+  MemoryStore store;
+  ASSERT_TRUE(store.set("hosts/3", "n2").ok());
+  const internal::TransportError lost{StatusCode::kUnavailable, "peer closed the connection"};
+  const internal::AliveReport saw3{Status::Ok(), {3}};
+  Status first = internal::agree_on_cause(store, "all_reduce", "gloo data[f=1] (ranks 1,3)", 1,
+                                          lost, saw3, Millis(1000));
+  EXPECT_EQ(first.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(first.message(),
+            "all_reduce on gloo data[f=1] (ranks 1,3) failed: rank 3 (host n2) stopped answering "
+            "first (peer closed the connection)");
+  // A later rank whose own round also missed rank 3, and one whose group was all alive.
+  Status second = internal::agree_on_cause(store, "all_reduce", "gloo world (ranks 0,1,2,3)", 2,
+                                           lost, saw3, Millis(1000));
+  Status third = internal::agree_on_cause(store, "all_gather", "gloo fsdp[d=0] (ranks 0,1)", 0,
+                                          lost, {Status::Ok(), {}}, Millis(1000));
+  EXPECT_EQ(second.message(),
+            "all_reduce on gloo world (ranks 0,1,2,3) failed: stopping: rank 3 (host n2) stopped "
+            "answering (rank 1 reports it)");
+  EXPECT_EQ(third.message(),
+            "all_gather on gloo fsdp[d=0] (ranks 0,1) failed: stopping: rank 3 (host n2) stopped "
+            "answering (rank 1 reports it)");
+}
+
+TEST(FailureAgreement, RacingRanksAgreeOnOneCause) {
+  MemoryStore store;
+  const internal::TransportError lost{StatusCode::kUnavailable, "peer closed the connection"};
+  std::vector<Status> out(6);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 6; ++r) {
+    if (r == 5) continue;  // the dead one; ranks 1 and 4 shared a group with it
+    threads.emplace_back([&, r] {
+      internal::AliveReport report{Status::Ok(), {}};
+      if (r == 1 || r == 4) report.missing = {5};
+      out[static_cast<size_t>(r)] =
+          internal::agree_on_cause(store, "all_reduce", "g", r, lost, report, Millis(2000));
+    });
+  }
+  for (auto& t : threads) t.join();
+  int causes = 0;
+  for (int r = 0; r < 5; ++r) {
+    const std::string& m = out[static_cast<size_t>(r)].message();
+    SCOPED_TRACE(m);
+    if (m.find("rank 5 stopped answering first") != std::string::npos) {
+      ++causes;
+    } else {
+      EXPECT_NE(m.find("stopping: rank 5 stopped answering (rank "), std::string::npos);
+    }
+  }
+  EXPECT_EQ(causes, 1);
+}
+
+TEST(FailureAgreement, WithoutAddOrAClaimEachRankSaysWhatItSaw) {
+  NoAddStore no_add;
+  ASSERT_TRUE(no_add.set("hosts/2", "n1").ok());
+  ASSERT_TRUE(no_add.set("hosts/3", "n2").ok());
+  const internal::TransportError late{StatusCode::kDeadlineExceeded, "timed out after 4 s"};
+  Status s = internal::agree_on_cause(no_add, "barrier", "g", 0, late, {Status::Ok(), {2, 3}},
+                                      Millis(100));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(),
+            "barrier on g failed: ranks 2,3 (hosts n1,n2) did not answer (timed out "
+            "after 4 s)");
+  // Nobody named anyone within the wait: the transport's words.
+  MemoryStore quiet;
+  s = internal::agree_on_cause(quiet, "barrier", "g", 0, late, {Status::Ok(), {}}, Millis(100));
+  EXPECT_EQ(s.message(), "barrier on g failed: timed out after 4 s");
+}
+
+TEST(FailureAgreement, RanksAreDescribedWithTheirHosts) {
+  MemoryStore store;
+  ASSERT_TRUE(store.set("hosts/2", "n2").ok());
+  ASSERT_TRUE(store.set("hosts/3", "n2").ok());
+  ASSERT_TRUE(store.set("hosts/5", "n3").ok());
+  EXPECT_EQ(internal::describe_ranks(store, {3}), "rank 3 (host n2)");
+  EXPECT_EQ(internal::describe_ranks(store, {2, 3}), "ranks 2,3 (host n2)");
+  EXPECT_EQ(internal::describe_ranks(store, {3, 5}), "ranks 3,5 (hosts n2,n3)");
+  EXPECT_EQ(internal::describe_ranks(store, {3, 7}), "ranks 3,7");  // 7 never said where it is
+}
+
+// One rank's groups: the first failure sets the rank's alive key in every registered group and
+// closes the others; a second failure (another group, another thread) gets the same verdict. The
+// failed group itself is the caller's to close (Gloo closes it first; NCCL's watchdog only after
+// the verdict, so that its stream stays blocked meanwhile).
+TEST(FailureDomain, TheFirstFailureAnswersEveryGroupAndClosesTheOthers) {
+  MemoryStore store;
+  int closed_a = 0, closed_b = 0;
+  const int a = internal::join_failure_domain(store, 4, {"data[f=0]/0", 2, [&] { ++closed_a; }});
+  const int b = internal::join_failure_domain(store, 4, {"fsdp[d=2]/0", 0, [&] { ++closed_b; }});
+  EXPECT_TRUE(store.get("hosts/4", Millis(0)).ok());
+  // The peer (global 5, group rank 1 of fsdp) is alive and says so.
+  ASSERT_TRUE(store.set("fsdp[d=2]/0/alive/1", "1").ok());
+  const internal::TransportError lost{StatusCode::kUnavailable, "peer closed the connection"};
+  Status first = internal::fail_rank(store, "all_gather", "gloo fsdp[d=2] (ranks 4,5)",
+                                     "fsdp[d=2]/0", {4, 5}, 0, lost, Millis(300));
+  EXPECT_TRUE(store.get("data[f=0]/0/alive/2", Millis(0)).ok());
+  EXPECT_TRUE(store.get("fsdp[d=2]/0/alive/0", Millis(0)).ok());
+  EXPECT_EQ(closed_a, 1);
+  EXPECT_EQ(closed_b, 0);
+  EXPECT_EQ(first.message(),
+            "all_gather on gloo fsdp[d=2] (ranks 4,5) failed: peer closed the connection");
+  Status again = internal::fail_rank(store, "all_reduce", "gloo data[f=0] (ranks 0,2,4)",
+                                     "data[f=0]/0", {0, 2, 4}, 2, lost, Millis(300));
+  EXPECT_EQ(again.message(), first.message());
+  EXPECT_EQ(closed_a, 1);
+  internal::leave_failure_domain(store, a);
+  internal::leave_failure_domain(store, b);
+}
+
+// A group whose owner is being destroyed while another group's failure closes it: the owner's
+// leave_failure_domain returns only after that close has returned (the close function uses the
+// owner: NCCL's aborts its communicator).
+TEST(FailureDomain, LeavingWaitsForAClosingInProgress) {
+  MemoryStore store;
+  std::atomic<bool> closing{false}, closed{false};
+  const int a = internal::join_failure_domain(
+      store, 0, {"data[f=0]/0", 0, [&] {
+                   closing = true;
+                   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                   closed = true;
+                 }});
+  const int b = internal::join_failure_domain(store, 0, {"fsdp[d=0]/0", 0, nullptr});
+  ASSERT_TRUE(store.set("fsdp[d=0]/0/alive/1", "1").ok());
+  std::thread failing([&] {
+    (void)internal::fail_rank(store, "all_reduce", "gloo fsdp[d=0] (ranks 0,1)", "fsdp[d=0]/0",
+                              {0, 1}, 0, {StatusCode::kUnavailable, "peer closed the connection"},
+                              Millis(100));
+  });
+  while (!closing) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  internal::leave_failure_domain(store, a);  // the owner of data[f=0] goes away
+  EXPECT_TRUE(closed) << "left while its close function was still running";
+  failing.join();
+  internal::leave_failure_domain(store, b);
 }
 
 TEST(FailureNaming, AliveRoundReportsAStoreThatIsGone) {

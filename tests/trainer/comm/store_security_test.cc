@@ -135,6 +135,41 @@ TEST(TcpStoreSecurity, RankWithAnotherJobsSecretFailsAtOnceSayingWhy) {
   EXPECT_TRUE(own.ok()) << own.status().to_string();
 }
 
+// Only a connection that proved the job secret can say a rank, so strangers that come and go
+// (every way in, a rank-announcing frame sent without the handshake, another job's rank 2) never
+// make a rank of the job look gone (kStoreFirstGoneKey, read to name a failed rank).
+TEST(TcpStoreSecurity, StrangersThatLeaveAreNeverRecordedAsAGoneRank) {
+  std::shared_ptr<TcpStore> server = rank0(3);
+  ASSERT_TRUE(server);
+  StatusOr<std::shared_ptr<TcpStore>> one = rank(*server, 1, 3, kSecret);
+  StatusOr<std::shared_ptr<TcpStore>> two = rank(*server, 2, 3, kSecret);
+  ASSERT_TRUE(one.ok() && two.ok());
+  ::testing::internal::CaptureStderr();
+  testing::Stranger stranger(port_of(*server), 2);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int fd = dial("127.0.0.1", port_of(*server));
+    ASSERT_GE(fd, 0);
+    std::string says_rank_1(1, static_cast<char>(wire::kRank));
+    wire::put_u32(says_rank_1, 1);
+    const std::string request = wire::frame(says_rank_1);
+    send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    read_all(fd);  // the greeting, the refusal, the close
+    close(fd);
+  }
+  EXPECT_FALSE(rank(*server, 2, 3, kOtherJobsSecret).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const testing::Stranger::Tally tally = stranger.stop();
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_GT(tally.connections, 0);
+  EXPECT_EQ(tally.answered, 0);
+  EXPECT_EQ(server->get(kStoreFirstGoneKey, Millis(300)).status().code(),
+            StatusCode::kDeadlineExceeded);
+  two->reset();  // a rank of the job leaves: that one counts
+  StatusOr<std::string> gone = server->get(kStoreFirstGoneKey, Millis(2000));
+  ASSERT_TRUE(gone.ok()) << gone.status().to_string();
+  EXPECT_EQ(*gone, "2");
+}
+
 // A listener on the coordinator's port that speaks the greeting but does not hold the secret
 // (a stranger who took the port first), or is another program altogether.
 class FakeRankZero {

@@ -319,6 +319,28 @@ TEST(TcpStore, ServerOutlivesRankZerosStoreUntilClientsLeave) {
   EXPECT_LT(seconds_since(start), 5.0);
 }
 
+// The server records the first client whose connection closes (by the rank it said once it had
+// proved the job secret): what a killed rank's peers read to name it at once (comm_failure.cc).
+// Strangers' connections never count: store_security_test.
+TEST(TcpStore, FirstClosedConnectionIsRecordedByRank) {
+  TcpStoreOptions o{"127.0.0.1:0", true, 0, 3, Millis(5000), kSecret};
+  StatusOr<std::shared_ptr<TcpStore>> server = make_tcp_store(o);
+  ASSERT_TRUE(server.ok());
+  const std::string address = (*server)->bound_address();
+  StatusOr<std::shared_ptr<TcpStore>> one =
+      make_tcp_store({address, false, 1, 3, Millis(5000), kSecret});
+  StatusOr<std::shared_ptr<TcpStore>> two =
+      make_tcp_store({address, false, 2, 3, Millis(5000), kSecret});
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ((*server)->get(kStoreFirstGoneKey, Millis(100)).status().code(),
+            StatusCode::kDeadlineExceeded);
+  two->reset();
+  EXPECT_EQ(*(*server)->get(kStoreFirstGoneKey, Millis(2000)), "2");
+  one->reset();  // only the first one counts
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(*(*server)->get(kStoreFirstGoneKey, Millis(0)), "2");
+}
+
 TEST(TcpStore, KilledServerIsAnErrorNamingItNotAHang) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);

@@ -295,8 +295,10 @@ TEST(ShardedCheckpoint, T5ResumesOnAnotherLayoutWithTheSameLosses) {
   expect_resume_on("tiny-t5", {{1, 1, 4}});
 }
 
-// One rank killed or stopped mid-run: every other rank exits non-zero within the collective
-// timeout (here 5 s) plus a margin, and its message names the missing rank.
+// One rank killed or stopped mid-run: every other rank exits with kExitCollectiveFailed within
+// the collective timeout (here 5 s) plus a margin, with one line naming the rank that failed:
+// exactly one rank gives it as the cause ("stopped answering first"), the others say they stop
+// because of it, and no live rank is named.
 void expect_prompt_failure(int signal) {
   std::vector<std::string> o = base_overrides("tiny-gpt");
   o.push_back("train.max_steps=50");
@@ -305,13 +307,20 @@ void expect_prompt_failure(int signal) {
   const std::string dir = data::testing::temp_dir("fault") + "/run";
   RunResult r = run_ranks(config, {2, 2, 1}, dir, {2, 3, signal});
   EXPECT_LT(r.seconds, 30.0);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string culprit = std::string("rank 2 (host ") + host + ") stopped answering";
+  int causes = 0;
   for (int k = 0; k < 4; ++k) {
     if (k == 2) continue;
-    EXPECT_NE(r.exit_codes[static_cast<size_t>(k)], 0) << "rank " << k;
-    EXPECT_NE(r.errs[static_cast<size_t>(k)].find("rank 2"), std::string::npos)
-        << "rank " << k << " does not name rank 2:\n"
-        << r.errs[static_cast<size_t>(k)];
+    const std::string& err = r.errs[static_cast<size_t>(k)];
+    EXPECT_EQ(r.exit_codes[static_cast<size_t>(k)], kExitCollectiveFailed) << "rank " << k;
+    EXPECT_NE(err.find(culprit), std::string::npos) << "rank " << k << " does not name rank 2:\n"
+                                                    << err;
+    EXPECT_EQ(err.find("did not answer"), std::string::npos) << "rank " << k << ":\n" << err;
+    if (err.find(culprit + " first") != std::string::npos) ++causes;
   }
+  EXPECT_EQ(causes, 1);
 }
 
 // A stranger at the store's port through the whole run (docs/threat-model.md): it gets nothing,

@@ -137,10 +137,10 @@ Status FailureLatch::record(std::string_view op, const Status& cause, Store& sto
   // first failure rather than running a round of its own.
   std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.ok()) return failed_;
-  AliveReport report =
-      find_missing_ranks(store, prefix_, ranks_, group_rank_, alive_window(timeout_));
-  failed_ = collective_failure(op, group_, cause.code(), cause.message(), report, store.describe());
-  AX_LOG(kError, "comm") << failed_.message();
+  failed_ = fail_rank(store, op, group_, prefix_, ranks_, group_rank_,
+                      TransportError{cause.code(), cause.message()}, timeout_);
+  // The owner reports it (ax-train: one line per rank); the log has it at debug level.
+  AX_LOG(kDebug, "comm") << failed_.message();
   return failed_;
 }
 

@@ -112,9 +112,10 @@ class FailureLatch {
   FailureLatch(std::string group, std::string prefix, std::vector<int> ranks, int group_rank,
                Millis timeout);
   Status status() const;  // Ok until a failure is recorded
-  // Records the failure of `op` unless one is recorded already (then returns that one): runs the
-  // alive round on `store` (find_missing_ranks), logs and returns collective_failure's Status.
-  // Callers that meet the failure while another thread records it wait for that record.
+  // Records the failure of `op` unless one is recorded already (then returns that one): the
+  // rank's failure (fail_rank on `store`: the rank's other groups closed, the culprit named once
+  // for the job), which this group's owner must join (join_failure_domain) for as long as it
+  // lives. Callers that meet the failure while another thread records it wait for that record.
   Status record(std::string_view op, const Status& cause, Store& store);
 
  private:
@@ -127,7 +128,7 @@ class FailureLatch {
 };
 
 // What a communicator does when its watchdog reports a collective that failed or hung, in this
-// order: record the failure (the alive round runs while this rank's stream is still blocked, so
+// order: record the failure (the culprit is named while this rank's stream is still blocked, so
 // nothing computes on a half-done collective meanwhile), hand it to the owner's policy
 // (`on_failure`, may end the process: ax-train exits naming the group and the missing ranks),
 // then `abort` the communicator, which ends its kernels so that whatever waits for the stream

@@ -1,9 +1,15 @@
-// Group names, argument checks and the naming of missing ranks after a failed collective.
+// Group names, argument checks and the naming of missing ranks after a failed collective: the
+// alive round of a group, the failure domain of a rank's groups and the job-wide agreement on the
+// first failure (docs/comm.md "Timeouts and failures").
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "ax/common/logging.h"
 #include "comm_internal.h"
@@ -156,6 +162,206 @@ Status collective_failure(std::string_view op, const std::string& group, StatusC
   const bool one = report.missing.size() == 1;
   return Status(code, str_cat(head, one ? "rank " : "ranks ", rank_list(report.missing),
                               " did not answer (", cause, ")"));
+}
+
+namespace {
+
+// The registered groups of one rank (one per store: every group of a job shares its store) and
+// the verdict of its first failure.
+struct Domain {
+  std::map<int, GroupEntry> groups;
+  int next_id = 0;
+  bool failing = false;
+  bool closing = false;  // fail_rank is calling the groups' close functions (outside the lock)
+  int users = 0;         // fail_rank calls holding this Domain across an unlock
+  std::optional<Status> verdict;
+};
+using Domains = std::map<const Store*, Domain>;
+
+std::mutex g_domains_mu;
+std::condition_variable g_domains_cv;  // a verdict was given, or the closing ended
+
+Domains& domains() {
+  static auto* d = new Domains();  // never destroyed: used until _Exit
+  return *d;
+}
+
+// Under g_domains_mu: forgets a domain that nothing uses any more, so that a later store at the
+// same address starts afresh.
+void forget_if_unused(Domains::iterator it) {
+  const Domain& d = it->second;
+  if (d.groups.empty() && d.users == 0 && (!d.failing || d.verdict)) domains().erase(it);
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace
+
+int join_failure_domain(Store& store, int global_rank, GroupEntry entry) {
+  int id = 0;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(g_domains_mu);
+    Domain& d = domains()[&store];
+    first = d.groups.empty();
+    id = d.next_id++;
+    d.groups.emplace(id, std::move(entry));
+  }
+  // Read only to name this rank after it failed; a store that cannot take it costs the host name.
+  if (first) (void)store.set(str_cat("hosts/", global_rank), host_name());
+  return id;
+}
+
+void leave_failure_domain(Store& store, int id) {
+  std::unique_lock<std::mutex> lock(g_domains_mu);
+  // A failure of another group may be closing this one right now, with a copy of its close
+  // function: the group's owner must outlive that call, so its destructor waits here.
+  g_domains_cv.wait(lock, [&] {
+    auto it = domains().find(&store);
+    return it == domains().end() || !it->second.closing;
+  });
+  auto it = domains().find(&store);
+  if (it == domains().end()) return;
+  it->second.groups.erase(id);
+  forget_if_unused(it);
+}
+
+namespace {
+
+// "<head>stopping: <who> stopped answering (rank R reports it)" from the agreed cause
+// ("R|who"), when there is one.
+std::optional<Status> stopping(const std::string& head, const TransportError& err,
+                               const StatusOr<std::string>& cause) {
+  const size_t bar = cause.ok() ? cause->find('|') : std::string::npos;
+  if (bar == std::string::npos) return std::nullopt;
+  return Status(err.code,
+                str_cat(head, "stopping: ", cause->substr(bar + 1), " stopped answering (rank ",
+                        cause->substr(0, bar), " reports it)"));
+}
+
+// How long a failing rank waits for the TCP store's record of a closed connection (a killed
+// rank's closes as its peers' connections do, so it is there within moments, or not at all).
+constexpr Millis kGoneWait{1000};
+
+// The cause of this rank's failure, in order: one the job already agreed on; a rank whose store
+// connection closed (killed or crashed: known at once, no alive round); else the alive round of
+// the failed group.
+Status decide_failure(Store& store, std::string_view op, const std::string& group,
+                      const std::string& prefix, const std::vector<int>& ranks, int group_rank,
+                      const TransportError& err, Millis window) {
+  const int me = ranks[static_cast<size_t>(group_rank)];
+  const Millis cause_wait = window + Millis(2000);
+  const std::string head = str_cat(op, " on ", group, " failed: ");
+  if (std::optional<Status> s = stopping(head, err, store.get(kFailureCauseKey, Millis(0)))) {
+    return *s;
+  }
+  StatusOr<std::string> gone = store.get(kStoreFirstGoneKey, kGoneWait);
+  std::optional<int64_t> gone_rank = gone.ok() ? parse_int64(*gone) : std::nullopt;
+  if (gone_rank && *gone_rank >= 0 && *gone_rank != me) {
+    AliveReport report{Status::Ok(), {static_cast<int>(*gone_rank)}};
+    return agree_on_cause(store, op, group, me, err, report, cause_wait);
+  }
+  AliveReport report = find_missing_ranks(store, prefix, ranks, group_rank, window);
+  return agree_on_cause(store, op, group, me, err, report, cause_wait);
+}
+
+}  // namespace
+
+std::string describe_ranks(Store& store, const std::vector<int>& ranks) {
+  std::vector<std::string> hosts;
+  for (int r : ranks) {
+    StatusOr<std::string> h = store.get(str_cat("hosts/", r), Millis(100));
+    if (!h.ok() || h->empty()) {
+      hosts.clear();
+      break;
+    }
+    if (std::find(hosts.begin(), hosts.end(), *h) == hosts.end()) hosts.push_back(*h);
+  }
+  std::string out = str_cat(ranks.size() == 1 ? "rank " : "ranks ", rank_list(ranks));
+  if (hosts.empty()) return out;
+  std::string joined;
+  for (const std::string& h : hosts) {
+    if (!joined.empty()) joined += ',';
+    joined += h;
+  }
+  return str_cat(out, hosts.size() == 1 ? " (host " : " (hosts ", joined, ")");
+}
+
+Status agree_on_cause(Store& store, std::string_view op, const std::string& group, int global_rank,
+                      const TransportError& err, const AliveReport& report, Millis wait) {
+  if (!report.store_status.ok()) {
+    return collective_failure(op, group, err.code, err.cause, report, store.describe());
+  }
+  const std::string head = str_cat(op, " on ", group, " failed: ");
+  if (!report.missing.empty()) {
+    StatusOr<int64_t> claim = store.add(kFailureClaimKey, 1);
+    if (claim.ok() && *claim == 1) {
+      const std::string who = describe_ranks(store, report.missing);
+      (void)store.set(kFailureCauseKey, str_cat(global_rank, "|", who));
+      return Status(err.code, str_cat(head, who, " stopped answering first (", err.cause, ")"));
+    }
+    if (!claim.ok()) {  // no add (PMIx): every rank says what its own round found
+      return Status(err.code, str_cat(head, describe_ranks(store, report.missing),
+                                      " did not answer (", err.cause, ")"));
+    }
+  }
+  StatusOr<std::string> cause = store.get(kFailureCauseKey, wait);
+  if (std::optional<Status> s = stopping(head, err, cause)) return *s;
+  return collective_failure(op, group, err.code, err.cause, report, store.describe());
+}
+
+Status fail_rank(Store& store, std::string_view op, const std::string& group,
+                 const std::string& prefix, const std::vector<int>& ranks, int group_rank,
+                 const TransportError& err, Millis timeout) {
+  const Millis window = alive_window(timeout);
+  const Millis cause_wait = window + Millis(2000);
+  std::vector<GroupEntry> groups;
+  {
+    std::unique_lock<std::mutex> lock(g_domains_mu);
+    Domain& d = domains()[&store];  // `users` keeps it in the map while the lock is released
+    ++d.users;
+    if (d.failing) {
+      // Another group of this rank failed first (or the other thread's): its verdict holds.
+      g_domains_cv.wait_for(lock, 2 * cause_wait, [&] { return d.verdict.has_value(); });
+      std::optional<Status> verdict = d.verdict;
+      --d.users;
+      forget_if_unused(domains().find(&store));
+      if (verdict) return *verdict;
+      return Status(err.code, str_cat(op, " on ", group, " failed: ", err.cause,
+                                      " (after another group of this rank failed)"));
+    }
+    d.failing = true;
+    d.closing = true;
+    for (const auto& [id, entry] : d.groups) groups.push_back(entry);
+  }
+  // Alive keys first, then the connections: a peer woken by the close finds this rank alive.
+  for (const GroupEntry& g : groups) {
+    (void)store.set(str_cat(g.prefix, "/alive/", g.group_rank), "1");
+  }
+  // The failed group itself is the caller's to close, when it chooses (NCCL's watchdog: only
+  // after the verdict, so that the stream stays blocked meanwhile).
+  for (const GroupEntry& g : groups) {
+    if (g.close && g.prefix != prefix) g.close();
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_domains_mu);
+    domains()[&store].closing = false;
+  }
+  g_domains_cv.notify_all();
+  Status verdict = decide_failure(store, op, group, prefix, ranks, group_rank, err, window);
+  {
+    std::lock_guard<std::mutex> lock(g_domains_mu);
+    auto it = domains().find(&store);
+    it->second.verdict = verdict;
+    --it->second.users;
+    forget_if_unused(it);
+  }
+  g_domains_cv.notify_all();
+  return verdict;
 }
 
 TransportError classify_gloo_error(std::string_view what, Millis timeout) {

@@ -71,6 +71,55 @@ TransportError classify_gloo_error(std::string_view what, Millis timeout);
 // The first line of a Gloo exception's text without its "[file:line] " prefix.
 std::string gloo_message(std::string_view what);
 
+// --- one rank's groups fail together, and the job agrees on the cause ------------------------
+// Without this, a live rank blocked in another group's collective (waiting for a peer that is
+// itself in the failed group's alive round) is named as missing, and every rank names a
+// different set of ranks (docs/comm.md "Timeouts and failures").
+
+// A live group of this process, registered by its communicator for as long as it exists.
+struct GroupEntry {
+  std::string prefix;  // "<tag>/<instance>": where its alive keys are
+  int group_rank = 0;
+  // Closes its connections (Gloo) or aborts it (NCCL), which wakes the peers blocked in it. Called
+  // from whichever thread of the rank fails first in another group.
+  std::function<void()> close;
+};
+// Registers a group of the rank `global_rank`, whose groups all share `store` (the job's store);
+// the first registration also publishes the rank's host name at "hosts/<global rank>".
+// Returns the id leave_failure_domain takes.
+int join_failure_domain(Store& store, int global_rank, GroupEntry entry);
+// Unregisters a group; called first by its owner's destructor: when another group's failure is
+// calling the close functions, it returns only once they have all returned.
+void leave_failure_domain(Store& store, int id);
+
+// "rank 3 (host n2)", "ranks 2,3 (host n2)", "ranks 3,5 (hosts n2,n3)"; without the hosts when
+// the store does not know them all.
+std::string describe_ranks(Store& store, const std::vector<int>& ranks);
+
+// Job-wide keys of the agreement on the first failure.
+inline constexpr const char* kFailureClaimKey = "failure/claim";
+inline constexpr const char* kFailureCauseKey = "failure/cause";
+
+// The job-wide cause of a failure, given this rank's alive round: the first rank of the job whose
+// round names missing ranks claims the cause (store.add on kFailureClaimKey returns 1; it sets
+// kFailureCauseKey to "<its global rank>|<who>") and says "<who> stopped answering first (...)";
+// every other rank waits up to `wait` for that cause and says "stopping: <who> stopped answering
+// (rank R reports it)". A store without add (PMIx), or no claim within `wait`, gives the rank's
+// own report (collective_failure). The code is the transport's (err.code).
+Status agree_on_cause(Store& store, std::string_view op, const std::string& group, int global_rank,
+                      const TransportError& err, const AliveReport& report, Millis wait);
+
+// What a failed collective of a registered group (`prefix`) returns, decided once per rank: the
+// first failure sets the rank's alive key in every registered group, closes every other one (its
+// peers in other groups fail at once instead of after their timeout, and reach their own alive
+// rounds; the failed group is the caller's to close, before or after), names the culprit (the
+// store's first closed connection, else the alive round of the failed group) and agrees on the
+// cause (agree_on_cause). A later failure of another group or thread of the same rank returns
+// the same Status.
+Status fail_rank(Store& store, std::string_view op, const std::string& group,
+                 const std::string& prefix, const std::vector<int>& ranks, int group_rank,
+                 const TransportError& err, Millis timeout);
+
 // A group of one rank: every collective is a copy (or nothing) and never touches the network.
 std::unique_ptr<Communicator> make_local_communicator(std::string_view backend,
                                                       const std::string& tag, int global_rank,

@@ -22,7 +22,7 @@ void collective_or_die(const Status& status, const char* what) {
   std::fflush(nullptr);
   const int linger = g_failure_linger_ms.load();
   if (linger > 0) std::this_thread::sleep_for(std::chrono::milliseconds(linger));
-  std::_Exit(1);
+  std::_Exit(kExitCollectiveFailed);
 }
 
 }  // namespace ax::train::comm

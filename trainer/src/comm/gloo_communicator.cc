@@ -34,8 +34,6 @@
 namespace ax::train::comm {
 namespace {
 
-using internal::AliveReport;
-
 // gloo::rendezvous::Store over ours. Gloo's keys are the group rank ("3") or "rank_3"; a timeout
 // names the global ranks whose keys never appeared.
 class GlooStoreAdapter : public gloo::rendezvous::Store {
@@ -172,7 +170,14 @@ class GlooCommunicator : public Communicator {
         rank_(rank),
         timeout_(timeout),
         device_(std::move(device)),
-        context_(std::move(context)) {}
+        context_(std::move(context)) {
+    std::weak_ptr<gloo::rendezvous::Context> weak = context_;
+    domain_id_ = internal::join_failure_domain(*store_, ranks_[static_cast<size_t>(rank_)],
+                                               {prefix_, rank_, [weak] {
+                                                  if (auto c = weak.lock()) close_quietly(*c);
+                                                }});
+  }
+  ~GlooCommunicator() override { internal::leave_failure_domain(*store_, domain_id_); }
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
@@ -262,22 +267,24 @@ class GlooCommunicator : public Communicator {
     }
   }
 
-  // Closing our connections first wakes the peers that wait on us, so every live member
-  // reaches the alive round within moments instead of after its own timeout.
+  // Closing this rank's connections of every group (fail_rank) wakes the peers that wait on
+  // it, so every live rank reaches its alive round within moments instead of after its own
+  // timeout. The caller reports the Status (one line per rank); the log has it at debug level.
   Status fail(std::string_view op, const std::string& what) {
     internal::TransportError err = internal::classify_gloo_error(what, timeout_);
     AX_LOG(kDebug, "comm") << op << " on " << name_ << ": gloo: " << what;
-    try {
-      context_->closeConnections();
-    } catch (const std::exception& e) {
-      AX_LOG(kDebug, "comm") << "closing " << name_ << ": " << e.what();
-    }
-    AliveReport report = internal::find_missing_ranks(*store_, prefix_, ranks_, rank_,
-                                                      internal::alive_window(timeout_));
-    failed_ =
-        internal::collective_failure(op, name_, err.code, err.cause, report, store_->describe());
-    AX_LOG(kError, "comm") << failed_.message();
+    close_quietly(*context_);
+    failed_ = internal::fail_rank(*store_, op, name_, prefix_, ranks_, rank_, err, timeout_);
+    AX_LOG(kDebug, "comm") << failed_.message();
     return failed_;
+  }
+
+  static void close_quietly(gloo::rendezvous::Context& context) {
+    try {
+      context.closeConnections();
+    } catch (const std::exception& e) {
+      AX_LOG(kDebug, "comm") << "closing a gloo context: " << e.what();
+    }
   }
 
   // Ring reduce-scatter without touching `in`: at step s this rank sends its running sum of
@@ -311,6 +318,7 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   int64_t bytes_ = 0;
+  int domain_id_ = 0;
   Status failed_;  // once a collective failed, the group is unusable: every later call returns it
 };
 

@@ -114,7 +114,7 @@ class NcclCommunicator : public Communicator {
         main_stream_(static_cast<cudaStream_t>(options.cuda_stream)),
         res_(res),
         on_async_failure_(options.on_async_failure),
-        latch_(name_, std::move(prefix), std::move(ranks), rank, options.timeout),
+        latch_(name_, prefix, std::move(ranks), rank, options.timeout),
         watchdog_(options.timeout, {[this] { return async_error(); },
                                     [this](const std::string& op, const Status& cause) {
                                       internal::handle_async_failure(latch_, op, cause, *store_,
@@ -124,6 +124,13 @@ class NcclCommunicator : public Communicator {
     const int device = res_.device;
     watchdog_.start(internal::CollectiveWatchdog::interval_for(timeout_),
                     [device] { cudaSetDevice(device); });
+    // The rank's failure domain (comm_internal.h): a failure in another group of this rank aborts
+    // this one, which wakes its peers; the latch records this group's failures through it. A
+    // group of one has no peers.
+    if (ranks_.size() > 1) {
+      domain_id_ = internal::join_failure_domain(*store_, ranks_[static_cast<size_t>(rank_)],
+                                                 {std::move(prefix), rank_, [this] { abort(); }});
+    }
   }
 
   // The watchdog stops first (this thread finishes the job), then the communicator is finalized
@@ -131,6 +138,8 @@ class NcclCommunicator : public Communicator {
   // that its kernels may still use released: freeing first would wait for a hung kernel forever
   // (cudaFree synchronises the device) or pull memory from under a running one.
   ~NcclCommunicator() override {
+    // First: returns once no other group's failure is calling abort() on this one.
+    if (domain_id_ >= 0) internal::leave_failure_domain(*store_, domain_id_);
     watchdog_.stop();
     finalize();
     cudaFree(res_.scratch);
@@ -266,7 +275,8 @@ class NcclCommunicator : public Communicator {
   }
 
   // A failure met on this thread: abort first, which wakes peers waiting on this rank over
-  // network transports, then name the missing ranks.
+  // network transports, then record the rank's failure (the latch: the other groups aborted, the
+  // culprit named once for the job).
   Status fail(std::string_view op, const Status& cause) {
     abort();
     return latch_.record(op, cause, *store_);
@@ -305,6 +315,7 @@ class NcclCommunicator : public Communicator {
   int64_t bytes_ = 0;
   std::mutex nccl_mu_;    // every NCCL call on res_.comm, and aborted_
   bool aborted_ = false;  // aborted or destroyed: res_.comm is gone
+  int domain_id_ = -1;    // in the rank's failure domain (groups of more than one rank)
   internal::FailureLatch latch_;
   internal::CollectiveWatchdog watchdog_;  // last: its thread uses the members above
 };

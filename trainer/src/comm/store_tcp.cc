@@ -4,6 +4,8 @@
 // connection (a mutex serialises the threads of a process). Wire format: store_wire.h and
 // docs/bootstrap.md. The server answers GET and WAIT when the keys exist or their timeout passes,
 // so a client never polls; it waits for a reply the request's timeout plus kReplyGrace at most.
+// Once admitted, a client says its rank (kRank), so that the server can record the first rank
+// whose connection closes (kStoreFirstGoneKey).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -185,7 +187,7 @@ class TcpStoreImpl final : public TcpStore {
         Status st = handshake(fd, Clock::now() + hs);
         if (st.ok()) {
           fd_ = fd;
-          return st;
+          return say_rank();
         }
         close(fd);
         if (st.code() != StatusCode::kUnavailable) return st;
@@ -331,6 +333,17 @@ class TcpStoreImpl final : public TcpStore {
           "(AX_JOB_SECRET): it is not this job's rank 0 (another job's store on the same port, or "
           "a rank 0 started outside ax's launch path)");
     }
+    return Status::Ok();
+  }
+
+  // The first request once admitted: only a connection that proved the secret can say a rank.
+  Status say_rank() {
+    std::string req(1, static_cast<char>(kRank));
+    put_u32(req, static_cast<uint32_t>(options_.rank));
+    StatusOr<std::string> reply = call(req, Millis(0));
+    if (!reply.ok()) return reply.status();
+    Reader r(*reply);
+    if (static_cast<uint8_t>(r.u(1)) != kOk || !r.ok()) return protocol_error();
     return Status::Ok();
   }
 

@@ -3,7 +3,10 @@
 // per address, and can hold at most kMaxUnproven connections for at most kHandshakeTimeout, so
 // they never keep the job's own ranks out. Admitted clients are served one request at a time
 // (the client library never sends another before the reply), which bounds what each can make
-// the server buffer; the stored keys and bytes are bounded by AX_STORE_MAX_KEYS/_BYTES.
+// the server buffer; the stored keys and bytes are bounded by AX_STORE_MAX_KEYS/_BYTES. Each
+// admitted client says its rank (kRank); the first of them whose connection closes (a killed
+// rank's, at once) is recorded at kStoreFirstGoneKey, for the ranks that name who failed
+// (comm_failure.cc). Strangers never get that far, so they cannot make a rank look gone.
 #include "store_tcp_server.h"
 
 #include <arpa/inet.h>
@@ -16,6 +19,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -102,6 +106,7 @@ class Server final : public TcpServer {
     bool admitted = false;
     bool closing = false;  // refused: dropped once `out` is sent
     bool waiting = false;  // a GET or WAIT waits for its keys
+    int rank = -1;         // the rank it said (kRank) once admitted; -1: none
   };
   struct Pending {
     int fd;
@@ -353,6 +358,13 @@ class Server final : public TcpServer {
       case kGet:
       case kWait:
         return handle_wait(fd, op, r);
+      case kRank: {
+        const uint64_t rank = r.u(4);
+        if (!r.ok() || rank > uint64_t{INT32_MAX}) return false;
+        clients_[fd].rank = static_cast<int>(rank);
+        send_reply(fd, reply);
+        return true;
+      }
       case kHello:
         return false;
     }
@@ -524,6 +536,7 @@ class Server final : public TcpServer {
   void drop(int fd, const std::string& why) {
     auto it = clients_.find(fd);
     if (it == clients_.end()) return;
+    const int rank = it->second.rank;  // set only for a client that proved the secret
     if (it->second.admitted) {
       --admitted_;
     } else {
@@ -535,6 +548,13 @@ class Server final : public TcpServer {
                    pending_.end());
     clients_.erase(it);
     close(fd);
+    // The kernel closes a killed process's sockets at once: the first rank whose connection
+    // closes is, when a collective then fails, the rank that failed. A rank that ends normally
+    // closes it too; that record is read only after a failure.
+    if (rank >= 0 && data_.find(kStoreFirstGoneKey) == data_.end()) {
+      put_value(kStoreFirstGoneKey, std::to_string(rank));
+      serve_pending();
+    }
   }
 
   int listen_fd_;

@@ -13,8 +13,10 @@ namespace ax::train::comm::wire {
 
 using Clock = std::chrono::steady_clock;
 
-// Requests after the handshake, and the first byte of the client's half of the handshake.
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kHello = 5, kErase = 6 };
+// Requests after the handshake, and the first byte of the client's half of the handshake
+// (kHello). kRank is every client's first request once admitted: the rank it says it is, which
+// the server records when that connection closes (kStoreFirstGoneKey).
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kHello = 5, kErase = 6, kRank = 7 };
 // First byte of every reply.
 enum Reply : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3, kFull = 4 };
 

@@ -34,6 +34,9 @@ struct NodePlan {
 struct PlanInput {
   int nproc = 0;  // 0 = auto
   std::string mesh_spec = "auto";
+  // How the user gave the spec ("--mesh auto:tp=4", "--ax-mesh=auto:tp=4"): a mesh that does not
+  // fit is reported as "<mesh_flag>: <why and what to use instead>".
+  std::string mesh_flag;
   int nnodes = 1;
   int node_rank = 0;
   std::string coordinator;

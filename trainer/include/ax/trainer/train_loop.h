@@ -15,6 +15,7 @@
 #include "ax/common/status.h"
 #include "ax/launcher/job_context.h"
 #include "ax/trainer/backend.h"
+#include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/step_rows.h"
@@ -26,6 +27,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;    // the run failed; the message says why
 inline constexpr int kExitUsage = 2;     // the command line is wrong
 inline constexpr int kExitStopped = 75;  // stopped by a signal after a checkpoint: requeue it
+// A collective failed: this rank stops because another one failed or stopped answering (its
+// message names that rank; ax-launch reports such exits as a consequence, not as the cause).
+inline constexpr int kExitCollectiveFailed = comm::kExitCollectiveFailed;
 
 // What the command line asks for.
 struct RunRequest {

@@ -119,10 +119,15 @@ struct MeshGroups {
   std::unique_ptr<Communicator> fsdp_prefetch;
 };
 
+// The exit status of collective_or_die (ax-train's kExitCollectiveFailed): this rank stops
+// because another one failed or stopped answering; ax-launch reports such exits as a
+// consequence, not as the cause.
+inline constexpr int kExitCollectiveFailed = 3;
 // The training loop's policy for a collective that failed (docs/comm.md "Timeouts and
 // failures"): a half-finished step cannot be recovered, so print the failure (whose message names
-// the rank that went missing) as "ax-train: <what> failed: ..." and end the process with status
-// 1; the run resumes from its last checkpoint. Nothing to do when `status` is ok.
+// the rank that failed first) as "ax-train: <what> failed: ..." and end the process with status
+// kExitCollectiveFailed; the run resumes from its last checkpoint. Nothing to do when `status`
+// is ok.
 void collective_or_die(const Status& status, const char* what);
 // How long collective_or_die waits before exiting: the rank that hosts the store stays a little
 // longer, so that the other ranks can still find out through it which rank went missing.

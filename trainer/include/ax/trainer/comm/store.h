@@ -74,6 +74,11 @@ struct TcpStoreOptions {
 // Otherwise FailedPrecondition saying that the rank has none and how to start ranks.
 StatusOr<std::string> job_store_secret(const launcher::JobContext& ctx, Millis timeout);
 
+// Set by the TCP store's server to the rank of the first client whose connection closed (every
+// client says its rank right after it proved the job secret; a connection that did not prove it
+// never counts); a rank that is killed closes it at once.
+inline constexpr const char* kStoreFirstGoneKey = "store/first_gone";
+
 // A TCP store client (every rank, rank 0 included, talks to the server over a socket). The
 // server is a background thread of rank 0's process with its own poll() loop; destroying rank 0's
 // store lets the server run on until every other rank has disconnected (at most 10 s), so ranks
