@@ -1,6 +1,7 @@
 #include "ax/common/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -48,6 +49,28 @@ Status write_all(int fd, const void* data, size_t size, const std::string& path_
     size -= static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+Status write_file_atomically(const std::string& path, std::string_view text,
+                             Durability durability) {
+  std::string tmp = path + ".XXXXXX.tmp";
+  int fd = ::mkostemps(tmp.data(), 4, O_CLOEXEC);
+  if (fd < 0) return IoError(str_cat("create ", tmp), errno);
+  ::fchmod(fd, 0644);
+  Status s = write_all(fd, text.data(), text.size(), tmp);
+  const bool durable = durability == Durability::kDurable;
+  if (s.ok() && durable && ::fsync(fd) != 0) s = IoError(str_cat("fsync ", tmp), errno);
+  if (::close(fd) != 0 && s.ok()) s = IoError(str_cat("close ", tmp), errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = IoError(str_cat("rename ", tmp, " to ", path), errno);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (!durable) return Status::Ok();
+  const size_t slash = path.rfind('/');
+  return fsync_dir(slash == std::string::npos ? "" : path.substr(0, slash == 0 ? 1 : slash));
 }
 
 Status fsync_dir(const std::string& dir) {

@@ -279,14 +279,6 @@ Json to_json(const DatasetIndex& index) {
   return j;
 }
 
-Status write_tmp(const std::string& tmp, const std::string& text) {
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError(str_cat("open ", tmp), errno);
-  Status s = write_all(fd, text.data(), text.size(), tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = IoError(str_cat("fsync ", tmp), errno);
-  if (::close(fd) != 0 && s.ok()) s = IoError(str_cat("close ", tmp), errno);
-  return s;
-}
 
 }  // namespace
 
@@ -303,20 +295,10 @@ StatusOr<DatasetIndex> read_dataset_index(const std::string& dir) {
 }
 
 Status write_dataset_index(const std::string& dir, const DatasetIndex& index) {
-  const std::string path = join_path(dir, kIndexFile);
-  const std::string tmp = path + ".tmp";
   // Replace rather than throw on invalid UTF-8 (input file names come from the file system).
   const std::string text =
       to_json(index).dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
-  Status s = write_tmp(tmp, text);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError(str_cat("rename ", tmp, " to ", path), errno);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return fsync_dir(dir);
+  return write_file_atomically(join_path(dir, kIndexFile), text);
 }
 
 }  // namespace ax::data

@@ -15,6 +15,7 @@
 #include <span>
 #include <thread>
 
+#include "ax/common/file_io.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/doc_splitter.h"
@@ -227,12 +228,9 @@ struct Progress {
 
 // "<bytes read> <total bytes>\n" into `path`, replaced atomically (no fsync: it is only progress).
 void write_progress_file(const std::string& path, const TextSource& source) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return;
-  std::fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(source.bytes_read()),
-               static_cast<unsigned long long>(source.total_bytes()));
-  if (std::fclose(f) == 0) std::rename(tmp.c_str(), path.c_str());
+  const std::string text =
+      str_cat(source.bytes_read(), " ", source.total_bytes(), "\n");
+  (void)write_file_atomically(path, text, Durability::kFast);  // best effort: only progress
 }
 
 // Hands a chunk's pieces to the shard writer; a document's pieces join into one document.

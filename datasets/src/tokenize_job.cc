@@ -133,22 +133,6 @@ std::string plan_difference(const JobPlan& got, const JobPlan& disk) {
   return "";
 }
 
-// Several tasks (on several hosts) may write the same file at once: each through its own
-// temporary name.
-Status write_text_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".XXXXXX.tmp";
-  int fd = ::mkostemps(tmp.data(), 4, O_CLOEXEC);
-  if (fd < 0) return IoError(str_cat("create ", tmp), errno);
-  ::fchmod(fd, 0644);
-  Status s = write_all(fd, text.data(), text.size(), tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = IoError(str_cat("fsync ", tmp), errno);
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = IoError(str_cat("rename ", tmp, " to ", path), errno);
-  }
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s;
-}
 
 StatusOr<JobPlan> make_plan(const TokenizeOptions& options) {
   AX_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::load(options.tokenizer_path));
@@ -304,7 +288,7 @@ StatusOr<JobPlan> prepare_job(const TokenizeOptions& options) {
   const std::string path = plan_path(options.output_dir);
   if (!exists(path)) {
     // Every task writes the same plan; the last rename wins and they are equal.
-    AX_RETURN_IF_ERROR(write_text_atomically(path, plan_json(plan).dump(2) + "\n"));
+    AX_RETURN_IF_ERROR(write_file_atomically(path, plan_json(plan).dump(2) + "\n"));
   }
   AX_ASSIGN_OR_RETURN(JobPlan disk, read_plan(options.output_dir));
   const std::string diff = plan_difference(plan, disk);

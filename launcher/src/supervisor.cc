@@ -349,14 +349,7 @@ void Supervisor::write_error_file(const Child& c) {
   j["log_file"] = c.log_path;
   j["attempt"] = attempt_;
   j["command"] = options_.command;
-  std::string path = join_path(options_.run_dir, "error.json");
-  std::string tmp = path + ".tmp";
-  std::string text = j.dump(2) + "\n";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  Status s =
-      fd < 0 ? IoError(str_cat("open ", tmp), errno) : write_all(fd, text.data(), text.size(), tmp);
-  if (fd >= 0) close(fd);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) s = IoError(str_cat("rename ", tmp), errno);
+  Status s = write_file_atomically(join_path(options_.run_dir, "error.json"), j.dump(2) + "\n");
   if (!s.ok()) AX_LOG(kWarn, "launch") << "cannot write the error file: " << s.message();
 }
 

@@ -130,19 +130,10 @@ class FileStore final : public Store {
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
 
+  // Keys live for one job on a shared file system: atomic, not durable.
   Status write_atomically(const std::string& name, std::string_view value) {
-    static std::atomic<uint64_t> counter{0};
-    std::string tmp = path(str_cat(".tmp.", rank_, ".", getpid(), ".", counter++));
-    Status st;
-    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return IoError("file store: open " + tmp, errno);
-    st = write_all(fd, value.data(), value.size(), tmp);
-    if (close(fd) != 0 && st.ok()) st = IoError("file store: close " + tmp, errno);
-    if (st.ok() && rename(tmp.c_str(), path(name).c_str()) != 0) {
-      st = IoError("file store: rename to " + path(name), errno);
-    }
-    if (!st.ok()) unlink(tmp.c_str());
-    return st;
+    Status st = write_file_atomically(path(name), value, Durability::kFast);
+    return st.ok() ? st : st.with_context("file store");
   }
 
   StatusOr<int64_t> add_locked(const std::string& key, const std::string& name, int64_t delta) {

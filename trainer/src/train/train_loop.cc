@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "ax/common/file_io.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/token_loader.h"
@@ -59,20 +60,6 @@ std::string find_validation_dir(const DataConfig& data) {
   return "";
 }
 
-Status write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) return IoError(str_cat("writing ", tmp.string()), errno);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec)
-    return Status(StatusCode::kIoError, str_cat("renaming ", tmp.string(), ": ", ec.message()));
-  return Status::Ok();
-}
 
 class Trainer {
  public:
@@ -327,7 +314,7 @@ Status Trainer::setup() {
   AX_RETURN_IF_ERROR(resume());
   if (leader()) {
     AX_RETURN_IF_ERROR(
-        write_text_atomically(fs::path(run_dir_) / "config.json", to_json(config_)));
+        write_file_atomically((fs::path(run_dir_) / "config.json").string(), to_json(config_)));
     AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_));
   }
   print_summary();
