@@ -99,6 +99,39 @@ TEST(ModelFlops, NeverExceedTheMatrixProductsTheBackendExecutes) {
   }
 }
 
+// T5's count: 6 FLOPs per matmul parameter per token of its stack, the encoder's whole Te² and
+// the decoder's causal half of Td² and whole Td·Te attention products (docs/t5.md), written out
+// from the config here; and no more than the matrix products the backend executes.
+TEST(ModelFlops, T5CountsBothStacksAndNeverExceedsWhatRuns) {
+  StatusOr<Config> c = make_experiment("tiny-t5");
+  ASSERT_TRUE(c.ok());
+  const ModelConfig& m = c->model;
+  auto be = make_cpu_backend(2);
+  const int64_t B = 2, Te = 96, Td = 32;
+  auto model = make_model(m, be.get(), B, Td, 500, {.encoder_seq_len = Te});
+  ASSERT_TRUE(model);
+  const double C = static_cast<double>(m.model_dim), F = static_cast<double>(m.hidden_dim);
+  const double Q = static_cast<double>(m.num_heads * m.head_dim());
+  const double Vp = static_cast<double>(model->config().vocab_size);
+  const double E = static_cast<double>(m.num_layers), D = static_cast<double>(m.num_decoder_layers);
+  const double enc_layer = 3 * Q * C + C * Q + 2 * F * C + C * F;
+  const double dec_layer = enc_layer + Q * C + 2 * Q * C + C * Q;
+  const double want = 6 * (E * enc_layer * Te + (D * dec_layer + Vp * C) * Td) +
+                      12 * E * Q * Te * Te + 6 * D * Q * Td * Td + 12 * D * Q * Td * Te;
+  EXPECT_DOUBLE_EQ(model->flops_per_row(), want);
+
+  std::mt19937 rng(9);
+  std::vector<int32_t> enc(B * Te), tokens(B * Td), targets(B * Td);
+  for (int32_t& t : enc) t = static_cast<int32_t>(rng() % 500);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 500);
+  for (int32_t& t : targets) t = static_cast<int32_t>(rng() % 500);
+  const double before = be->executed_matmul_flops();
+  model->forward({.tokens = tokens, .targets = targets, .encoder_tokens = enc});
+  model->backward(1.f);
+  const double executed = be->executed_matmul_flops() - before;
+  EXPECT_LE(model->flops_per_row() * B, executed);
+}
+
 // Packing (Batch::segment_ids): a token never attends to another segment's. With RoPE attention
 // depends only on relative positions, so an example's logits are the same wherever it sits in a
 // row; without the segments its logits depend on what precedes it.
