@@ -200,8 +200,7 @@ void run_worker(const Options& o) {
   ax::train::ModelOptions options;
   options.encoder_seq_len = config.train.encoder_seq_len;
   options.z_loss = static_cast<float>(config.train.z_loss);
-  auto model =
-      ax::train::Model::create(config.model, vocab, rows, seq, backend.get(), {}, options);
+  auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get(), {}, options);
   if (!model.ok()) die_status(model.status());
   auto optimizer =
       ax::train::AdamW::create(config.optim, config.train.max_steps, &(*model)->store());
@@ -372,26 +371,50 @@ std::vector<std::string> peer_command(const Options& o, const Config& c) {
   if (is_t5(c)) {
     const int64_t vocab = vocab_of(c);
     const int64_t targets = span_rows(c, vocab).lengths()->targets * c.train.pack_examples;
-    cmd = {o.python,           o.t5_peer,
-           "--layers",         arg(m.num_layers),
-           "--decoder-layers", arg(m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_layers),
-           "--dim",            arg(m.model_dim),
-           "--heads",          arg(m.num_heads),
-           "--d-kv",           arg(m.head_dim()),
-           "--ff",             arg(m.hidden_dim),
-           "--encoder-seq",    arg(c.train.encoder_seq_len),
-           "--seq",            arg(c.train.seq_len),
-           "--targets",        arg(targets),
-           "--batch",          batch,
-           "--vocab",          arg(vocab),
-           "--buckets",        arg(m.relative_buckets),
-           "--max-distance",   arg(m.relative_max_distance),
-           "--norm-eps",       arg(m.norm_eps),
-           "--z-loss",         arg(c.train.z_loss)};
+    const int64_t decoder_layers = m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_layers;
+    // clang-format off: flag and value pairs
+    cmd = {o.python,
+           o.t5_peer,
+           "--layers",
+           arg(m.num_layers),
+           "--decoder-layers",
+           arg(decoder_layers),
+           "--dim",
+           arg(m.model_dim),
+           "--heads",
+           arg(m.num_heads),
+           "--d-kv",
+           arg(m.head_dim()),
+           "--ff",
+           arg(m.hidden_dim),
+           "--encoder-seq",
+           arg(c.train.encoder_seq_len),
+           "--seq",
+           arg(c.train.seq_len),
+           "--targets",
+           arg(targets),
+           "--batch",
+           batch,
+           "--vocab",
+           arg(vocab),
+           "--buckets",
+           arg(m.relative_buckets),
+           "--max-distance",
+           arg(m.relative_max_distance),
+           "--norm-eps",
+           arg(m.norm_eps),
+           "--z-loss",
+           arg(c.train.z_loss)};
+    // clang-format on
   } else {
-    cmd = {o.python,   o.peer,         "--layers", arg(m.num_layers), "--dim",
-           arg(m.model_dim), "--heads", arg(m.num_heads), "--hidden", arg(m.hidden_dim),
-           "--seq",    arg(c.train.seq_len), "--batch", batch, "--vocab", arg(m.vocab_size)};
+    cmd = {o.python,   o.peer,
+           "--layers", arg(m.num_layers),
+           "--dim",    arg(m.model_dim),
+           "--heads",  arg(m.num_heads),
+           "--hidden", arg(m.hidden_dim),
+           "--seq",    arg(c.train.seq_len),
+           "--batch",  batch,
+           "--vocab",  arg(m.vocab_size)};
   }
   for (std::string& a : optimizer_args(o, c)) cmd.push_back(std::move(a));
   return cmd;
