@@ -89,14 +89,60 @@ class Gpt(nn.Module):
 
 
 def learning_rate(a, s):
-    """ax's schedule (docs/trainer.md): linear warm-up, cosine decay to min_lr_ratio·lr."""
+    """ax's schedule (docs/trainer.md): linear warm-up, cosine (or linear) decay to
+    min_lr_ratio·lr."""
     if s <= a.warmup_steps:
         return a.lr * s / a.warmup_steps
     low = a.min_lr_ratio * a.lr
     if s >= a.decay_end:
         return low
     progress = (s - a.warmup_steps) / (a.decay_end - a.warmup_steps)
+    if a.schedule == "linear":
+        return a.lr - (a.lr - low) * progress
     return low + (a.lr - low) * (1 + math.cos(math.pi * progress)) / 2
+
+
+def add_optimizer_args(ap, beta2):
+    """The step and optimizer options ax-train-bench gives both peers."""
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--warmup-steps", type=int, default=5)
+    ap.add_argument("--decay-end", type=int, default=20)
+    ap.add_argument("--schedule", choices=("cosine", "linear"), default="cosine")
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
+    ap.add_argument("--beta2", type=float, default=beta2)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1234)
+
+
+def train(a, model, loss_of, decay, no_decay):
+    """Times a.warmup + a.steps steps of loss_of() and prints the peer's JSON line."""
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, a.beta2), eps=1e-8, foreach=False)
+    times, losses = [], []
+    for step in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(a, step + 1)
+        loss = loss_of()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
+        opt.step()
+        if next(model.parameters()).is_cuda:
+            torch.cuda.synchronize()  # the step's kernels are asynchronous
+        losses.append(loss.item())
+        if step >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    env = " ".join(f"{k}={os.environ[k]}" for k in PEER_ENV if k in os.environ)
+    print(json.dumps({"step_seconds": times, "losses": losses,
+                      "params": sum(p.numel() for p in model.parameters()),
+                      "torch": f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, "
+                               f"AdamW for-loop, {env}"}))
 
 
 def main():
@@ -108,16 +154,7 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=6e-4)
-    ap.add_argument("--warmup-steps", type=int, default=5)
-    ap.add_argument("--decay-end", type=int, default=20)
-    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=1234)
+    add_optimizer_args(ap, beta2=0.95)
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -125,30 +162,9 @@ def main():
     model = Gpt(a.layers, a.dim, a.heads, a.hidden or 4 * a.dim, a.vocab, a.seq, 0.02)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=False)
     data = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
     inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-
-    times, losses = [], []
-    for step in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(a, step + 1)
-        loss = model(inputs, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
-        opt.step()
-        losses.append(loss.item())
-        if step >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    env = " ".join(f"{k}={os.environ[k]}" for k in PEER_ENV if k in os.environ)
-    print(json.dumps({"step_seconds": times, "losses": losses,
-                      "params": sum(p.numel() for p in model.parameters()),
-                      "torch": f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, "
-                               f"AdamW for-loop, {env}"}))
+    train(a, model, lambda: model(inputs, targets), decay, no_decay)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-// ax-train-bench: trains the CPU benchmark GPTs (experiments bench-a and bench-b: 4 layers d256
-// 4 heads / 6 layers d384 6 heads, seq 256, batch 8, vocab 8192, fp32) in ax and in a plain
-// PyTorch implementation (bench/torch_peer.py) with the same thread count, alternating the two
-// over a few rounds, and prints per config the median tokens/s of each, the ratio ax/torch and
-// the peak RSS of each. Every run is a child process, so the peak RSS is that run's alone.
-// Method and measured numbers: docs/benchmarks-train.md.
+// ax-train-bench: trains the CPU benchmark models in ax and in plain PyTorch with the same thread
+// count, alternating the two over a few rounds, and prints per config the median tokens/s of
+// each, the ratio ax/torch and the peak RSS of each. Every run is a child process, so the peak
+// RSS is that run's alone. The GPTs bench-a and bench-b (4 layers d256 4 heads / 6 layers d384 6
+// heads, seq 256, batch 8, vocab 8192, fp32) run against bench/torch_peer.py, the T5s bench-t5-a
+// and bench-t5-b (2+2 layers d256 / 4+4 layers d384, ENC_SL 256, DEC_SL 64, batch 8) against
+// bench/torch_t5_peer.py. Method and measured numbers: docs/benchmarks-train.md.
 //
 //   ax-train-bench [--configs bench-a,bench-b] [--rounds 3] [--warmup 3] [--steps 10]
 //                  [--threads 2] [--python /usr/bin/python3] [--peer bench/torch_peer.py]
+//                  [--t5-peer bench/torch_t5_peer.py]
 //
 // `--worker NAME` (internal) runs ax's side once and prints one JSON line. bench/gpu_bench.sh
 // runs it on a GPU: `--worker Pile126M --device cuda --batch 64 --max-seconds 30`; a batch that
@@ -37,6 +39,7 @@
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/optimizer.h"
+#include "ax/trainer/step_rows.h"
 #include "ax/trainer/train_loop.h"
 
 namespace {
@@ -51,6 +54,11 @@ constexpr int kExitDoesNotFit = 4;
 // The real vocabulary of configs that take theirs from the tokenizer (model.vocab_size 0): the
 // GPT-2 tokenizer's 50257 pieces that Pax's GPT126M (Pile126M) trains with, padded to 50304.
 constexpr int64_t kGpt2Vocab = 50257;
+// The T5 configs' sentinels <extra_id_0..99> at the top of the vocabulary, as
+// `ax-data train-tokenizer --extra-ids 100` makes them; EOS and pad (= decoder start) as in
+// T5's SentencePiece model.
+constexpr uint32_t kSentinels = 100;
+constexpr uint32_t kEos = 1;
 
 struct Options {
   std::vector<std::string> configs = {"bench-a", "bench-b"};
@@ -60,6 +68,7 @@ struct Options {
   int threads = 2;
   std::string python = "/usr/bin/python3";
   std::string peer = AX_TORCH_PEER;
+  std::string t5_peer = AX_TORCH_T5_PEER;
   std::string worker;  // set: run ax's side of this config and exit
   // The worker's options beyond the CPU benchmark's (bench/gpu_bench.sh).
   std::string device = "cpu";  // cpu | cuda | cuda:N
@@ -107,15 +116,75 @@ void count_parameters(const Config& config, int64_t vocab) {
   std::printf("%s\n", out.dump().c_str());
 }
 
+int64_t vocab_of(const Config& config) {
+  return config.model.vocab_size > 0 ? config.model.vocab_size : kGpt2Vocab;
+}
+
+bool is_t5(const Config& config) { return config.model.family == ax::train::ModelFamily::kT5; }
+
+// What the train loop's span corruption would be with a tokenizer of `vocab` pieces whose top
+// kSentinels are the sentinels (Trainer::setup_span_corruption).
+ax::train::SpanCorruptionRows span_rows(const Config& config, int64_t vocab) {
+  ax::train::SpanCorruptionRows sc;
+  sc.encoder_length = config.train.encoder_seq_len;
+  sc.decoder_length = config.train.seq_len;
+  sc.pack = config.train.pack_examples;
+  sc.seed = config.train.seed;
+  sc.sentinel_top = static_cast<uint32_t>(vocab - 1);
+  sc.num_sentinels = kSentinels;
+  sc.eos = kEos;
+  sc.pad = 0;
+  ax::StatusOr<ax::data::SpanLengths> lengths = sc.lengths();
+  if (!lengths.ok()) die_status(lengths.status());
+  return sc;
+}
+
+// One step's rows of random tokens, made as the train loop makes them from its loader's
+// windows: next-token rows (seq_len + 1 tokens a window), or T5's span corruption of raw_length
+// windows (tokens below the sentinels and above EOS, as text is).
+ax::train::StepRows bench_rows(const Config& config, int64_t rows, int64_t vocab) {
+  std::mt19937_64 rng(config.train.seed);
+  if (!is_t5(config)) {
+    const int64_t seq = config.train.seq_len;
+    std::uniform_int_distribution<uint32_t> token(0, static_cast<uint32_t>(vocab - 1));
+    std::vector<uint32_t> windows(static_cast<size_t>(rows * (seq + 1)));
+    for (uint32_t& t : windows) t = token(rng);
+    return ax::train::lm_rows(windows, rows, seq);
+  }
+  const ax::train::SpanCorruptionRows sc = span_rows(config, vocab);
+  std::uniform_int_distribution<uint32_t> token(kEos + 1,
+                                                static_cast<uint32_t>(vocab) - kSentinels - 1);
+  std::vector<uint32_t> windows(static_cast<size_t>(rows * sc.raw_length()));
+  for (uint32_t& t : windows) t = token(rng);
+  std::vector<uint64_t> sample_ids(static_cast<size_t>(rows));
+  for (size_t i = 0; i < sample_ids.size(); ++i) sample_ids[i] = i;
+  ax::StatusOr<ax::train::StepRows> made = sc.make(windows, sample_ids);
+  if (!made.ok()) die_status(made.status());
+  return std::move(*made);
+}
+
+// FLOPs per token of the model at the worker's lengths (encoder + decoder tokens for T5).
+double model_flops_per_token(const Config& config, const ax::train::Model& model) {
+  const auto& m = config.model;
+  if (is_t5(config)) {
+    return model.flops_per_row() /
+           static_cast<double>(config.train.encoder_seq_len + config.train.seq_len);
+  }
+  return ax::train::flops_per_token(model.layout().num_matmul_parameters(), m.num_layers,
+                                    m.num_heads, m.head_dim(), config.train.seq_len,
+                                    /*causal=*/true);
+}
+
 // forward_backward (forward, cross-entropy, backward over the global batch), the global
 // gradient norm, and AdamW with clipping and the schedule: Trainer::step without the data
-// loader, which would add reading shards to ax's side only.
+// loader, which would add reading shards to ax's side only. The rows are made once, before the
+// timed steps (the loader's thread makes them in ax-train).
 void run_worker(const Options& o) {
   const Config config = experiment(o.worker);
   const int64_t rows =
       o.batch > 0 ? o.batch : static_cast<int64_t>(config.train.percore_batch_size);
   const int64_t seq = config.train.seq_len;
-  const int64_t vocab = config.model.vocab_size > 0 ? config.model.vocab_size : kGpt2Vocab;
+  const int64_t vocab = vocab_of(config);
   if (o.count_params) {
     count_parameters(config, vocab);
     return;
@@ -128,7 +197,10 @@ void run_worker(const Options& o) {
     if (!made.ok()) die_status(made.status());
     backend = std::move(*made);
   }
-  auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get());
+  ax::train::ModelOptions options;
+  options.encoder_seq_len = config.train.encoder_seq_len;
+  options.z_loss = static_cast<float>(config.train.z_loss);
+  auto model = ax::train::Model::create(config.model, vocab, rows, seq, backend.get(), {}, options);
   if (!model.ok()) die_status(model.status());
   auto optimizer =
       ax::train::AdamW::create(config.optim, config.train.max_steps, &(*model)->store());
@@ -138,17 +210,13 @@ void run_worker(const Options& o) {
   backend->synchronize();
   const double init_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_init).count();
-
-  std::mt19937_64 rng(config.train.seed);
-  std::uniform_int_distribution<uint32_t> token(0, static_cast<uint32_t>(vocab - 1));
-  std::vector<uint32_t> windows(static_cast<size_t>(rows * (seq + 1)));
-  for (uint32_t& t : windows) t = token(rng);
+  const ax::train::StepRows step_rows = bench_rows(config, rows, vocab);
 
   Json times = Json::array(), losses = Json::array();
   double timed = 0;
   for (int step = 1; step <= o.warmup + o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double loss = ax::train::forward_backward(model->get(), windows, rows);
+    const double loss = ax::train::forward_backward(model->get(), step_rows);
     const double norm = (*optimizer)->grad_norm();
     (*optimizer)->apply(step, norm);
     backend->synchronize();  // the update is asynchronous on a GPU
@@ -161,21 +229,19 @@ void run_worker(const Options& o) {
       if (o.max_seconds > 0 && timed > o.max_seconds && times.size() >= 3) break;
     }
   }
-  const auto& m = config.model;
-  const int64_t matmul_params = (*model)->layout().num_matmul_parameters();
-  Json out = {
-      {"step_seconds", times},
-      {"losses", losses},
-      {"params", (*model)->layout().num_parameters()},
-      {"backend", backend->name()},
-      {"batch", rows},
-      {"seq", seq},
-      {"peak_flops", backend->peak_flops()},
-      {"flops_per_token", ax::train::flops_per_token(matmul_params, m.num_layers, m.num_heads,
-                                                     m.head_dim(), seq, /*causal=*/true)},
-      {"activation_bytes", (*model)->activation_bytes()},
-      {"backend_peak_bytes", backend->peak_bytes_in_use()},
-      {"init_seconds", init_seconds}};
+  // Tokens a row: T5 counts its encoder and decoder tokens (padding included: both are computed).
+  Json out = {{"step_seconds", times},
+              {"losses", losses},
+              {"params", (*model)->layout().num_parameters()},
+              {"backend", backend->name()},
+              {"batch", rows},
+              {"seq", step_rows.encoder_length + step_rows.length},
+              {"targets_per_row", step_rows.targets_per_row},
+              {"peak_flops", backend->peak_flops()},
+              {"flops_per_token", model_flops_per_token(config, **model)},
+              {"activation_bytes", (*model)->activation_bytes()},
+              {"backend_peak_bytes", backend->peak_bytes_in_use()},
+              {"init_seconds", init_seconds}};
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -277,29 +343,81 @@ std::string load_average() {
   return ax::str_cat(one, " ", five, " ", fifteen);
 }
 
-// torch_peer.py with the config's model, batch and optimizer settings.
-std::vector<std::string> peer_command(const Options& o, const Config& c) {
-  const auto& m = c.model;
+// The peer's optimizer and schedule options, the same for both peers.
+std::vector<std::string> optimizer_args(const Options& o, const Config& c) {
   const int64_t decay_end = c.optim.decay_steps > 0 ? c.optim.decay_steps : c.train.max_steps;
   auto arg = [](auto v) { return ax::str_cat(v); };
-  return {o.python,         o.peer,
-          "--layers",       arg(m.num_layers),
-          "--dim",          arg(m.model_dim),
-          "--heads",        arg(m.num_heads),
-          "--hidden",       arg(m.hidden_dim),
-          "--seq",          arg(c.train.seq_len),
-          "--batch",        arg(static_cast<int64_t>(c.train.percore_batch_size)),
-          "--vocab",        arg(m.vocab_size),
-          "--warmup",       arg(o.warmup),
+  return {"--warmup",       arg(o.warmup),
           "--steps",        arg(o.steps),
           "--threads",      arg(o.threads),
           "--lr",           arg(c.optim.lr),
           "--warmup-steps", arg(c.optim.warmup_steps),
           "--decay-end",    arg(decay_end),
+          "--schedule",     c.optim.schedule,
           "--min-lr-ratio", arg(c.optim.min_lr_ratio),
+          "--beta2",        arg(c.optim.beta2),
           "--weight-decay", arg(c.optim.weight_decay),
           "--clip",         arg(c.optim.grad_clip),
           "--seed",         arg(c.train.seed)};
+}
+
+// torch_peer.py (GPT) or torch_t5_peer.py (T5) with the config's model, batch and optimizer
+// settings.
+std::vector<std::string> peer_command(const Options& o, const Config& c) {
+  const auto& m = c.model;
+  auto arg = [](auto v) { return ax::str_cat(v); };
+  const std::string batch = arg(static_cast<int64_t>(c.train.percore_batch_size));
+  std::vector<std::string> cmd;
+  if (is_t5(c)) {
+    const int64_t vocab = vocab_of(c);
+    const int64_t targets = span_rows(c, vocab).lengths()->targets * c.train.pack_examples;
+    const int64_t decoder_layers = m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_layers;
+    // clang-format off: flag and value pairs
+    cmd = {o.python,
+           o.t5_peer,
+           "--layers",
+           arg(m.num_layers),
+           "--decoder-layers",
+           arg(decoder_layers),
+           "--dim",
+           arg(m.model_dim),
+           "--heads",
+           arg(m.num_heads),
+           "--d-kv",
+           arg(m.head_dim()),
+           "--ff",
+           arg(m.hidden_dim),
+           "--encoder-seq",
+           arg(c.train.encoder_seq_len),
+           "--seq",
+           arg(c.train.seq_len),
+           "--targets",
+           arg(targets),
+           "--batch",
+           batch,
+           "--vocab",
+           arg(vocab),
+           "--buckets",
+           arg(m.relative_buckets),
+           "--max-distance",
+           arg(m.relative_max_distance),
+           "--norm-eps",
+           arg(m.norm_eps),
+           "--z-loss",
+           arg(c.train.z_loss)};
+    // clang-format on
+  } else {
+    cmd = {o.python,   o.peer,
+           "--layers", arg(m.num_layers),
+           "--dim",    arg(m.model_dim),
+           "--heads",  arg(m.num_heads),
+           "--hidden", arg(m.hidden_dim),
+           "--seq",    arg(c.train.seq_len),
+           "--batch",  batch,
+           "--vocab",  arg(m.vocab_size)};
+  }
+  for (std::string& a : optimizer_args(o, c)) cmd.push_back(std::move(a));
+  return cmd;
 }
 
 void run_driver(const Options& o) {
@@ -326,8 +444,9 @@ void run_driver(const Options& o) {
     for (const std::string& name : o.configs) {
       const Config c = experiment(name);
       auto& [ax_side, torch_side] = sides[name];
-      if (c.model.family != ax::train::ModelFamily::kGpt)
-        die(name + " is not a GPT: the PyTorch peer only builds those");
+      if (c.model.family != ax::train::ModelFamily::kGpt && !is_t5(c)) {
+        die(name + " is neither a GPT nor a T5: the PyTorch peers build only those");
+      }
       ChildResult ax_run = run_child(
           {self, "--worker", name, "--threads", threads, "--warmup", warmup, "--steps", steps},
           ax_env);
@@ -363,7 +482,9 @@ void run_driver(const Options& o) {
   double busiest = 0;
   for (const std::string& name : o.configs) {
     const Config c = experiment(name);
-    const double tokens = c.train.percore_batch_size * static_cast<double>(c.train.seq_len);
+    // Encoder + decoder tokens for T5 (the worker's "seq").
+    const double tokens =
+        c.train.percore_batch_size * static_cast<double>(c.train.encoder_seq_len + c.train.seq_len);
     const auto& [ax_side, torch_side] = sides[name];
     const double ax_s = median(ax_side.step_seconds), torch_s = median(torch_side.step_seconds);
     std::printf(
@@ -397,6 +518,7 @@ Options parse(int argc, char** argv) {
       std::printf(
           "usage: ax-train-bench [--configs bench-a,bench-b] [--rounds N] [--warmup N] "
           "[--steps N] [--threads N] [--python PATH] [--peer torch_peer.py]\n"
+          "                      [--t5-peer torch_t5_peer.py]\n"
           "       ax-train-bench --worker NAME [--device cpu|cuda] [--batch N] [--warmup N] "
           "[--steps N] [--max-seconds S] [--count-params]\n"
           "         (one run of ax's side, one JSON line; bench/gpu_bench.sh uses it)\n");
@@ -422,6 +544,8 @@ Options parse(int argc, char** argv) {
       o.python = v;
     } else if (flag == "--peer") {
       o.peer = v;
+    } else if (flag == "--t5-peer") {
+      o.t5_peer = v;
     } else if (flag == "--worker") {
       o.worker = v;
     } else if (flag == "--device") {

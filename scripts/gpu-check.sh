@@ -114,20 +114,27 @@ log() { printf '[%4d s] %s\n' "$((SECONDS - start))" "$*"; }
 
 # Real text for the runs (scripts/corpus.sh), small: the first 4000 verses of the KJV train split
 # (540 kB), the book of Revelation for validation, a 500-piece tokenizer (tiny-gpt's vocabulary
-# is 512) and their token shards.
+# is 512) and their token shards; in t5/ the same text with a tokenizer of 500 pieces and T5's
+# 100 sentinels (--extra-ids 100: tiny-t5's span corruption needs them).
 prepare_data() {  # DIR AX_DATA CORPUS_DIR
-  local dir="$1" axdata="$2" corpus="$3" split
+  local dir="$1" axdata="$2" corpus="$3" split sub extra
   mkdir -p "$dir"
   bash "$root/scripts/corpus.sh" "$corpus" >/dev/null
   head -n 4000 "$corpus/kjv-train.txt" >"$dir/train.txt"
   cp "$corpus/kjv-val.txt" "$dir/val.txt"
-  "$axdata" train-tokenizer --input "$dir/train.txt" --vocab-size 500 \
-    --output "$dir/spm.model" >"$dir/tokenizer.log" 2>&1
-  for split in train val; do
-    "$axdata" tokenize --tokenizer "$dir/spm.model" --input "$dir/$split.txt" \
-      --output "$dir/shards/$split" >"$dir/tokenize-$split.log" 2>&1
+  for sub in . t5; do
+    extra=()
+    [[ "$sub" == t5 ]] && extra=(--vocab-size 600 --extra-ids 100) || extra=(--vocab-size 500)
+    mkdir -p "$dir/$sub"
+    "$axdata" train-tokenizer --input "$dir/train.txt" "${extra[@]}" \
+      --output "$dir/$sub/spm.model" >"$dir/$sub/tokenizer.log" 2>&1
+    for split in train val; do
+      "$axdata" tokenize --tokenizer "$dir/$sub/spm.model" --input "$dir/$split.txt" \
+        --output "$dir/$sub/shards/$split" >"$dir/$sub/tokenize-$split.log" 2>&1
+    done
+    rm -f "$dir/$sub/spm.vocab"
   done
-  rm -f "$dir/train.txt" "$dir/val.txt" "$dir/spm.vocab"
+  rm -f "$dir/train.txt" "$dir/val.txt"
 }
 
 # The bytes that travel with every device call beside a bundle: tracked files and untracked ones
@@ -260,14 +267,21 @@ axbin() {
 }
 
 
+# The data options of MODEL's runs: the T5 tokenizer and shards for t5 experiments.
+data_of() {  # MODEL: sets model_data
+  model_data=("${data[@]}")
+  [[ "$1" != *t5* ]] || model_data=("${t5_data[@]}")
+}
+
 # train DIR DEVICE STEPS MODEL SECONDS [ax-train args...]: a run in DIR, its output in DIR.log,
 # its exit status in train_rc (124: timed out).
 train() {
   local dir="$1" dev="$2" n="$3" model="$4" t="$5"
   shift 5
   axbin ax-train
+  data_of "$model"
   train_rc=0
-  timeout -k 10 "$t" "${ax_cmd[@]}" --experiment "$model" "${data[@]}" --run-dir "$dir" \
+  timeout -k 10 "$t" "${ax_cmd[@]}" --experiment "$model" "${model_data[@]}" --run-dir "$dir" \
     --device "$dev" --max-steps "$n" --set train.eval_every=0 --set train.checkpoint_every=0 \
     --set train.log_every=1 "$@" >"$dir.log" 2>&1 || train_rc=$?
 }
@@ -402,10 +416,12 @@ step_sanitize() {
   local m run dev="$device" filter
   [[ "$device" == cuda ]] || dev=cpu
   axbin ax-train
-  for m in tiny-gpt tiny-llama; do
+  for m in tiny-gpt tiny-llama tiny-t5; do
     run="$step_dir/$m"
-      sanitized "memcheck: ax-train $m, 4 steps with an evaluation and a checkpoint" memcheck \
-      "$run.log" "$(cap 150)" "${ax_cmd[@]}" --experiment "$m" "${data[@]}" --run-dir "$run" \
+    data_of "$m"
+    sanitized "memcheck: ax-train $m, 4 steps with an evaluation and a checkpoint" memcheck \
+      "$run.log" "$(cap 150)" "${ax_cmd[@]}" --experiment "$m" "${model_data[@]}" \
+      --run-dir "$run" \
       --device "$dev" --max-steps 4 --set train.eval_every=2 --set train.eval_batches=1 \
       --set train.checkpoint_every=4 --set train.log_every=1
   done
@@ -431,16 +447,18 @@ step_sanitize() {
 step_curves() {
   step_begin curves
   local m d n="$curve_steps" gpu=cuda gpu_label=cuda drop=(--min-drop 0.5)
-  local models=(tiny-gpt tiny-llama)
+  # tiny-t5 trains on span corruption (the bundle's t5/ data); its GPU loss must fall too (the
+  # CPU's falls 1.90 over 50 steps, mean of the first five against the last five).
+  local models=(tiny-gpt tiny-llama tiny-t5)
   if [[ "$device" != cuda ]]; then
     # The f32 CPU stands in for the GPU: the bf16 pair then compares the bf16 plan with f32.
     gpu=cpu
     gpu_label=cpu
     drop=()
-    models=(tiny-gpt)
+    models=(tiny-gpt tiny-t5)
     note "--check: 'cpu' stands in for cuda, so the bf16 pair compares the CPU's bf16 plan" \
       "with f32 and the f32 pair compares train.precision=float32 with the default;" \
-      "tiny-gpt only (the parallel step runs tiny-llama)"
+      "tiny-gpt and tiny-t5 (the parallel step runs tiny-llama)"
   fi
   for m in "${models[@]}"; do
     d="$step_dir/$m"
@@ -589,6 +607,7 @@ run_steps() {  # STEP...
   [[ -f "$bundle/MANIFEST.json" ]] || die "no bundle in $bundle (scripts/gpu-check.sh bundle)"
   mkdir -p "$results"
   data=(--data "$bundle/data/shards/train" --tokenizer "$bundle/data/spm.model")
+  t5_data=(--data "$bundle/data/t5/shards/train" --tokenizer "$bundle/data/t5/spm.model")
   work="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")"
   run_start=$SECONDS
   step_env

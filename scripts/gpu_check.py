@@ -43,10 +43,11 @@ STEPS = (
     ("env", "Environment", "the GPU machine, its driver and the libraries ax found there"),
     ("tests", "GPU tests", "every `gpu`-labelled test binary (cuda_parity_test, "
      "nccl_communicator_test, ...)"),
-    ("sanitize", "compute-sanitizer", "memcheck of short tiny-gpt and tiny-llama ax-train runs "
-     "and a sampling run; racecheck and synccheck of a parity subset"),
+    ("sanitize", "compute-sanitizer", "memcheck of short tiny-gpt, tiny-llama and tiny-t5 "
+     "ax-train runs and a sampling run; racecheck and synccheck of a parity subset"),
     ("curves", "Loss curves", "GPU bf16 against `--device cpu-bf16` and GPU f32 "
-     "(`train.precision=float32`) against `--device cpu`, tiny-gpt and tiny-llama"),
+     "(`train.precision=float32`) against `--device cpu`, tiny-gpt, tiny-llama and tiny-t5 "
+     "(span corruption)"),
     ("parallel", "FSDP and tensor parallelism", "ax-launch over every GPU that answers (NCCL), "
      "against one process"),
     ("bench", "Benchmark", "bench/gpu_bench.sh: ax against PyTorch eager and torch.compile"),
@@ -412,9 +413,12 @@ def report_markdown(results, peer, generated):
                    "results (tokens/s, MFU, peak memory, ratios measured in the same call):", ""]
             md += bench_table(directory, peer)
     md += ["", "### T5", "",
-           "Not measured: ax has no T5 yet (issue 15). When it has, the bench step adds "
-           "t5-small/base/large beside PyTorch's T5 of the same config (sequences/s per GPU; "
-           "T5x's published H100 t5-large figure, 174 seq/s/GPU with FP8, is the anchor).",
+           "The sanitize and curves steps train tiny-t5 (span corruption on the bundle's "
+           "tokenizer with 100 sentinels). T5 throughput on the GPU is not measured yet: "
+           "`ax-train-bench --worker` takes t5 experiments, but bench/torch_gpu_peer.py builds "
+           "only the gpt and llama families; the T5 peer to wire in is bench/torch_t5_peer.py "
+           "(`--device cuda`). T5x's published H100 t5-large figure, 174 seq/s/GPU with FP8, is "
+           "the anchor.",
            "", END]
     return "\n".join(md) + "\n"
 

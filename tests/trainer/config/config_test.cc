@@ -240,6 +240,20 @@ TEST(ConfigExperiments, SmallConfigs) {
   // The PyTorch peer's parameter counts (models-and-numbers.md §4.7): 5.32M and 13.89M.
   EXPECT_NEAR(parameter_count(a.model) / 1e6, 5.32, 0.01);
   EXPECT_NEAR(parameter_count(b.model) / 1e6, 13.89, 0.01);
+  // The T5 benchmark's models (docs/benchmarks-train.md "T5"; ax-train-bench checks at run time
+  // that torch_t5_peer.py has ax's parameter count).
+  Config ta = experiment("bench-t5-a");
+  EXPECT_EQ(ta.model.family, ModelFamily::kT5);
+  EXPECT_EQ(ta.model.num_layers, 2);
+  EXPECT_EQ(ta.model.num_decoder_layers, 2);
+  EXPECT_EQ(ta.model.model_dim, 256);
+  EXPECT_EQ(ta.model.head_dim(), 64);
+  EXPECT_EQ(ta.train.encoder_seq_len, 256);
+  EXPECT_EQ(ta.train.seq_len, 64);
+  Config tb = experiment("bench-t5-b");
+  EXPECT_EQ(tb.model.num_layers, 4);
+  EXPECT_EQ(tb.model.model_dim, 384);
+  EXPECT_EQ(tb.model.hidden_dim, 1536);
 
   Config d = experiment("demo-gpt");
   EXPECT_EQ(d.model.family, ModelFamily::kGpt);

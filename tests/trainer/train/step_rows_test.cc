@@ -6,6 +6,8 @@
 
 #include <numeric>
 
+#include "ax/trainer/config.h"
+
 namespace ax::train {
 namespace {
 
@@ -29,6 +31,21 @@ std::vector<uint32_t> windows(int64_t rows, int64_t raw) {
   std::vector<uint32_t> w(static_cast<size_t>(rows * raw));
   for (size_t i = 0; i < w.size(); ++i) w[i] = 2 + static_cast<uint32_t>(i % 800);
   return w;
+}
+
+// The CPU benchmark's T5s (bench-t5-a/b, ENC_SL 256, DEC_SL 64): their span-corrupted rows fit
+// DEC_SL with 100 sentinels, so ax-train-bench's worker and ax-train can make them.
+TEST(StepRows, BenchT5ConfigsFit) {
+  for (const char* name : {"bench-t5-a", "bench-t5-b"}) {
+    StatusOr<Config> c = make_experiment(name);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    SpanCorruptionRows sc = pile_rows(c->train.encoder_seq_len, c->train.seq_len);
+    StatusOr<data::SpanLengths> one = sc.lengths();
+    ASSERT_TRUE(one.ok()) << name << ": " << one.status().to_string();
+    EXPECT_EQ(one->raw, 284) << name;
+    EXPECT_EQ(one->targets, 58) << name;
+    EXPECT_LE(data::noise_counts(one->raw, sc.corruption).spans, kSentinels) << name;
+  }
 }
 
 TEST(StepRows, LmRowsShiftByOne) {

@@ -359,6 +359,33 @@ Config bench(int64_t layers, int64_t dim, int64_t heads) {
   return c;
 }
 
+// The CPU benchmark's T5s (docs/benchmarks-train.md "T5"): tiny-t5's code paths at bench-a's scale
+// on a 2-core CPU: ENC_SL 256 (raw 284 tokens, 58 targets), DEC_SL 64, batch 8, vocabulary 8192
+// (the top 100 ids are the sentinels), d_kv 64, T5's AdamW and linear decay over 20 steps.
+Config bench_t5(int64_t layers, int64_t dim, int64_t heads, int64_t ff) {
+  Config c = t5(T5Size::kSmall);
+  ModelConfig& m = c.model;
+  m.num_layers = layers;
+  m.num_decoder_layers = layers;
+  m.model_dim = dim;
+  m.num_heads = heads;
+  m.num_kv_heads = heads;
+  m.hidden_dim = ff;
+  m.vocab_size = 8192;
+  c.optim.lr = 1e-3;
+  c.optim.warmup_steps = 5;
+  c.optim.decay_steps = 0;
+  c.train.seq_len = 64;
+  c.train.encoder_seq_len = 256;
+  c.train.global_batch = 0;
+  c.train.max_steps = 20;
+  c.train.percore_batch_size = 8;
+  c.train.log_every = 1;
+  c.train.eval_every = 0;
+  c.train.checkpoint_every = 0;
+  return c;
+}
+
 struct Experiment {
   const char* name;
   Config (*make)();
@@ -391,6 +418,8 @@ constexpr Experiment kExperiments[] = {
     {"demo-gpt", demo_gpt},
     {"bench-a", [] { return bench(4, 256, 4); }},
     {"bench-b", [] { return bench(6, 384, 6); }},
+    {"bench-t5-a", [] { return bench_t5(2, 256, 4, 1024); }},
+    {"bench-t5-b", [] { return bench_t5(4, 384, 6, 1536); }},
 };
 
 }  // namespace
