@@ -129,7 +129,9 @@ fi
 slurm_passed=0 slurm_failed=0 slurm_rc=0
 if [[ -z "$slurm_skip" ]]; then
   slurm_start=$SECONDS
-  ctest --test-dir "$build" -L slurm --output-on-failure --timeout 300 | tee "$slurm_log" ||
+  # One local cluster per machine (its nodes are n1..n4 in /etc/hosts): wait for another's.
+  flock /tmp/ax-slurm.lock \
+    ctest --test-dir "$build" -L slurm --output-on-failure --timeout 300 | tee "$slurm_log" ||
     slurm_rc=$?
   echo "slurm suite: $((SECONDS - slurm_start)) s wall time"
   slurm_summary=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$slurm_log" || true)
