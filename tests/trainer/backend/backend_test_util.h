@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <cstdint>
@@ -72,6 +73,14 @@ inline std::vector<int32_t> ints(std::mt19937& rng, int64_t n, int32_t lo, int32
   std::vector<int32_t> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+// A CPU backend with the builtin GEMM kernel instead of OpenBLAS.
+inline std::unique_ptr<Backend> make_builtin_gemm_backend(int threads) {
+  setenv("AX_CPU_GEMM", "builtin", 1);
+  auto be = make_cpu_backend(threads);
+  unsetenv("AX_CPU_GEMM");
+  return be;
 }
 
 // Self-attention over a packed (B, T, (NH + 2·KVH)·HD) qkv with the 1/sqrt(HD) scale.
