@@ -94,10 +94,4 @@ inline AttentionSpec packed_attention(int NH, int KVH, int HD, bool causal) {
   return s;
 }
 
-inline int64_t numel(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
 }  // namespace ax::train::testing

@@ -83,15 +83,6 @@ OpCase attention(const AttentionShape& s, std::vector<int32_t> q_seg, std::vecto
   return c;
 }
 
-// Self-attention over a packed (B, T, (NH + 2·KVH)·HD) qkv with the 1/sqrt(HD) scale.
-OpCase packed(int64_t B, int64_t T, int NH, int KVH, int64_t HD, bool causal, float scale = 1) {
-  const int64_t R = (NH + 2 * KVH) * HD;
-  const AttentionShape s{
-      B, T,     T,    NH, KVH, HD,     causal, 1.0f / std::sqrt(static_cast<float>(HD)),
-      0, false, true, R,  R,   NH * HD};
-  return attention(s, {}, {}, scale, 1, false);
-}
-
 struct General {
   int64_t B, Tq, Tk;
   int NH, KVH;
@@ -99,6 +90,33 @@ struct General {
   bool causal, segments;
   float scale;
 };
+
+// A general case's shape: q rows `q_extra` columns wider than their heads, keys from column
+// `k_offset` of kv rows `kv_extra` wider than keys and values; packed: one qkv tensor.
+AttentionShape shape_of(const General& g, bool packed, int64_t q_extra, int64_t k_offset,
+                        int64_t kv_extra) {
+  const int64_t OC = g.NH * g.HD, R = (g.NH + 2 * g.KVH) * g.HD;
+  return {g.B,
+          g.Tq,
+          g.Tk,
+          g.NH,
+          g.KVH,
+          g.HD,
+          g.causal,
+          g.scale,
+          g.bias_batch,
+          g.segments,
+          packed,
+          packed ? R : OC + q_extra,
+          packed ? R : k_offset + 2 * g.KVH * g.HD + kv_extra,
+          packed ? OC : k_offset};
+}
+
+// Self-attention over a packed (B, T, (NH + 2·KVH)·HD) qkv with the 1/sqrt(HD) scale.
+OpCase packed(int64_t B, int64_t T, int NH, int KVH, int64_t HD, bool causal, float scale = 1) {
+  const General g{B, T, T, NH, KVH, HD, 0, causal, false, 1.0f / std::sqrt(static_cast<float>(HD))};
+  return attention(shape_of(g, true, 0, 0, 0), {}, {}, scale, 1, false);
+}
 
 // Segment ids 1, 2, ... in runs of 1 to `longest` positions, for each of B rows of T.
 std::vector<int32_t> segment_runs(int64_t B, int64_t T, int longest, std::mt19937& rng) {
@@ -130,21 +148,7 @@ void add_reference_origin(std::vector<OpCase>& t) {
       for (int64_t i = 0; i < g.Tq; ++i) qs.push_back(b == 0 && i >= g.Tq - 2 ? 9 : 1 + i / 3);
       for (int64_t u = 0; u < g.Tk; ++u) ks.push_back(1 + u / 4);
     }
-    const AttentionShape s{g.B,
-                           g.Tq,
-                           g.Tk,
-                           g.NH,
-                           g.KVH,
-                           g.HD,
-                           g.causal,
-                           g.scale,
-                           g.bias_batch,
-                           g.segments,
-                           false,
-                           g.NH * g.HD + 5,
-                           2 * g.KVH * g.HD + 3,
-                           2};
-    t.push_back(attention(s, qs, ks, 1, 1, g.segments));
+    t.push_back(attention(shape_of(g, false, 5, 2, 1), qs, ks, 1, 1, g.segments));
   }
 }
 
@@ -158,21 +162,7 @@ void add_gradient_origin(std::vector<OpCase>& t) {
       for (int64_t i = 0; i < g.Tq; ++i) qs.push_back(i == g.Tq - 1 ? 7 : 1 + i / 2);
       for (int64_t u = 0; u < g.Tk; ++u) ks.push_back(1 + u / 3);
     }
-    const AttentionShape s{g.B,
-                           g.Tq,
-                           g.Tk,
-                           g.NH,
-                           g.KVH,
-                           g.HD,
-                           g.causal,
-                           g.scale,
-                           g.bias_batch,
-                           g.segments,
-                           false,
-                           g.NH * g.HD + 3,
-                           2 * g.KVH * g.HD + 2,
-                           1};
-    t.push_back(attention(s, qs, ks, 1, 1, g.segments));
+    t.push_back(attention(shape_of(g, false, 3, 1, 1), qs, ks, 1, 1, g.segments));
   }
 }
 
@@ -195,7 +185,6 @@ void add_parity_origin(std::vector<OpCase>& t) {
                         Case{{2, 1024, 40, 16, 16, 8, 1, false, false, 1.0f}, false},
                         Case{{2, 77, 77, 4, 2, 16, 0, true, true, 0.25f}, true}}) {
     const General& g = k.g;
-    const int64_t OC = g.NH * g.HD, R = (g.NH + 2 * g.KVH) * g.HD;
     std::vector<int32_t> qs, ks;
     if (g.segments) {
       // Queries and keys of one sequence (Tq == Tk) share their ids, else each has its own.
@@ -203,21 +192,8 @@ void add_parity_origin(std::vector<OpCase>& t) {
       ks = g.Tq == g.Tk ? qs : segment_runs(g.B, g.Tk, 8, rng);
       if (!k.packed) qs[g.Tq - 1] = qs[g.Tq - 2] = 1000;
     }
-    const AttentionShape s{g.B,
-                           g.Tq,
-                           g.Tk,
-                           g.NH,
-                           g.KVH,
-                           g.HD,
-                           g.causal,
-                           g.scale,
-                           g.bias_batch,
-                           g.segments,
-                           k.packed,
-                           k.packed ? R : OC + 3,
-                           k.packed ? R : 5 + 2 * g.KVH * g.HD + 2,
-                           k.packed ? OC : 5};
-    OpCase c = attention(s, qs, ks, 2.0f, 0.01f, g.segments && !k.packed);
+    OpCase c =
+        attention(shape_of(g, k.packed, 3, 5, 2), qs, ks, 2.0f, 0.01f, g.segments && !k.packed);
     c.uniform = true;
     c.same_bits_twice = true;
     t.push_back(c);
