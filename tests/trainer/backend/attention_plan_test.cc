@@ -65,7 +65,7 @@ struct Expected {
 constexpr Expected kExpected[] = {
     {64, 128, 4096, 8, 4, 16, "16 MiB partials: 4 chunks, though the grid wants 16"},
     {8, 1024, 1024, 16, 1, 8, "64 MiB partials: one chunk, straight into dbias"},
-    // cuda_attention_parity_test.cc's shared-bias cases, as its comments say.
+    // the op table's shared-bias attention cases (op_table_attention.cc), as its comments say.
     {3, 45, 33, 2, 3, 1, "parity: 3 chunks of 1 row"},
     {6, 260, 260, 16, 3, 2, "parity: the grid wants 4 chunks; 2 rows each make 3"},
     {2, 1024, 40, 16, 1, 2, "parity: 512 blocks already, one chunk"},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <cstdint>
@@ -74,6 +75,14 @@ inline std::vector<int32_t> ints(std::mt19937& rng, int64_t n, int32_t lo, int32
   return v;
 }
 
+// A CPU backend with the builtin GEMM kernel instead of OpenBLAS.
+inline std::unique_ptr<Backend> make_builtin_gemm_backend(int threads) {
+  setenv("AX_CPU_GEMM", "builtin", 1);
+  auto be = make_cpu_backend(threads);
+  unsetenv("AX_CPU_GEMM");
+  return be;
+}
+
 // Self-attention over a packed (B, T, (NH + 2·KVH)·HD) qkv with the 1/sqrt(HD) scale.
 inline AttentionSpec packed_attention(int NH, int KVH, int HD, bool causal) {
   AttentionSpec s;
@@ -83,12 +92,6 @@ inline AttentionSpec packed_attention(int NH, int KVH, int HD, bool causal) {
   s.scale = 1.0f / std::sqrt(static_cast<float>(HD));
   s.k_offset = static_cast<int64_t>(NH) * HD;
   return s;
-}
-
-inline int64_t numel(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
 }
 
 }  // namespace ax::train::testing

@@ -33,25 +33,32 @@ Tensor rows_of(const Tensor& t, int64_t first, int64_t count) {
   return v;
 }
 
-void ParityTest::SetUp() {
+bool ParityHarness::start() {
   if (cuda_device_count() == 0) {
-    GTEST_SKIP() << "no GPU answered: " << make_cuda_backend(0).status().message();
+    skip_reason_ = "no GPU answered: " + make_cuda_backend(0).status().message();
+    return false;
   }
   auto gpu = make_cuda_backend(0, {mode().act, mode().allow_tf32});
-  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  if (!gpu.ok()) {
+    ADD_FAILURE() << gpu.status().to_string();
+    skip_reason_ = "the CUDA backend failed";
+    return false;
+  }
   gpu_ = std::move(*gpu);
   ref_ = mode().cpu_bf16 ? make_cpu_bf16_backend(0) : make_cpu_backend(0);
   const unsigned seed = std::random_device{}();
   rng_.seed(seed);
-  RecordProperty("seed", static_cast<int>(seed));
+  ::testing::Test::RecordProperty("seed", static_cast<int>(seed));
   std::printf("mode %s against %s, seed %u\n", mode().name, ref_->name().c_str(), seed);
+  return true;
 }
 
-void ParityTest::TearDown() {
+void ParityHarness::finish() {
   for (auto& [be, p] : allocations_) be->free(p);
 }
 
-StatusOr<Tensor> ParityTest::try_make(Backend& be, DType dtype, const std::vector<int64_t>& shape) {
+StatusOr<Tensor> ParityHarness::try_make(Backend& be, DType dtype,
+                                         const std::vector<int64_t>& shape) {
   Tensor t;
   t.dtype = dtype;
   for (int64_t d : shape) t.shape[t.ndim++] = d;
@@ -61,51 +68,52 @@ StatusOr<Tensor> ParityTest::try_make(Backend& be, DType dtype, const std::vecto
   return t;
 }
 
-Tensor ParityTest::make(Backend& be, DType dtype, const std::vector<int64_t>& shape) {
+Tensor ParityHarness::make(Backend& be, DType dtype, const std::vector<int64_t>& shape) {
   auto t = try_make(be, dtype, shape);
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return t.ok() ? *t : Tensor();
 }
 
-std::vector<float> ParityTest::uniform(int64_t n, DType dtype, float scale) {
+std::vector<float> ParityHarness::uniform(int64_t n, DType dtype, float scale) {
   std::uniform_real_distribution<float> dist(-scale, scale);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dtype == kBF16 ? f32_from_bf16(bf16_from_f32(dist(rng_))) : dist(rng_);
   return v;
 }
 
-std::vector<float> ParityTest::small_ints(int64_t n, int bound) {
+std::vector<float> ParityHarness::small_ints(int64_t n, int bound) {
   std::uniform_int_distribution<int> dist(-bound, bound);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = static_cast<float>(dist(rng_));
   return v;
 }
 
-Pair ParityTest::random(std::vector<int64_t> shape, DType dtype, float scale) {
+Pair ParityHarness::random(std::vector<int64_t> shape, DType dtype, float scale) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return upload(std::move(shape), dtype, uniform(n, dtype, scale));
 }
 
-Pair ParityTest::zeros(std::vector<int64_t> shape, DType dtype) {
+Pair ParityHarness::zeros(std::vector<int64_t> shape, DType dtype) {
   return Pair{shape, dtype, make(*ref_, dtype, shape), make(*gpu_, dtype, shape)};
 }
 
-Pair ParityTest::upload(std::vector<int64_t> shape, DType dtype, const std::vector<float>& values) {
+Pair ParityHarness::upload(std::vector<int64_t> shape, DType dtype,
+                           const std::vector<float>& values) {
   Pair p = zeros(std::move(shape), dtype);
   write(*ref_, p.ref, values);
   write(*gpu_, p.gpu, values);
   return p;
 }
 
-Pair ParityTest::ints(std::vector<int64_t> shape, const std::vector<int32_t>& values) {
+Pair ParityHarness::ints(std::vector<int64_t> shape, const std::vector<int32_t>& values) {
   Pair p = zeros(std::move(shape), DType::kI32);
   ref_->copy_from_host(p.ref, values.data());
   gpu_->copy_from_host(p.gpu, values.data());
   return p;
 }
 
-std::vector<int32_t> ParityTest::ids(int64_t n, int64_t vocab, int ignore_every) {
+std::vector<int32_t> ParityHarness::ids(int64_t n, int64_t vocab, int ignore_every) {
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (size_t i = 0; i < v.size(); ++i) {
@@ -114,7 +122,7 @@ std::vector<int32_t> ParityTest::ids(int64_t n, int64_t vocab, int ignore_every)
   return v;
 }
 
-std::vector<float> ParityTest::read(Backend& be, const Tensor& t) {
+std::vector<float> ParityHarness::read(Backend& be, const Tensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
   if (t.dtype == kBF16) {
     std::vector<uint16_t> h(v.size());
@@ -130,7 +138,7 @@ std::vector<float> ParityTest::read(Backend& be, const Tensor& t) {
   return v;
 }
 
-void ParityTest::write(Backend& be, const Tensor& t, const std::vector<float>& values) {
+void ParityHarness::write(Backend& be, const Tensor& t, const std::vector<float>& values) {
   EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
   if (t.dtype == kBF16) {
     std::vector<uint16_t> h(values.size());
@@ -141,7 +149,7 @@ void ParityTest::write(Backend& be, const Tensor& t, const std::vector<float>& v
   }
 }
 
-void ParityTest::expect(const Pair& p, const std::string& output) {
+void ParityHarness::expect(const Pair& p, const std::string& output) {
   const OutputSpec* spec = spec_of(output);
   ASSERT_NE(spec, nullptr) << "'" << output << "' has no row in kOutputs (cuda_parity.h)";
   double steps = 1, rel = mode().rel;

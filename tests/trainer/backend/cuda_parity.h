@@ -1,5 +1,6 @@
 // The fixture of the CUDA backend's parity suites (label gpu; every test skips without a GPU):
-// cuda_parity_test.cc runs every op, cuda_limits_test.cc sizes and ids at the edges. Each test
+// cuda_op_table_test.cc runs every op case of the op table (op_table.h), cuda_parity_test.cc the
+// casts and what is not one op case, cuda_limits_test.cc sizes and ids at the edges. Each test
 // runs once per dtype plan (kModes) against the CPU backend that plan is held to:
 //   bf16  the CUDA backend's default plan, against cpu-bf16 (the same plan on the CPU: bf16
 //         storage, f32 math, one rounding to nearest even per store);
@@ -122,12 +123,16 @@ struct Pair {
 // A view of `count` rows of a matrix (or elements of a vector) from row `first`.
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count = 1);
 
-class ParityTest : public ::testing::TestWithParam<Mode> {
- protected:
-  void SetUp() override;
-  void TearDown() override;
+// The two backends of one dtype plan and their tensors, for any parameterised fixture.
+class ParityHarness {
+ public:
+  virtual ~ParityHarness() = default;
 
-  const Mode& mode() const { return GetParam(); }
+ protected:
+  virtual const Mode& mode() const = 0;
+  // Creates both backends; false (and why, in skip_reason_) when no GPU answers.
+  bool start();
+  void finish();  // frees the tensors
   DType act() const { return mode().act; }
 
   // A tensor of `dtype` on one backend (zeroed); an allocation failure is returned, not fatal.
@@ -159,9 +164,20 @@ class ParityTest : public ::testing::TestWithParam<Mode> {
 
   std::unique_ptr<Backend> ref_, gpu_;
   std::mt19937 rng_;
+  std::string skip_reason_;
 
  private:
   std::vector<std::pair<Backend*, void*>> allocations_;
+};
+
+// The suites' fixture: one test per dtype plan (kModes).
+class ParityTest : public ::testing::TestWithParam<Mode>, protected ParityHarness {
+ protected:
+  void SetUp() override {
+    if (!start()) GTEST_SKIP() << skip_reason_;
+  }
+  void TearDown() override { finish(); }
+  const Mode& mode() const override { return GetParam(); }
 };
 
 }  // namespace ax::train::parity

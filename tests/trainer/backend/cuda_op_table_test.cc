@@ -1,0 +1,135 @@
+// The op table's parity driver (op_table.h): every case on the CUDA backend against the CPU
+// backend, in each dtype plan (cuda_parity.h: the modes, and kOutputs, how each output is compared
+// and why). Both sides get the same input bits (fresh values each run; the seed is printed; ids
+// as the case has them). The backward pass starts from random gradients (accumulation is
+// checked) and from the reference's forward outputs and saved statistics on both sides, so each
+// op is checked alone; cases marked same_bits_twice run the GPU's backward pass again from the
+// same starting gradients and must give the same bits. Without a GPU every test is skipped.
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "cuda_parity.h"
+#include "op_table.h"
+
+namespace ax::train::parity {
+namespace {
+
+using optable::Grad;
+using optable::In;
+using optable::Kind;
+using optable::OpCase;
+using optable::Out;
+
+using Param = std::tuple<Mode, OpCase>;
+
+class OpTableParity : public ::testing::TestWithParam<Param>, protected ParityHarness {
+ protected:
+  void SetUp() override {
+    if (!start()) GTEST_SKIP() << skip_reason_;
+  }
+  void TearDown() override { finish(); }
+  const Mode& mode() const override { return std::get<0>(GetParam()); }
+
+  DType dtype(Kind k) const {
+    return k == Kind::kAct ? act() : k == Kind::kF32 ? kF32 : DType::kI32;
+  }
+  Pair draw(const OpCase& c, const std::vector<int64_t>& shape, Kind k, float scale) {
+    return upload(shape, dtype(k), optable::draw(c, In{.shape = shape, .scale = scale}, rng_));
+  }
+  void envs(optable::Env& ref, optable::Env& gpu) const {
+    for (const auto& [name, p] : pairs_) ref[name] = p.ref, gpu[name] = p.gpu;
+  }
+  // Gradient names the backward pass accumulates into (not in place).
+  std::vector<std::string> accumulated(const OpCase& c) const {
+    std::vector<std::string> names;
+    for (const In& in : c.inputs) {
+      if (in.grad == Grad::kAct || in.grad == Grad::kF32) names.push_back("d" + in.name);
+    }
+    return names;
+  }
+  void check_second_run(const OpCase& c, const std::vector<std::vector<float>>& start);
+
+  std::map<std::string, Pair> pairs_;
+};
+
+// The GPU's backward pass again from the same starting gradients: the same bits.
+void OpTableParity::check_second_run(const OpCase& c,
+                                     const std::vector<std::vector<float>>& start) {
+  const std::vector<std::string> names = accumulated(c);
+  std::vector<std::vector<float>> first;
+  for (size_t i = 0; i < names.size(); ++i) {
+    first.push_back(gpu_values(pairs_[names[i]]));
+    write(*gpu_, pairs_[names[i]].gpu, start[i]);
+  }
+  optable::Env ref, gpu;
+  envs(ref, gpu);
+  c.backward(*gpu_, gpu);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::vector<float> again = gpu_values(pairs_[names[i]]);
+    EXPECT_TRUE(again.size() == first[i].size() &&
+                std::memcmp(again.data(), first[i].data(), again.size() * sizeof(float)) == 0)
+        << names[i] << " differs between two runs of the same backward pass";
+  }
+}
+
+TEST_P(OpTableParity, MatchesTheCpuBackend) {
+  const OpCase& c = std::get<1>(GetParam());
+  for (const In& in : c.inputs) {
+    pairs_[in.name] = in.kind == Kind::kI32
+                          ? ints(in.shape, in.ids)
+                          : upload(in.shape, dtype(in.kind), optable::draw(c, in, rng_));
+  }
+  for (const Out& out : c.outputs) {
+    if (!out.in_place) pairs_[out.name] = zeros(out.shape, dtype(out.kind));
+  }
+  optable::Env ref, gpu;
+  envs(ref, gpu);
+  c.forward(*ref_, ref);
+  c.forward(*gpu_, gpu);
+  for (const Out& out : c.outputs) {
+    if (out.scratch || out.parity.empty()) continue;
+    expect(pairs_[out.name], out.parity);
+    const std::vector<float> want = ref_values(pairs_[out.name]);
+    EXPECT_EQ(std::count(want.begin(), want.end(), -INFINITY) > 0, out.neg_inf)
+        << out.name << ": the case has -inf values exactly when it forces some";
+  }
+  if (!c.backward) return;
+  for (const Out& out : c.outputs) {
+    if (!out.in_place && !out.scratch) give_gpu_the_ref(pairs_[out.name]);
+    if (!out.projected) continue;
+    pairs_["d" + out.name] = c.dloss != 0
+                                 ? upload(out.shape, dtype(out.dkind),
+                                          std::vector<float>(optable::numel(out.shape), c.dloss))
+                                 : draw(c, out.shape, out.dkind, 1);
+  }
+  for (const In& in : c.inputs) {
+    if (in.grad == Grad::kInPlace) pairs_["d" + in.name] = pairs_[in.name];
+    if (in.grad == Grad::kAct || in.grad == Grad::kF32) {
+      pairs_["d" + in.name] =
+          draw(c, in.shape, in.grad == Grad::kAct ? Kind::kAct : Kind::kF32, in.grad_scale);
+    }
+  }
+  std::vector<std::vector<float>> start;
+  for (const std::string& name : accumulated(c)) start.push_back(gpu_values(pairs_[name]));
+  envs(ref, gpu);
+  c.backward(*ref_, ref);
+  c.backward(*gpu_, gpu);
+  for (const In& in : c.inputs) {
+    if (in.grad != Grad::kNone) expect(pairs_["d" + in.name], in.grad_parity);
+  }
+  if (c.same_bits_twice) check_second_run(c, start);
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  return std::get<1>(info.param).name + "_" + std::get<0>(info.param).name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, OpTableParity,
+    ::testing::Combine(::testing::ValuesIn(kModes),
+                       ::testing::ValuesIn(optable::cases_for(optable::kParity))),
+    param_name);
+
+}  // namespace
+}  // namespace ax::train::parity
