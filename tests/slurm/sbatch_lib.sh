@@ -2,6 +2,7 @@
 # Sourced (after lib.sh and train_lib.sh) by the job-script tests of the slurm suite: submitting
 # sbatch/*.sub with tiny CPU runs and checking what lands where.
 #   sub_env DIR LOG [VAR=VALUE...]  -> the environment of a tiny example_pile.sub run
+#   t5x_env DIR MODEL_DIR [VAR=...] -> the same for example_slurm_pretrain_pile.sub (tiny-t5)
 #   submit_sub OUT ARGS... SCRIPT   -> sbatch -J $JOB -o OUT ... with the array `vars` exported
 #   end_job ID SECONDS              -> wait_job; the final state in JOB_STATE, ExitCode in JOB_EXIT
 #   job_completed WHAT ID OUT OUT0  -> ok/bad: COMPLETED 0:0, else the outputs and daemon logs
@@ -21,6 +22,20 @@ sub_env() {
     "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" \
     "LOG_DIR_LOCAL=$log" "OUTPUT_DIR=output" "PREC=bfloat16" "GPUS_PER_NODE=2" \
     "PERCORE_BATCH_SIZE=4" "CONFIG=tiny-gpt" \
+    "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0" "$@"
+}
+
+# t5x_env DIR MODEL_DIR [VAR=VALUE...]: the environment of a tiny example_slurm_pretrain_pile.sub
+# run on DIR/data (prepare_data DIR/data 100: a tokenizer with T5's sentinels): tiny-t5 (CONFIG;
+# T5_SIZE=small names the output folder), ENC_SL 64, DEC_SL 16, BSIZE_PER_GPU=4, 1 CPU thread per
+# rank, no evaluation; the extra VAR=VALUEs come last and win.
+t5x_env() {
+  local dir="$1" model_dir="$2"
+  shift 2
+  printf '%s\n' "AX_CPU_THREADS=1" "AX_BIN=$BUILD" "BASE_T5X_WORKSPACE_DIR=$dir/ws" \
+    "BASE_T5X_OUTPUTS_DIR=$dir/outputs" "BASE_TFDS_DATA_DIR=$dir/data/shards" \
+    "BASE_VOCAB_PATH=$dir/data/spm.model" "MODEL_DIR=$model_dir" "CONFIG=tiny-t5" "T5_SIZE=small" \
+    "PREC=bfloat16" "BSIZE_PER_GPU=4" "ENC_SL=64" "DEC_SL=16" \
     "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0" "$@"
 }
 
