@@ -216,8 +216,9 @@ last t5x_nodata "$T5X" "${t5x_map[@]/DATASET_MAP=*/T5_SIZE=small}"
 expect "$T5X: neither data variable is set" 2 \
   "error: neither BASE_TFDS_DATA_DIR nor DATASET_MAP is set"
 
-last t5x_typos "$T5X" "${t5x[@]}" BSIZE_PER_GPUS=4 PERCORE_BATCH_SIZE=4 T5_SIZ=xl
-expect "$T5X: near misses and another script's variable are warned about" 0 \
+last t5x_typos "$T5X" "${t5x[@]}" BSIZE_PER_GPUS=4 PERCORE_BATCH_SIZE=4 T5_SIZ=xl BASE_SCRIPT=x.sh
+expect "$T5X: near misses and other scripts' variables are warned about" 0 \
+  "warning: BASE_SCRIPT is a variable of example_pile.sub; $T5X does not read it" \
   "warning: BSIZE_PER_GPUS is set but $T5X does not read it; did you mean BSIZE_PER_GPU?" \
   "warning: T5_SIZ is set but $T5X does not read it; did you mean T5_SIZE?" \
   "warning: PERCORE_BATCH_SIZE is a variable of example_pile.sub; $T5X does not read it"

@@ -30,17 +30,7 @@ run="$ws/runs/srun"
 expect_files "srun mode outputs" "$run/metrics.jsonl" "$run/config.json" \
   "$run/checkpoints/step_$(printf %08d "$steps")/COMMIT" "$folder/output-$id-0.txt" \
   "$folder/output-$id-1.txt" "$folder/output-$id-2.txt" "$folder/output-$id-3.txt"
-if compgen -G "$run/tensorboard/events.out.tfevents.*" >/dev/null; then
-  ok "srun mode: TensorBoard events in the run directory"
-else
-  bad "no TensorBoard events in $run"
-fi
-n_steps="$(step_losses "$run" | wc -l)"
-if ((n_steps == steps)); then
-  ok "srun mode: TRAIN_STEPS=$steps: metrics.jsonl has one line per step"
-else
-  bad "srun mode: metrics.jsonl has $n_steps loss lines, want $steps"
-fi
+run_dir_complete "srun mode, TRAIN_STEPS=$steps" "$run" "$steps"
 loss_falls "srun mode" "$run"
 out0="$folder/output-$id-0.txt"
 if grep -q "mesh data=4 fsdp=1 tensor=1" "$out0" && grep -q "GLOBAL_BATCH 16 " "$out0" &&
