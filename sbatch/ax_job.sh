@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Sourced by example_pile.sub, example_fuji.sub and run_pile_singlenode.sh: variable checks, where
-# the ax binaries are, the srun command of both launch modes (with or without a Pyxis container),
-# and the preemption protocol (trap USR1/TERM, forward to the step, requeue on exit 75).
+# Sourced by every job script in sbatch/ (the Pax, AXLearn and T5x interfaces, tokenize.sub):
+# variable checks, where the ax binaries are, the srun command of both launch modes (with or
+# without a Pyxis container), and the preemption protocol (trap USR1/TERM, forward to the step,
+# requeue on exit 75).
 # docs/job-scripts.md describes the variables and the protocol.
 
 AX_ERRORS=()
@@ -20,6 +21,11 @@ ax_fail_if_errors() {
   exit 2
 }
 
+# Labels for variables that errors should name otherwise, e.g. AX_LABEL[PREC]='PREC ($2)' for a
+# script's positional arguments.
+declare -A AX_LABEL=()
+ax_label() { echo "${AX_LABEL[$1]:-$1}"; }
+
 # ax_is_set NAME: the variable is set and not empty.
 ax_is_set() { [[ -n "${!1-}" ]]; }
 
@@ -35,7 +41,7 @@ ax_check_uint() {
   local v="${!1-}"
   ax_is_set "$1" || return 0
   if ! [[ "$v" =~ ^[0-9]+$ ]] || ((10#$v < $2)); then
-    ax_error "$1='$v': expected a whole number >= $2"
+    ax_error "$(ax_label "$1")='$v': expected a whole number >= $2"
     return 1
   fi
 }
@@ -46,7 +52,7 @@ ax_check_positive() {
   local v="${!1-}"
   ax_is_set "$1" || return 0
   if ! [[ "$v" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || ! awk -v x="$v" 'BEGIN { exit !(x > 0) }'; then
-    ax_error "$1='$v': expected a number > 0 (fractions allowed, e.g. 0.5)"
+    ax_error "$(ax_label "$1")='$v': expected a number > 0 (fractions allowed, e.g. 0.5)"
     return 1
   fi
 }
@@ -58,18 +64,19 @@ ax_check_enum() {
   ax_is_set "$name" || return 0
   for allowed in "$@"; do [[ "$v" == "$allowed" ]] && return 0; done
   local IFS='|'
-  ax_error "$name='$v': expected one of $*"
+  ax_error "$(ax_label "$name")='$v': expected one of $*"
   return 1
 }
 
-# ax_check_abs_dir NAME: an absolute path of an existing directory.
+# ax_check_abs_dir NAME [LABEL]: an absolute path of an existing directory; errors name LABEL
+# (default NAME).
 ax_check_abs_dir() {
-  local v="${!1-}"
+  local v="${!1-}" label="${2:-$1}"
   ax_is_set "$1" || return 0
   if [[ "$v" != /* ]]; then
-    ax_error "$1='$v': expected an absolute path"
+    ax_error "$label='$v': expected an absolute path"
   elif [[ ! -d "$v" ]]; then
-    ax_error "$1='$v': no such directory"
+    ax_error "$label='$v': no such directory"
   else
     return 0
   fi
@@ -136,7 +143,7 @@ ax_max_steps() {
 # (fp32). Anything else is an error naming LABEL (default NAME); OUT is then "". Unset: no error
 # here (ax_require says it).
 ax_precision() {
-  local v="${!1-}" label="${3:-$1}"
+  local v="${!1-}" label="${3:-$(ax_label "$1")}"
   printf -v "$2" '%s' ""
   case "$v" in
     "") ;;
@@ -161,6 +168,13 @@ AX_FUJI_VARS="BASE_WORKSPACE_DIR BASE_TFDS_DATA_DIR BASE_VOCAB_PATH CONFIG GPUS_
   DCN_SQP GA GBS SEQ_LEN MAX_STEP MAX_STEPS SAVE_CHECKPOINT_STEPS WRITE_SUMMARY_STEPS CONTAINER
   CONTAINER_WORKDIR WORKSPACE_DIR TFDS_DATA_DIR GPT_VOCAB_PATH"
 AX_SINGLENODE_VARS="CONFIG MAX_STEPS MAX_STEP ICI_MESH_SHAPE"
+# example_slurm_pretrain_pile.sub (T5x's interface) and singlenode_pretrain_pile.sh.
+AX_T5X_VARS="GPUS_PER_NODE T5_SIZE PREC BSIZE_PER_GPU TRAIN_STEPS NUM_MICROBATCHES ENABLE_FP8
+  TP_SIZE TRANSPOSE_BS FUSE_QKV PACK ENC_SL DEC_SL BASE_TFDS_DATA_DIR DATASET_MAP
+  BASE_T5X_OUTPUTS_DIR BASE_T5X_WORKSPACE_DIR MODEL_DIR BASE_VOCAB_PATH CONTAINER
+  CONTAINER_WORKDIR CONFIG CHECKPOINT_DISABLE ADDITIONAL_CLI_ARGS T5X_DIR
+  T5X_WORKSPACE_DIR TFDS_DATA_DIR T5X_VOCAB_PATH"
+AX_T5X_SINGLENODE_VARS="CONFIG TFDS_DATA_DIR VOCAB_PATH TRAIN_STEPS ENC_SL DEC_SL"
 # tokenize.sub's own (its generic names, TASKS, FORMAT, ..., are not claimed for the others).
 # shellcheck disable=SC2034 # read by tokenize.sub
 AX_TOKENIZE_VARS="INPUT_GLOB BASE_VOCAB_PATH SHARDS_DIR LOG_DIR TASKS THREADS FORMAT FIELD
@@ -185,7 +199,8 @@ ax_warn_unknown_vars() {
   while IFS= read -r line; do
     echo "ax-job: warning: $line" >&2
   done < <(compgen -e | awk -v script="$script" -v known="$known" -v ax="$AX_KNOWN_ENV" \
-    -v pile="$AX_PILE_VARS" -v fuji="$AX_FUJI_VARS" -v single="$AX_SINGLENODE_VARS" '
+    -v pile="$AX_PILE_VARS" -v fuji="$AX_FUJI_VARS" -v single="$AX_SINGLENODE_VARS" \
+    -v t5x="$AX_T5X_VARS" -v t5single="$AX_T5X_SINGLENODE_VARS" '
     function dist(a, b,   i, j, la, lb, d, c) {  # Levenshtein distance
       la = length(a); lb = length(b)
       for (i = 0; i <= la; i++) d[i, 0] = i
@@ -223,7 +238,8 @@ ax_warn_unknown_vars() {
     BEGIN {
       n = split(known " " ax, w, /[ \n]+/); for (i = 1; i <= n; i++) reads[w[i]] = 1
       own(pile, "example_pile.sub"); own(fuji, "example_fuji.sub")
-      own(single, "run_pile_singlenode.sh")
+      own(single, "run_pile_singlenode.sh"); own(t5x, "example_slurm_pretrain_pile.sub")
+      own(t5single, "singlenode_pretrain_pile.sh")
     }
     $0 in reads { next }
     /^AX_/ {
@@ -242,17 +258,53 @@ ax_warn_unknown_vars() {
   ')
 }
 
-# ax_shards_subdir NAME OUT: sets OUT to where the ax-data shards are inside the directory NAME
-# names: "" when it holds index.json itself, "train" for ax-data's train/ + val/ layout (the
-# trainer finds val/ beside train/).
+# ax_t5x_options: checks the T5x knobs both T5 scripts take: T5_SIZE, PREC, NUM_MICROBATCHES,
+# ENABLE_FP8, TRANSPOSE_BS, FUSE_QKV, PACK (set by the caller, defaults included), and ENC_SL,
+# DEC_SL and TRAIN_STEPS when set; sets AX_T5X_OPTIONS to the ax-train options they make and CONFIG
+# to t5-<T5_SIZE> unless CONFIG is set (tiny-t5 for tests). docs/job-scripts.md says why each maps
+# as it does.
+ax_t5x_options() {
+  AX_T5X_OPTIONS=()
+  local precision=""
+  if ax_check_enum T5_SIZE small base large xl xxl; then
+    CONFIG="${CONFIG:-t5-$T5_SIZE}"
+  fi
+  [[ "${CONFIG-}" =~ ^[A-Za-z0-9._-]*$ ]] ||
+    ax_error "CONFIG='$CONFIG': expected an experiment name (ax-train --list-experiments)"
+  ax_precision PREC precision
+  [[ -n "$precision" ]] && AX_T5X_OPTIONS+=(--set "train.precision=$precision")
+  # T5x's NUM_MICROBATCHES 0 (the single-node default) means no microbatching, as 1 does.
+  ax_check_uint NUM_MICROBATCHES 0 &&
+    AX_T5X_OPTIONS+=(--set "NUM_MICROBATCHES=$((10#$NUM_MICROBATCHES > 0 ? 10#$NUM_MICROBATCHES : 1))")
+  if ax_check_enum ENABLE_FP8 0 1 && [[ "$ENABLE_FP8" == 1 ]]; then
+    ax_error "$(ax_label ENABLE_FP8)=1: FP8 training is not implemented in ax; expected 0 (ax's" \
+      "default; T5x's was 1)"
+  fi
+  ax_check_enum TRANSPOSE_BS 0 1 # layouts of NVIDIA's TE layers: no effect in ax
+  ax_check_enum FUSE_QKV 0 1
+  # PACK=1: T5x packs examples that already fill ENC_SL, one per row, as ax's loader makes them;
+  # k >= 2 (ax's own) packs k examples of ENC_SL/k inputs into each row.
+  ax_check_uint PACK 0 && ((10#$PACK >= 2)) &&
+    AX_T5X_OPTIONS+=(--set "train.pack_examples=$((10#$PACK))")
+  ax_check_uint ENC_SL 1 && ax_is_set ENC_SL &&
+    AX_T5X_OPTIONS+=(--set "train.encoder_seq_len=$((10#$ENC_SL))")
+  ax_check_uint DEC_SL 1 && ax_is_set DEC_SL && AX_T5X_OPTIONS+=(--set "train.seq_len=$((10#$DEC_SL))")
+  ax_check_uint TRAIN_STEPS 1 && ax_is_set TRAIN_STEPS &&
+    AX_T5X_OPTIONS+=(--max-steps "$((10#$TRAIN_STEPS))")
+  return 0
+}
+
+# ax_shards_subdir NAME OUT [LABEL]: sets OUT to where the ax-data shards are inside the directory
+# NAME names: "" when it holds index.json itself, "train" for ax-data's train/ + val/ layout (the
+# trainer finds val/ beside train/). Errors name LABEL (default NAME).
 ax_shards_subdir() {
-  local v="${!1-}"
+  local v="${!1-}" label="${3:-$1}"
   printf -v "$2" '%s' ""
   ax_is_set "$1" && [[ -d "$v" ]] || return 0
   if [[ -f "$v/train/index.json" && ! -f "$v/index.json" ]]; then
     printf -v "$2" '%s' train
   elif [[ ! -f "$v/index.json" ]]; then
-    ax_error "$1='$v': expected ax-data shards (a directory with index.json, or one holding" \
+    ax_error "$label='$v': expected ax-data shards (a directory with index.json, or one holding" \
       "train/ and val/ shard directories; make them with 'ax-data tokenize')"
   fi
 }
@@ -397,43 +449,56 @@ ax_quote() {
 # ax_print_command: the step's command, quoted so that it can be pasted into a shell.
 ax_print_command() { echo "ax-job: $(ax_quote "${AX_SRUN[@]}")"; }
 
-# ax_train_job NAME RUN_REL SPEC NPROC [AX_TRAIN_OPTIONS...]: the step of a .sub file, from the
-# checked variables BASE_WORKSPACE_DIR, BASE_TFDS_DATA_DIR (+ AX_SHARDS_SUBDIR), BASE_VOCAB_PATH,
-# OUTPUT_DIR, CONFIG and the in-container paths WORKSPACE_DIR, TFDS_DATA_DIR, GPT_VOCAB_PATH:
-# runs ax-train CONFIG with its run directory at RUN_REL under the workspace, per-task output
-# files output-%j-%n-%t.txt in OUTPUT_DIR, then ends the job (ax_finish). AX_DRY_RUN=1 prints the
-# srun command and exits 0.
+# ax_train_job NAME RUN_REL SPEC NPROC [AX_TRAIN_OPTIONS...]: the step of a Pax or AXLearn .sub
+# file, from the checked variables BASE_WORKSPACE_DIR, BASE_TFDS_DATA_DIR (+ AX_SHARDS_SUBDIR),
+# BASE_VOCAB_PATH, OUTPUT_DIR, CONFIG and the in-container paths WORKSPACE_DIR, TFDS_DATA_DIR,
+# GPT_VOCAB_PATH: the run directory at RUN_REL under the workspace, per-task output files
+# output-%j-%n-%t.txt in OUTPUT_DIR (ax_train_step).
 ax_train_job() {
-  local name="$1" run_rel="$2" spec="$3" nproc="$4" workspace data vocab
-  shift 4
+  local name="$1" run_rel="$2"
+  shift 2
   if [[ -n "${CONTAINER-}" ]]; then
     AX_MOUNTS="$BASE_WORKSPACE_DIR:$WORKSPACE_DIR,$BASE_VOCAB_PATH:$GPT_VOCAB_PATH"
     AX_MOUNTS+=",$BASE_TFDS_DATA_DIR:$TFDS_DATA_DIR"
-    workspace="$WORKSPACE_DIR" data="$TFDS_DATA_DIR" vocab="$GPT_VOCAB_PATH"
+    AX_STEP_WORKSPACE="$WORKSPACE_DIR" AX_STEP_DATA="$TFDS_DATA_DIR" AX_STEP_VOCAB="$GPT_VOCAB_PATH"
   else
-    workspace="$BASE_WORKSPACE_DIR" data="$BASE_TFDS_DATA_DIR" vocab="$BASE_VOCAB_PATH"
+    AX_STEP_WORKSPACE="$BASE_WORKSPACE_DIR" AX_STEP_DATA="$BASE_TFDS_DATA_DIR"
+    AX_STEP_VOCAB="$BASE_VOCAB_PATH"
   fi
-  local run_dir="$workspace/$run_rel"
+  ax_train_step "$name" "$BASE_WORKSPACE_DIR" "$run_rel" \
+    "$BASE_WORKSPACE_DIR/$OUTPUT_DIR/output-%j-%n-%t.txt" "$@"
+}
+
+# ax_train_step NAME WORKSPACE RUN_REL OUTFILE SPEC NPROC [AX_TRAIN_OPTIONS...]: runs ax-train
+# CONFIG on AX_STEP_DATA (+ AX_SHARDS_SUBDIR) with the tokenizer AX_STEP_VOCAB, its run directory
+# at RUN_REL under the workspace (WORKSPACE on the host, AX_STEP_WORKSPACE as the step sees it;
+# AX_MOUNTS when CONTAINER is set), every task's output in OUTFILE (an srun pattern in a host
+# directory, created), then ends the job (ax_finish). AX_DRY_RUN=1 prints the srun command and
+# exits 0.
+ax_train_step() {
+  local name="$1" host_ws="$2" run_rel="$3" outfile="$4" spec="$5" nproc="$6"
+  shift 6
+  local run_dir="$AX_STEP_WORKSPACE/$run_rel" outputs
+  outputs="$(dirname "$outfile")"
   AX_LAUNCH_DIR="$run_dir/launch" # ax-launch mode: logs/rank_<r>.log and error.json per node
   local train=("$AX_TRAIN" --experiment "$CONFIG"
-    --data "$data${AX_SHARDS_SUBDIR:+/$AX_SHARDS_SUBDIR}" --tokenizer "$vocab" --run-dir "$run_dir"
-    "$@")
+    --data "$AX_STEP_DATA${AX_SHARDS_SUBDIR:+/$AX_SHARDS_SUBDIR}" --tokenizer "$AX_STEP_VOCAB"
+    --run-dir "$run_dir" "$@")
   # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
   [[ -n "${AX_TRAIN_ARGS-}" ]] && train+=($AX_TRAIN_ARGS)
-  local outputs="$BASE_WORKSPACE_DIR/$OUTPUT_DIR"
-  ax_srun_command "$outputs/output-%j-%n-%t.txt" "$spec" "$nproc" "${train[@]}"
+  ax_srun_command "$outfile" "$spec" "$nproc" "${train[@]}"
   ax_log "$name: ${AX_LAUNCH_MODE} mode, mesh $spec, $nproc rank(s) per node," \
-    "${CONTAINER:+container $CONTAINER, }run directory $BASE_WORKSPACE_DIR/$run_rel"
+    "${CONTAINER:+container $CONTAINER, }run directory $host_ws/$run_rel"
   ax_print_command
   if [[ "${AX_DRY_RUN:-0}" == 1 ]]; then
     ax_log "AX_DRY_RUN=1: not running it"
     exit 0
   fi
-  mkdir -p "$outputs" "$BASE_WORKSPACE_DIR/$run_rel"
+  mkdir -p "$outputs" "$host_ws/$run_rel"
   ax_job_secret
   local rc=0
   ax_run_step "${AX_SRUN[@]}" || rc=$?
-  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $BASE_WORKSPACE_DIR/$run_rel" \
+  ax_finish "$rc" "$outputs/output-${SLURM_JOB_ID:-}-*.txt and $host_ws/$run_rel" \
     "$outputs/output-${SLURM_JOB_ID:-}-"*.txt
 }
 
@@ -501,6 +566,26 @@ ax_run_step() {
   trap ':' USR1 TERM
   trap - INT
   return "$rc"
+}
+
+# ax_singlenode_run LOG RUN_DIR CMD...: the single-node scripts' run: CMD (ax-launch) with its
+# output also in LOG, a last line that says how it ended, and ax-launch's exit status (0 done, 75
+# stopped at a checkpoint, anything else failed).
+ax_singlenode_run() {
+  local log="$1" run_dir="$2" rc=0 cause
+  shift 2
+  ax_log "$(ax_quote "$@")"
+  # tee -i: a Ctrl-C reaches ax-launch (which checkpoints and exits 75), not the log's writer.
+  ax_run_step "$@" > >(tee -i "$log") 2>&1 || rc=$?
+  case "$rc" in
+    0) ax_log "Run succeeded! (outputs in $run_dir, log $log)" ;;
+    75) ax_log "Run stopped at a checkpoint; run the same command again to resume" ;;
+    *)
+      cause="$(ax_failure_cause "$log")"
+      ax_log "Run failed with status $rc${cause:+: $cause} (see $log, $run_dir/error.json)"
+      ;;
+  esac
+  exit "$rc"
 }
 
 # ax_failure_cause FILE...: the cause the ranks agreed on after a collective failed, from the

@@ -57,18 +57,4 @@ cmd=("$AX_LAUNCH" --nproc "$NUM_GPUS" --mesh "ici=${ici:--1,1,1};dcn=1,1,1" --ru
 [[ -n "$max_steps" ]] && cmd+=(--max-steps "$max_steps")
 # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
 [[ -n "${AX_TRAIN_ARGS-}" ]] && cmd+=($AX_TRAIN_ARGS)
-ax_log "$(ax_quote "${cmd[@]}")"
-
-# tee -i: a Ctrl-C reaches ax-launch (which checkpoints and exits 75), not the log's writer.
-ax_run_step "${cmd[@]}" > >(tee -i "$LOG_DIR/pile_output.log") 2>&1
-rc=$?
-case "$rc" in
-  0) ax_log "Run succeeded! (outputs in $LOG_DIR)" ;;
-  75) ax_log "Run stopped at a checkpoint; run the same command again to resume" ;;
-  *)
-    cause="$(ax_failure_cause "$LOG_DIR/pile_output.log")"
-    ax_log "Run failed with status $rc${cause:+: $cause} (see $LOG_DIR/pile_output.log," \
-      "$LOG_DIR/error.json)"
-    ;;
-esac
-exit "$rc"
+ax_singlenode_run "$LOG_DIR/pile_output.log" "$LOG_DIR" "${cmd[@]}"

@@ -144,6 +144,113 @@ expect "run_pile_singlenode.sh: PRECISION half is refused, naming the argument" 
   "ax-job: error: PRECISION (\$3)='half': expected bfloat16 (or bf16"
 refute "run_pile_singlenode.sh: PRECISION half: nothing launched" "--experiment"
 
+# example_slurm_pretrain_pile.sub (T5x's interface, issue 13): T5x's defaults, the output folder
+# as T5x names it, global batch BSIZE_PER_GPU x GPUs / TP_SIZE, the TP mesh, the data variables,
+# the container mounts, and every refusal before srun.
+t5x=(-i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" "BASE_T5X_WORKSPACE_DIR=$dir/ws"
+  "BASE_T5X_OUTPUTS_DIR=$dir/t5x-out" "BASE_TFDS_DATA_DIR=$dir/shards"
+  "BASE_VOCAB_PATH=$dir/spm.model" MODEL_DIR=t5/run)
+T5X=example_slurm_pretrain_pile.sub
+last t5x_defaults "$T5X" "${t5x[@]}"
+expect "$T5X: T5x's defaults (8 GPUs, large, bfloat16, 32 per GPU, 500 steps, 512/128, FP8 0)" 0 \
+  "-o $dir/t5x-out/multinode/PRETRAIN-large-bfloat16-N1-n8-Step500-BS32-MBS1-SL512_128-TP1-FP80/output-%j-%t.txt" \
+  "--ntasks-per-node=8 '--ax-mesh=ici=-1,1,1;dcn=-1,1,1'" \
+  "--experiment t5-large --data $dir/shards --tokenizer $dir/spm.model --run-dir $dir/ws/t5/run" \
+  "--set train.precision=bfloat16 --set NUM_MICROBATCHES=1 --set train.encoder_seq_len=512 --set train.seq_len=128 --max-steps 500 --set train.global_batch=256"
+refute "$T5X: no warnings for its own variables" "warning"
+
+last t5x_tp "$T5X" "${t5x[@]}" SLURM_JOB_NUM_NODES=2 T5_SIZE=xl PREC=fp32 BSIZE_PER_GPU=3 \
+  TP_SIZE=2 NUM_MICROBATCHES=3 TRAIN_STEPS=7 ENC_SL=1024 DEC_SL=256 -- 4
+expect "$T5X: \$1=4 on 2 nodes, TP_SIZE=2: global batch 3 x 8 / 2, mesh tensor 2, folder N2-n8" 0 \
+  "PRETRAIN-xl-fp32-N2-n8-Step7-BS3-MBS3-SL1024_256-TP2-FP80/output-%j-%t.txt" \
+  "-N 2 -n 8 --ntasks-per-node=4 '--ax-mesh=ici=-1,1,2;dcn=-1,1,1'" \
+  "--experiment t5-xl" "--set train.precision=float32 --set NUM_MICROBATCHES=3" \
+  "--set train.encoder_seq_len=1024 --set train.seq_len=256 --max-steps 7 --set train.global_batch=12"
+
+last t5x_pack "$T5X" "${t5x[@]}" PACK=1 NUM_MICROBATCHES=0 CHECKPOINT_DISABLE=1 CONFIG=tiny-t5 -- 2
+expect "$T5X: CONFIG wins over T5_SIZE, MBS 0 is 1, CHECKPOINT_DISABLE=1 turns periodic checkpoints off" 0 \
+  "--experiment tiny-t5" "--set NUM_MICROBATCHES=1" "--set train.checkpoint_every=0"
+refute "$T5X: PACK=1 (T5x's packing of full-length examples) keeps one example per row" \
+  "pack_examples"
+last t5x_pack2 "$T5X" "${t5x[@]}" PACK=4
+expect "$T5X: PACK=4 packs 4 examples per row" 0 "--set train.pack_examples=4"
+
+mkdir -p "$dir/pile-shards/train" && echo '{}' >"$dir/pile-shards/train/index.json"
+t5x_map=("${t5x[@]/BASE_TFDS_DATA_DIR=*/DATASET_MAP=$dir/pile-shards:the_pile}")
+last t5x_map "$T5X" "${t5x_map[@]}"
+expect "$T5X: DATASET_MAP's one dir:name entry is the data (its train/ shards)" 0 \
+  "--data $dir/pile-shards/train --tokenizer"
+last t5x_map_container "$T5X" "${t5x_map[@]}" "CONTAINER=ghcr.io#nvidia/ax:latest" AX_BIN=
+expect "$T5X: CONTAINER: T5x's mounts, the map entry at /t5x_home/datasets/<name>, in-container paths" 0 \
+  "--container-image=ghcr.io#nvidia/ax:latest --container-mounts=$dir/ws:/t5x_home/workspace,$dir/spm.model:/t5x_home/vocab.model,$dir/pile-shards:/t5x_home/datasets/the_pile --export=ALL" \
+  " ax-train --experiment t5-large --data /t5x_home/datasets/the_pile/train --tokenizer /t5x_home/vocab.model --run-dir /t5x_home/workspace/t5/run"
+last t5x_container "$T5X" "${t5x[@]}" "CONTAINER=ghcr.io#nvidia/ax:latest" AX_BIN=
+expect "$T5X: CONTAINER with BASE_TFDS_DATA_DIR: mounted at /t5x_home/datasets" 0 \
+  ",$dir/shards:/t5x_home/datasets --export=ALL" "--data /t5x_home/datasets --tokenizer"
+
+last t5x_bad "$T5X" "${t5x_map[@]}" "BASE_TFDS_DATA_DIR=$dir/shards" ENABLE_FP8=1 PREC=half \
+  T5_SIZE=tiny TP_SIZE=3 BSIZE_PER_GPU=0 PACK=x ENC_SL=0 ADDITIONAL_CLI_ARGS=--gin.x=1 \
+  GPUS_PER_NODE=2 MODEL_DIR=/abs -- 4 run.sh
+expect "$T5X: every bad variable named at once, exit 2, nothing launched" 2 \
+  "error: GPUS_PER_NODE: \$1='4' and GPUS_PER_NODE='2' differ" \
+  "error: \$2='run.sh': T5x's BASE_SCRIPT; ax runs ax-train directly" \
+  "error: MODEL_DIR='/abs': expected a path relative to BASE_T5X_WORKSPACE_DIR" \
+  "error: BASE_TFDS_DATA_DIR and DATASET_MAP are both set: they are mutually exclusive" \
+  "error: BSIZE_PER_GPU='0': expected a whole number >= 1" \
+  "error: T5_SIZE='tiny': expected one of small|base|large|xl|xxl" \
+  "error: PREC='half': expected bfloat16" \
+  "error: ENABLE_FP8=1: FP8 training is not implemented in ax; expected 0" \
+  "error: PACK='x': expected a whole number >= 0" "error: ENC_SL='0': expected a whole number >= 1" \
+  "error: TP_SIZE='3': expected a divisor of GPUS_PER_NODE (4)" \
+  "error: ADDITIONAL_CLI_ARGS='--gin.x=1': T5x's gin flags" \
+  "12 problem(s) with the job's variables; nothing was launched"
+refute "$T5X: bad variables: nothing launched" "ax-job: srun" "--experiment"
+
+last t5x_none "$T5X" -i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" \
+  "DATASET_MAP=$dir/a:x,$dir/b:y" TP_SIZE=1 BSIZE_PER_GPU=1 -- 1
+expect "$T5X: required variables and a two-entry DATASET_MAP named" 2 \
+  "error: BASE_T5X_WORKSPACE_DIR is not set" "error: BASE_T5X_OUTPUTS_DIR is not set" \
+  "error: MODEL_DIR is not set" "error: BASE_VOCAB_PATH is not set" \
+  "error: DATASET_MAP='$dir/a:x,$dir/b:y': expected one entry /abs/shards_dir:name"
+last t5x_nodata "$T5X" "${t5x_map[@]/DATASET_MAP=*/T5_SIZE=small}"
+expect "$T5X: neither data variable is set" 2 \
+  "error: neither BASE_TFDS_DATA_DIR nor DATASET_MAP is set"
+
+last t5x_typos "$T5X" "${t5x[@]}" BSIZE_PER_GPUS=4 PERCORE_BATCH_SIZE=4 T5_SIZ=xl BASE_SCRIPT=x.sh
+expect "$T5X: near misses and other scripts' variables are warned about" 0 \
+  "warning: BASE_SCRIPT is a variable of example_pile.sub; $T5X does not read it" \
+  "warning: BSIZE_PER_GPUS is set but $T5X does not read it; did you mean BSIZE_PER_GPU?" \
+  "warning: T5_SIZ is set but $T5X does not read it; did you mean T5_SIZE?" \
+  "warning: PERCORE_BATCH_SIZE is a variable of example_pile.sub; $T5X does not read it"
+
+# singlenode_pretrain_pile.sh: T5x's eleven positional arguments, data and vocabulary from
+# TFDS_DATA_DIR and VOCAB_PATH, the log named as T5x names it.
+single_t5=(-i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" "TFDS_DATA_DIR=$dir/shards"
+  "VOCAB_PATH=$dir/spm.model")
+last t5_single singlenode_pretrain_pile.sh "${single_t5[@]}" -- base float32 2 6 "$dir/t5logs"
+expect "singlenode_pretrain_pile.sh: T5x's positional arguments and defaults" 0 \
+  "--nproc 2 --mesh 'ici=-1,1,1;dcn=1,1,1' --run-dir $dir/model_dir --" \
+  "--experiment t5-base --data $dir/shards --tokenizer $dir/spm.model --run-dir $dir/model_dir --set train.global_batch=12 --set train.precision=float32 --set NUM_MICROBATCHES=1" \
+  "Run succeeded! (outputs in $dir/model_dir, log $dir/t5logs/base_gpu_2_float32_gbs_12_fp8_0_fuseqkv_1_transbs_1.log)"
+refute "singlenode_pretrain_pile.sh: the experiment's lengths and steps unless set" \
+  "encoder_seq_len" "--max-steps"
+last t5_single_env singlenode_pretrain_pile.sh "${single_t5[@]}" CONFIG=tiny-t5 TRAIN_STEPS=9 \
+  ENC_SL=64 DEC_SL=16 -- small bf16 1 4 "$dir/t5logs" runs/m 2 0 0 0 2
+expect "singlenode_pretrain_pile.sh: all eleven arguments, CONFIG, TRAIN_STEPS, ENC_SL, DEC_SL" 0 \
+  "--run-dir $dir/runs/m" "--experiment tiny-t5" "--set NUM_MICROBATCHES=2" \
+  "--set train.pack_examples=2 --set train.encoder_seq_len=64 --set train.seq_len=16 --max-steps 9" \
+  "log $dir/t5logs/small_gpu_1_bf16_gbs_4_fp8_0_fuseqkv_0_transbs_0.log"
+last t5_single_bad singlenode_pretrain_pile.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" \
+  "TFDS_DATA_DIR=$dir/nope" -- tiny half 0 4 "$dir/t5logs" m x 1
+expect "singlenode_pretrain_pile.sh: bad arguments named by position, missing VOCAB_PATH, exit 2" 2 \
+  "error: TFDS_DATA_DIR='$dir/nope': no such directory" "error: VOCAB_PATH is not set" \
+  "error: NUM_GPUS (\$3)='0'" "error: T5_SIZE (\$1)='tiny'" "error: PREC (\$2)='half'" \
+  "error: NUM_MICROBATCHES (\$7)='x'" "error: ENABLE_FP8 (\$8)=1: FP8 training is not implemented"
+refute "singlenode_pretrain_pile.sh: bad arguments: nothing launched" "--experiment"
+last t5_single_usage singlenode_pretrain_pile.sh "${single_t5[@]}" -- small bf16 2 4
+expect "singlenode_pretrain_pile.sh: fewer than five arguments: usage, exit 2" 2 \
+  "usage: $SUB/singlenode_pretrain_pile.sh <T5_SIZE> <PREC> <NUM_GPUS> <BSIZE_PER_GPU> <LOG_DIR>"
+
 # The job's last line names the rank that failed first, from the ranks' outputs.
 printf '%s\n' "[r0] ax-train: x failed: Unavailable: all_reduce on gloo world (ranks 0,1,2,3) failed: stopping: rank 3 (host n2) stopped answering (rank 2 reports it)" >"$dir/out-0.txt"
 printf '%s\n' "[r2] ax-train: x failed: Unavailable: all_reduce on gloo fsdp (ranks 2,3) failed: rank 3 (host n2) stopped answering first (peer closed the connection)" >"$dir/out-1.txt"

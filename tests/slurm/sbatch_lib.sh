@@ -2,6 +2,7 @@
 # Sourced (after lib.sh and train_lib.sh) by the job-script tests of the slurm suite: submitting
 # sbatch/*.sub with tiny CPU runs and checking what lands where.
 #   sub_env DIR LOG [VAR=VALUE...]  -> the environment of a tiny example_pile.sub run
+#   t5x_env DIR MODEL_DIR [VAR=...] -> the same for example_slurm_pretrain_pile.sub (tiny-t5)
 #   submit_sub OUT ARGS... SCRIPT   -> sbatch -J $JOB -o OUT ... with the array `vars` exported
 #   end_job ID SECONDS              -> wait_job; the final state in JOB_STATE, ExitCode in JOB_EXIT
 #   job_completed WHAT ID OUT OUT0  -> ok/bad: COMPLETED 0:0, else the outputs and daemon logs
@@ -9,6 +10,9 @@
 #   loss_falls WHAT RUN_DIR         -> ok/bad: the last logged loss is below the first
 #   start_requeued ID               -> once job ID is requeued (or ended), starts it without the
 #                                      2-minute hold; the state seen in REQUEUE_STATE
+#   preempt_resume MODE ...         -> ok/bad: a job stopped by USR1 requeues, resumes and logs
+#                                      the uninterrupted job's losses
+#   run_dir_complete WHAT RUN STEPS -> ok/bad: TensorBoard events and one metrics line per step
 
 SUB_DIR="$REPO/sbatch"
 
@@ -21,6 +25,20 @@ sub_env() {
     "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" \
     "LOG_DIR_LOCAL=$log" "OUTPUT_DIR=output" "PREC=bfloat16" "GPUS_PER_NODE=2" \
     "PERCORE_BATCH_SIZE=4" "CONFIG=tiny-gpt" \
+    "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0" "$@"
+}
+
+# t5x_env DIR MODEL_DIR [VAR=VALUE...]: the environment of a tiny example_slurm_pretrain_pile.sub
+# run on DIR/data (prepare_data DIR/data 100: a tokenizer with T5's sentinels): tiny-t5 (CONFIG;
+# T5_SIZE=small names the output folder), ENC_SL 64, DEC_SL 16, BSIZE_PER_GPU=4, 1 CPU thread per
+# rank, no evaluation; the extra VAR=VALUEs come last and win.
+t5x_env() {
+  local dir="$1" model_dir="$2"
+  shift 2
+  printf '%s\n' "AX_CPU_THREADS=1" "AX_BIN=$BUILD" "BASE_T5X_WORKSPACE_DIR=$dir/ws" \
+    "BASE_T5X_OUTPUTS_DIR=$dir/outputs" "BASE_TFDS_DATA_DIR=$dir/data/shards" \
+    "BASE_VOCAB_PATH=$dir/data/spm.model" "MODEL_DIR=$model_dir" "CONFIG=tiny-t5" "T5_SIZE=small" \
+    "PREC=bfloat16" "BSIZE_PER_GPU=4" "ENC_SL=64" "DEC_SL=16" \
     "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0" "$@"
 }
 
@@ -109,4 +127,88 @@ start_requeued() {
   # would leave the start to the scheduler's next periodic pass, up to a minute later.)
   sleep 3
   t scontrol update JobId="$id" StartTime=now 2>/dev/null
+}
+
+# preempt_resume MODE STEPS REF RUN_DIR OUT_PATTERN BATCH_OUT SBATCH_ARGS...: submits the job (with
+# the caller's `vars`), sends USR1 to its batch script once rank 0's output (OUT_PATTERN, %j the
+# job id) shows step 8, and checks that the job requeued once and COMPLETED 0:0, that the ranks
+# stopped at a step with a checkpoint that restart 1 resumed from, that the batch script logged
+# the signal, the requeue and the restart, and that RUN_DIR's losses are REF (the uninterrupted
+# job's step_losses), exactly.
+preempt_resume() {
+  local mode="$1" steps="$2" ref="$3" run="$4" pattern="$5" batch_out="$6" id out start stopped
+  shift 6
+  id="$(submit_sub "$batch_out" "$@")"
+  out="${pattern//%j/$id}"
+  start=$SECONDS
+  # Rank 0's output shows the steps (ax-launch prefixes them with [r0]).
+  until grep -Eq '^(\[r0\] )?step +8/' "$out" 2>/dev/null; do
+    case "$(job_field "$id" JobState)" in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
+    esac
+    ((SECONDS - start > 60)) && break
+    sleep 0.1
+  done
+  t scancel --batch --signal=USR1 "$id"
+  # The script requeues the job; Slurm would hold it back for 2 minutes.
+  start_requeued "$id"
+  if [[ -z "$REQUEUE_STATE" ]]; then
+    bad "$mode mode: job $id is gone (it ended without a requeue more than MinJobAge ago)"
+    show_tail "$batch_out"
+    return
+  fi
+  end_job "$id" 90
+  local restarts
+  restarts="$(job_field "$id" Restarts)"
+  if [[ "$JOB_STATE" == COMPLETED && "$JOB_EXIT" == 0:0 && "$restarts" == 1 ]]; then
+    ok "$mode mode: USR1 -> requeued once -> job $id COMPLETED 0:0 ($((SECONDS - start)) s)"
+  else
+    bad "$mode mode: job $id ended $JOB_STATE, exit $JOB_EXIT, restarts '$restarts'"
+    show_tail "$batch_out"
+    show_tail "$out"
+    daemon_log_lines "$id"
+    return
+  fi
+  stopped="$(grep -Eo 'stopped after step [0-9]+ on signal 10' "$out" | grep -Eo '[0-9]+' |
+    head -n 1)"
+  if [[ -n "$stopped" ]] && ((stopped < steps)) &&
+    grep -q "resumed from step $stopped " "$out" &&
+    grep -q "restart 1 of Slurm job $id (SLURM_RESTART_COUNT)" "$out"; then
+    ok "$mode mode: stopped at step $stopped with a checkpoint; restart 1 resumed from it"
+  else
+    bad "$mode mode: no stop/resume at the same step (stopped '${stopped}')"
+    grep -E 'stopped|resumed|restart' "$out" | sed 's/^/  | /'
+  fi
+  if grep -q 'caught SIGUSR1' "$batch_out" && grep -q "requeueing job $id" "$batch_out" &&
+    grep -q 'restart 1 (SLURM_RESTART_COUNT)' "$batch_out"; then
+    ok "$mode mode: the batch script caught USR1, forwarded it, requeued, and logged restart 1"
+  else
+    bad "$mode mode: the batch output lacks the signal/requeue/restart lines"
+    show_tail "$batch_out"
+  fi
+  local got
+  got="$(step_losses "$run")"
+  if [[ -n "$ref" && "$got" == "$ref" ]]; then
+    ok "$mode mode: steps 1..$steps logged once each, losses identical to the uninterrupted job"
+  else
+    bad "$mode mode: the losses differ from the uninterrupted job's"
+    diff <(echo "$ref") <(echo "$got") | head -n 10 | sed 's/^/  | /'
+  fi
+}
+
+# run_dir_complete WHAT RUN_DIR STEPS: RUN_DIR has TensorBoard events and one metrics.jsonl loss
+# line per step.
+run_dir_complete() {
+  local what="$1" run="$2" steps="$3" n_steps
+  if compgen -G "$run/tensorboard/events.out.tfevents.*" >/dev/null; then
+    ok "$what: TensorBoard events in the run directory"
+  else
+    bad "$what: no TensorBoard events in $run"
+  fi
+  n_steps="$(step_losses "$run" | wc -l)"
+  if ((n_steps == steps)); then
+    ok "$what: metrics.jsonl has one line per step ($steps)"
+  else
+    bad "$what: metrics.jsonl has $n_steps loss lines, want $steps"
+  fi
 }

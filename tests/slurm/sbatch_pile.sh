@@ -36,17 +36,7 @@ if ((n_out == 4)); then
 else
   bad "srun mode: $n_out output files"
 fi
-if compgen -G "$run/tensorboard/events.out.tfevents.*" >/dev/null; then
-  ok "srun mode: TensorBoard events in the log dir"
-else
-  bad "no TensorBoard events in $run"
-fi
-n_steps="$(step_losses "$run" | wc -l)"
-if ((n_steps == steps)); then
-  ok "srun mode: metrics.jsonl has one line per step ($steps)"
-else
-  bad "srun mode: metrics.jsonl has $n_steps loss lines, want $steps"
-fi
+run_dir_complete "srun mode" "$run" "$steps"
 loss_falls "srun mode" "$run"
 if grep -q "mesh data=2 fsdp=2 tensor=1" "$ws/output/output-$id-0-0.txt"; then
   ok "srun mode: the plugin's auto mesh (data=2 fsdp=2)"

@@ -30,59 +30,7 @@ ref="$(step_losses "$ws/logs/reference")"
 for mode in srun ax-launch; do
   log="logs/preempted-$mode"
   mapfile -t vars < <(sub_env "$dir" "$log" "MAX_STEPS=$steps" "AX_LAUNCH_MODE=$mode")
-  id="$(submit_sub "$dir/$mode.out" -N 2 "$SUB_DIR/example_pile.sub")"
-  out="$ws/output/output-$id-0-0.txt"
-  start=$SECONDS
-  # Rank 0's output shows the steps (ax-launch prefixes them with [r0]).
-  until grep -Eq '^(\[r0\] )?step +8/' "$out" 2>/dev/null; do
-    case "$(job_field "$id" JobState)" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
-    esac
-    ((SECONDS - start > 60)) && break
-    sleep 0.1
-  done
-  t scancel --batch --signal=USR1 "$id"
-  # The script requeues the job; Slurm would hold it back for 2 minutes.
-  start_requeued "$id"
-  if [[ -z "$REQUEUE_STATE" ]]; then
-    bad "$mode mode: job $id is gone (it ended without a requeue more than MinJobAge ago)"
-    show_tail "$dir/$mode.out"
-    continue
-  fi
-  end_job "$id" 90
-  restarts="$(job_field "$id" Restarts)"
-  if [[ "$JOB_STATE" == COMPLETED && "$JOB_EXIT" == 0:0 && "$restarts" == 1 ]]; then
-    ok "$mode mode: USR1 -> requeued once -> job $id COMPLETED 0:0 ($((SECONDS - start)) s)"
-  else
-    bad "$mode mode: job $id ended $JOB_STATE, exit $JOB_EXIT, restarts '$restarts'"
-    show_tail "$dir/$mode.out"
-    show_tail "$out"
-    daemon_log_lines "$id"
-    continue
-  fi
-  stopped="$(grep -Eo 'stopped after step [0-9]+ on signal 10' "$out" | grep -Eo '[0-9]+' |
-    head -n 1)"
-  if [[ -n "$stopped" ]] && ((stopped < steps)) &&
-    grep -q "resumed from step $stopped " "$out" &&
-    grep -q "restart 1 of Slurm job $id (SLURM_RESTART_COUNT)" "$out"; then
-    ok "$mode mode: stopped at step $stopped with a checkpoint; restart 1 resumed from it"
-  else
-    bad "$mode mode: no stop/resume at the same step (stopped '${stopped}')"
-    grep -E 'stopped|resumed|restart' "$out" | sed 's/^/  | /'
-  fi
-  if grep -q 'caught SIGUSR1' "$dir/$mode.out" && grep -q "requeueing job $id" "$dir/$mode.out" &&
-    grep -q 'restart 1 (SLURM_RESTART_COUNT)' "$dir/$mode.out"; then
-    ok "$mode mode: the batch script caught USR1, forwarded it, requeued, and logged restart 1"
-  else
-    bad "$mode mode: the batch output lacks the signal/requeue/restart lines"
-    show_tail "$dir/$mode.out"
-  fi
-  got="$(step_losses "$ws/$log")"
-  if [[ -n "$ref" && "$got" == "$ref" ]]; then
-    ok "$mode mode: steps 1..$steps logged once each, losses identical to the uninterrupted job"
-  else
-    bad "$mode mode: the losses differ from the uninterrupted job's"
-    diff <(echo "$ref") <(echo "$got") | head -n 10 | sed 's/^/  | /'
-  fi
+  preempt_resume "$mode" "$steps" "$ref" "$ws/$log" "$ws/output/output-%j-0-0.txt" \
+    "$dir/$mode.out" -N 2 "$SUB_DIR/example_pile.sub"
 done
 finish

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Sourced (after lib.sh) by the sharded-training tests of the slurm suite: a small corpus, the
 # one-process reference run, and a comparison of per-step losses.
-#   prepare_data DIR         -> DIR/spm.model, DIR/shards/train (the repo's docs as English text);
-#                               on failure the test fails and ends
+#   prepare_data DIR [EXTRA_IDS] -> DIR/spm.model, DIR/shards/train (the repo's docs as English
+#                               text); EXTRA_IDS: that many T5 sentinels at the top of the
+#                               vocabulary; on failure the test fails and ends
 #   train_args DIR RUN_DIR [EXPERIMENT] -> the ax-train arguments every run of a test uses
 #   losses RUN_DIR           -> "step loss" lines from RUN_DIR/metrics.jsonl
 #   same_losses WHAT REF GOT -> ok/bad: every step of REF in GOT within 1e-5 relative
@@ -14,11 +15,12 @@ TRAIN_STEPS=4
 
 # On failure the test ends here: one FAIL with ax-data's last lines.
 prepare_data() {
-  local dir="$1"
+  local dir="$1" extra_ids=()
+  [[ -n "${2-}" ]] && extra_ids=(--extra-ids "$2")
   mkdir -p "$dir"
   cat "$REPO"/docs/*.md "$REPO"/README.md >"$dir/text.txt"
   if "$AX_DATA" train-tokenizer --input "$dir/text.txt" --vocab-size 500 \
-    --output "$dir/spm.model" >"$dir/data.log" 2>&1 &&
+    "${extra_ids[@]}" --output "$dir/spm.model" >"$dir/data.log" 2>&1 &&
     "$AX_DATA" tokenize --tokenizer "$dir/spm.model" --input "$dir/text.txt" \
       --output "$dir/shards/train" --threads 1 >>"$dir/data.log" 2>&1; then
     return 0
