@@ -28,6 +28,20 @@ int report(const std::string& program, std::string_view what) {
   return kExitUsage;
 }
 
+// "8", "0.5", "2147483647": bounds as a user wrote them.
+std::string number(double x) {
+  if (x == static_cast<double>(static_cast<int64_t>(x)))
+    return std::to_string(static_cast<int64_t>(x));
+  return str_cat(x);
+}
+
+// CLI11 says "--output: 1 required DIR missing" when an option's value is missing.
+std::string missing_value_message(const std::string& what) {
+  const size_t colon = what.find(": ");
+  if (colon == std::string::npos || what.find(" missing", colon) == std::string::npos) return what;
+  return str_cat(what.substr(0, colon), " needs a value");
+}
+
 std::string one_line(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');
   return text;
@@ -51,6 +65,8 @@ Outcome parse(CLI::App& app, std::vector<std::string> args) {
   } catch (const CLI::ExtrasError&) {
     const CLI::App& at = selected(app);
     return {Outcome::Kind::kUsageError, extras_message(at.remaining()), full_name(at)};
+  } catch (const CLI::ArgumentMismatch& e) {
+    return {Outcome::Kind::kUsageError, missing_value_message(e.what()), full_name(selected(app))};
   } catch (const CLI::ParseError& e) {
     return {Outcome::Kind::kUsageError, one_line(e.what()), full_name(selected(app))};
   }
@@ -84,7 +100,25 @@ int usage_error(const CLI::App& app, std::string_view what) { return report(full
 CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& choices) {
   std::string names;
   for (const std::string& c : choices) names += (names.empty() ? "" : "|") + c;
-  return option->check(CLI::IsMember(choices).description(""))->type_name(names);
+  CLI::Validator check(
+      [choices, names](std::string& value) -> std::string {
+        if (std::find(choices.begin(), choices.end(), value) != choices.end()) return "";
+        return str_cat("expected ", names, ", got '", value, "'");
+      },
+      "");
+  return option->check(check)->type_name(names);
+}
+
+CLI::Validator in_range(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& value) -> std::string {
+        std::optional<double> v = parse_double(value);
+        if (v && *v >= min && *v <= max) return "";
+        return max >= 1e300 ? str_cat("expected a number >= ", number(min), ", got '", value, "'")
+                            : str_cat("expected a number in [", number(min), ", ", number(max),
+                                      "], got '", value, "'");
+      },
+      "");
 }
 
 }  // namespace ax::cli

@@ -289,9 +289,8 @@ Status Trainer::resume() {
 Status Trainer::setup() {
   AX_RETURN_IF_ERROR(check_run_dir());
   int threads = options_.threads;
-  if (threads == 0 && ctx_.local_world > 1 && std::getenv("AX_CPU_THREADS") == nullptr) {
-    // Ranks of one node share its cores.
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx_.local_world);
+  if (threads == 0) {
+    AX_ASSIGN_OR_RETURN(threads, cpu_threads(ctx_.local_world));  // ranks of a node share it
   }
   // The launcher or plugin chose this rank's GPU (AX_DEVICE, an ordinal as the process sees
   // it): --device auto takes that one when a GPU answers.

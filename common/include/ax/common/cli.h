@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ax/common/status.h"
+
 namespace ax::cli {
 
 inline constexpr int kExitUsage = 2;
@@ -47,5 +49,26 @@ int usage_error(const CLI::App& app, std::string_view what);
 
 // The option takes one of `choices`; the help shows them as a|b|c.
 CLI::Option* one_of(CLI::Option* option, const std::vector<std::string>& choices);
+
+// The value is a number in [min, max]: "expected a number >= 1, got '0'".
+CLI::Validator in_range(double min, double max = 1e300);
+
+// A check from a parser that returns Status or StatusOr<T>: a value it refuses is a usage error
+// with its message ("--device: expected auto|cpu|cpu-bf16|cuda|cuda:N, got 'tpu'"). The parser
+// stays the one place that knows the syntax.
+inline Status status_of(Status s) { return s; }
+template <typename T>
+Status status_of(const StatusOr<T>& s) {
+  return s.status();
+}
+template <typename Parse>
+CLI::Validator status_check(Parse parse) {
+  return CLI::Validator(
+      [parse](std::string& value) -> std::string {
+        Status s = status_of(parse(value));
+        return s.ok() ? std::string() : s.message();
+      },
+      "");
+}
 
 }  // namespace ax::cli
