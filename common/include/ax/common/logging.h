@@ -15,6 +15,9 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void set_log_rank(int rank);
 void set_log_level(LogLevel level);
+// For programs whose output is a table (the benchmarks): `level` unless AX_LOG_LEVEL says
+// otherwise. Returns whether AX_LOG_LEVEL is set (a program passes it on to its children).
+bool set_default_log_level(LogLevel level);
 LogLevel log_level();
 bool log_enabled(LogLevel level);
 // "host:pid rank 3" (or "host:pid rank -").
