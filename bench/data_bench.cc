@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/common/logging.h"
 #include "ax/common/status.h"
 #include "ax/common/strings.h"
@@ -60,54 +61,43 @@ struct Args {
   int64_t jsonl_mb = 1000;  // the jsonl.zst input, in MB of jsonl before compression (0: left out)
 };
 
-constexpr const char* kUsage =
-    "usage: ax-data-bench --text FILE [--tokenizer MODEL] [--threads N] "
-    "[--seconds S]\n"
-    "  --text       plain text, one document per line, e.g. kjv-train.txt "
-    "from\n"
-    "               `scripts/corpus.sh DIR` (needs the bible-kjv package)\n"
-    "  --tokenizer  a SentencePiece model; default: train an 8k BPE on --text\n"
-    "  --threads    threads for the multi-threaded rows (default: all cores)\n"
-    "  --seconds    minimum duration of each timed measurement (default 2.5)\n"
-    "  --line-mb    size of the one-line input in MB (default 100; 0 leaves it out)\n"
-    "  --jsonl-mb   size of the Pile-layout input in MB of jsonl (default 1000; 0: out)\n";
+void add_options(CLI::App& app, Args* args) {
+  app.add_option("--text", args->text,
+                 "plain text, one document per line, e.g. kjv-train.txt from\n"
+                 "`scripts/corpus.sh DIR` (needs the bible-kjv package)")
+      ->type_name("FILE")
+      ->required();
+  app.add_option("--tokenizer", args->tokenizer,
+                 "a SentencePiece model; default: train an 8k BPE on --text")
+      ->type_name("MODEL");
+  app.add_option("--threads", args->threads,
+                 "threads for the multi-threaded rows (default: all cores)")
+      ->type_name("N")
+      ->check(cli::in_range(1));
+  app.add_option("--seconds", args->seconds,
+                 "minimum duration of each timed measurement (default 2.5)")
+      ->type_name("S")
+      ->check(cli::in_range(1e-6));
+  app.add_option("--line-mb", args->line_mb,
+                 "size of the one-line input in MB (default 100; 0 leaves it out)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  app.add_option("--jsonl-mb", args->jsonl_mb,
+                 "size of the Pile-layout input in MB of jsonl (default 1000; 0: out)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+}
 
-StatusOr<Args> parse_args(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") return InvalidArgument(kUsage);
-    if (i + 1 >= argc) return InvalidArgument(flag, " needs a value\n", kUsage);
-    const std::string value = argv[++i];
-    if (flag == "--text") {
-      args.text = value;
-    } else if (flag == "--tokenizer") {
-      args.tokenizer = value;
-    } else if (flag == "--threads") {
-      auto n = parse_int64(value);
-      if (!n || *n < 1) return InvalidArgument("--threads must be a positive integer: ", value);
-      args.threads = static_cast<int>(*n);
-    } else if (flag == "--line-mb" || flag == "--jsonl-mb") {
-      auto n = parse_int64(value);
-      if (!n || *n < 0) return InvalidArgument(flag, " must be a whole number >= 0: ", value);
-      (flag == "--line-mb" ? args.line_mb : args.jsonl_mb) = *n;
-    } else if (flag == "--seconds") {
-      auto s = parse_double(value);
-      if (!s || *s <= 0) return InvalidArgument("--seconds must be positive: ", value);
-      args.seconds = *s;
-    } else {
-      return InvalidArgument("unknown flag ", flag, "\n", kUsage);
-    }
-  }
-  if (args.text.empty()) return InvalidArgument("--text is required\n", kUsage);
-  if (!std::filesystem::is_regular_file(args.text)) {
-    return NotFound(args.text,
+// What the parser cannot check: the text exists.
+Status finish_args(Args* args) {
+  if (!std::filesystem::is_regular_file(args->text)) {
+    return NotFound(args->text,
                     " does not exist; make it with `scripts/corpus.sh DIR` "
                     "(writes DIR/kjv-train.txt)");
   }
-  if (args.threads == 0)
-    args.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return args;
+  if (args->threads == 0)
+    args->threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return Status::Ok();
 }
 
 double now() {
@@ -603,13 +593,20 @@ Status run(const Args& args) {
 int main(int argc, char** argv) {
   // One table on stdout; the library's progress lines only with AX_LOG_LEVEL
   // set.
-  if (std::getenv("AX_LOG_LEVEL") == nullptr) ax::set_log_level(ax::LogLevel::kWarn);
-  auto args = ax::data::parse_args(argc, argv);
-  if (!args.ok()) {
-    std::cerr << "ax-data-bench: " << args.status().message() << "\n";
+  ax::set_default_log_level(ax::LogLevel::kWarn);
+  CLI::App app{
+      "Measures tokenization and shard reading against their peers (spm_encode, raw\n"
+      "token files); docs/benchmarks-data.md.",
+      "ax-data-bench"};
+  ax::cli::configure(app);
+  ax::data::Args args;
+  ax::data::add_options(app, &args);
+  if (std::optional<int> exit = ax::cli::parse_or_exit(app, argc, argv)) return *exit;
+  if (ax::Status st = ax::data::finish_args(&args); !st.ok()) {
+    std::cerr << "ax-data-bench: " << st.message() << "\n";
     return 2;
   }
-  const ax::Status status = ax::data::run(*args);
+  const ax::Status status = ax::data::run(args);
   if (!status.ok()) {
     std::cerr << "ax-data-bench: " << status.to_string() << "\n";
     return 1;

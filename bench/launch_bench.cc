@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/common/status.h"
 #include "ax/common/strings.h"
 #include "ax/launcher/rank_plan.h"
@@ -48,38 +49,23 @@ using Clock = std::chrono::steady_clock;
 constexpr int kNodes = 1024;
 constexpr int kChildren = 8;
 
-constexpr const char* kUsage =
-    "usage: ax-launch-bench [--runs N] [--ax-launch PATH] [--fixtures DIR]\n"
-    "  --runs       timed runs per row; the table shows their median (default 20)\n"
-    "  --ax-launch  the ax-launch binary (default: the one built with this program)\n"
-    "  --fixtures   topology fixtures (default: the source tree's topology/fixtures)\n";
-
 struct Args {
   int runs = 20;
   std::string ax_launch = AX_LAUNCH_BIN;
   std::string fixtures = AX_TOPOLOGY_FIXTURES;
 };
 
-StatusOr<Args> parse_args(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") return InvalidArgument(kUsage);
-    if (i + 1 >= argc) return InvalidArgument(flag, " needs a value\n", kUsage);
-    const std::string value = argv[++i];
-    if (flag == "--runs") {
-      std::optional<int64_t> n = parse_int64(value);
-      if (!n || *n < 1 || *n > 10000) return InvalidArgument("--runs wants 1..10000: ", value);
-      args.runs = static_cast<int>(*n);
-    } else if (flag == "--ax-launch") {
-      args.ax_launch = value;
-    } else if (flag == "--fixtures") {
-      args.fixtures = value;
-    } else {
-      return InvalidArgument("unknown option ", flag, "\n", kUsage);
-    }
-  }
-  return args;
+void add_options(CLI::App& app, Args* args) {
+  app.add_option("--runs", args->runs,
+                 "timed runs per row; the table shows their median (default 20)")
+      ->type_name("N")
+      ->check(cli::in_range(1, 10000));
+  app.add_option("--ax-launch", args->ax_launch,
+                 "the ax-launch binary (default: the one built with this program)")
+      ->type_name("PATH");
+  app.add_option("--fixtures", args->fixtures,
+                 "topology fixtures (default: the source tree's topology/fixtures)")
+      ->type_name("DIR");
 }
 
 struct Timing {
@@ -300,12 +286,15 @@ Status run(const Args& args) {
 }  // namespace ax::launcher
 
 int main(int argc, char** argv) {
-  ax::StatusOr<ax::launcher::Args> args = ax::launcher::parse_args(argc, argv);
-  if (!args.ok()) {
-    std::fprintf(stderr, "%s\n", args.status().message().c_str());
-    return 2;
-  }
-  ax::Status s = ax::launcher::run(*args);
+  CLI::App app{
+      "Times the launch path (mesh derivation, ax-launch, joining the TCP store) against\n"
+      "its peers; docs/benchmarks-launch.md.",
+      "ax-launch-bench"};
+  ax::cli::configure(app);
+  ax::launcher::Args args;
+  ax::launcher::add_options(app, &args);
+  if (std::optional<int> exit = ax::cli::parse_or_exit(app, argc, argv)) return *exit;
+  ax::Status s = ax::launcher::run(args);
   if (!s.ok()) {
     std::fprintf(stderr, "ax-launch-bench: %s\n", s.message().c_str());
     return 1;

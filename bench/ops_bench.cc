@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/trainer/backend.h"
 
 namespace {
@@ -180,8 +181,17 @@ std::vector<Op> ops() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = argc > 1 ? std::atoi(argv[1]) : 0;
-  int reps = argc > 2 ? std::atoi(argv[2]) : 10;
+  int threads = 0, reps = 10;
+  CLI::App app{
+      "Times the CPU backend's ops at the reference benchmark model's sizes against the\n"
+      "same op on one thread.",
+      "ax-ops-bench"};
+  ax::cli::configure(app);
+  app.add_option("threads", threads, "CPU backend threads (default 0: all cores)")
+      ->check(ax::cli::in_range(0, 4096));
+  app.add_option("repetitions", reps, "timed runs per op, the best is shown (default 10)")
+      ->check(ax::cli::in_range(1, 1e6));
+  if (std::optional<int> exit = ax::cli::parse_or_exit(app, argc, argv)) return *exit;
   auto be = ax::train::make_cpu_backend(threads);
   auto one = ax::train::make_cpu_backend(1);
   std::printf("%s, best of %d\n", be->name().c_str(), reps);

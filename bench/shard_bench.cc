@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/model.h"
@@ -139,9 +140,9 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
     fsdp = std::make_unique<TimedComm>(groups.fsdp.get(), &comm_s);
     data = std::make_unique<TimedComm>(groups.data.get(), &comm_s);
     replica_comm = std::make_unique<TimedComm>(groups.replica.get(), &comm_s);
-    par = {coords.t,    layout.tensor, coords.f,
-           layout.fsdp, tensor.get(),  fsdp.get(),
-           data.get(),  prefetch ? groups.fsdp_prefetch.get() : nullptr};
+    par = {
+        coords.t,     layout.tensor, coords.f,   layout.fsdp,
+        tensor.get(), fsdp.get(),    data.get(), prefetch ? groups.fsdp_prefetch.get() : nullptr};
   }
   const int64_t replicas = layout.data * layout.fsdp;
   const int64_t rows = o.global_batch / replicas;
@@ -161,8 +162,8 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
   int64_t bytes_start = 0;
   auto bytes = [&] {
     int64_t b = 0;
-    for (auto* c : {groups.tensor.get(), groups.fsdp.get(), groups.data.get(),
-                    groups.replica.get(), groups.fsdp_prefetch.get()}) {
+    for (auto* c : {groups.tensor.get(), groups.fsdp.get(), groups.data.get(), groups.replica.get(),
+                    groups.fsdp_prefetch.get()}) {
       if (c != nullptr) b += c->bytes_moved();
     }
     return b;
@@ -197,8 +198,8 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
   return rep;
 }
 
-Report run_layout(const Config& config, const Layout& layout, int threads_single,
-                  const Options& o, bool prefetch = true) {
+Report run_layout(const Config& config, const Layout& layout, int threads_single, const Options& o,
+                  bool prefetch = true) {
   const std::string coordinator = "127.0.0.1:" + std::to_string(free_port());
   StatusOr<std::string> secret = launcher::new_job_secret();
   if (!secret.ok()) return {};
@@ -245,18 +246,22 @@ double theoretical_bytes(const Config& c, const Layout& l, double params, const 
 
 int main_impl(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--experiment") o.experiment = argv[i + 1];
-    else if (k == "--steps") o.steps = std::atoi(argv[i + 1]);
-    else if (k == "--global-batch") o.global_batch = std::atoll(argv[i + 1]);
-    else if (k == "--seq") o.seq = std::atoll(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: ax-shard-bench [--experiment E] [--steps N] "
-                           "[--global-batch B] [--seq T]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "Sharded training on CPU ranks: each mesh layout's step time, collective share and\n"
+      "bytes against one process; docs/benchmarks-sharding.md.",
+      "ax-shard-bench"};
+  cli::configure(app);
+  app.add_option("--experiment", o.experiment, "the model (default bench-a)")->type_name("E");
+  app.add_option("--steps", o.steps, "steps per run, the first not timed (default 6)")
+      ->type_name("N")
+      ->check(cli::in_range(2, 1e6));
+  app.add_option("--global-batch", o.global_batch, "rows per step (default 8)")
+      ->type_name("B")
+      ->check(cli::in_range(1));
+  app.add_option("--seq", o.seq, "tokens per row (default 128)")
+      ->type_name("T")
+      ->check(cli::in_range(1));
+  if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
   auto config = make_experiment(o.experiment);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
@@ -264,14 +269,14 @@ int main_impl(int argc, char** argv) {
   }
   if (config->model.vocab_size <= 0) config->model.vocab_size = 8192;
   config->model.max_seq_len = std::max<int64_t>(config->model.max_seq_len, o.seq);
-  std::printf("ax-shard-bench: %s (%d layers, width %lld), global batch %lld x %lld tokens, "
-              "%d steps (first not timed), CPU ranks with 1 thread each\n",
-              o.experiment.c_str(), static_cast<int>(config->model.num_layers),
-              static_cast<long long>(config->model.model_dim),
-              static_cast<long long>(o.global_batch), static_cast<long long>(o.seq), o.steps);
-  std::printf("%-22s %9s %9s %8s %7s %12s %12s %7s %10s %13s\n", "layout", "step ms",
-              "1-proc ms", "ratio", "comm %", "MB/step", "theory MB", "ratio", "loss",
-              "no-prefetch ms");
+  std::printf(
+      "ax-shard-bench: %s (%d layers, width %lld), global batch %lld x %lld tokens, "
+      "%d steps (first not timed), CPU ranks with 1 thread each\n",
+      o.experiment.c_str(), static_cast<int>(config->model.num_layers),
+      static_cast<long long>(config->model.model_dim), static_cast<long long>(o.global_batch),
+      static_cast<long long>(o.seq), o.steps);
+  std::printf("%-22s %9s %9s %8s %7s %12s %12s %7s %10s %13s\n", "layout", "step ms", "1-proc ms",
+              "ratio", "comm %", "MB/step", "theory MB", "ratio", "loss", "no-prefetch ms");
   const std::vector<Layout> layouts = {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {4, 1, 1}, {1, 4, 1},
                                        {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {1, 1, 4}};
   int failures = 0;
@@ -307,10 +312,11 @@ int main_impl(int argc, char** argv) {
                 100 * r.comm_s / r.step_s, r.bytes_per_step / 1e6, theory / 1e6,
                 r.bytes_per_step / theory, r.final_loss, no_prefetch.c_str());
   }
-  std::printf("ratio = 1-process step time (with as many threads as the layout has ranks) / "
-              "layout step time; MB/step = bytes rank 0 handed to collectives per step; comm %% = "
-              "main-thread time inside collectives (the FSDP prefetch thread's gathers overlap "
-              "compute and are not counted)\n");
+  std::printf(
+      "ratio = 1-process step time (with as many threads as the layout has ranks) / "
+      "layout step time; MB/step = bytes rank 0 handed to collectives per step; comm %% = "
+      "main-thread time inside collectives (the FSDP prefetch thread's gathers overlap "
+      "compute and are not counted)\n");
   return failures == 0 ? 0 : 1;
 }
 

@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "ax/common/cli.h"
+#include "ax/common/logging.h"
 #include "ax/common/strings.h"
 #include "ax/trainer/backend.h"
 #include "ax/trainer/config.h"
@@ -432,7 +434,7 @@ void run_driver(const Options& o) {
                                                         {"OMP_NUM_THREADS", threads}};
   // ax's start-up line (the OpenBLAS kernels) is in the backend's name already.
   std::map<std::string, std::string> ax_env;
-  if (std::getenv("AX_LOG_LEVEL") == nullptr) ax_env["AX_LOG_LEVEL"] = "warn";
+  if (!ax::log_level_is_set()) ax_env["AX_LOG_LEVEL"] = "warn";
   std::printf(
       "ax-train-bench: %zu configs x %d rounds (ax, then torch), %d warm-up + %d timed "
       "steps per run, %d threads; load average %s\n",
@@ -506,58 +508,36 @@ void run_driver(const Options& o) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  auto number = [](const std::string& flag, const char* v) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 1) die(ax::str_cat(flag, " needs a positive integer, got '", v, "'"));
-    return static_cast<int>(n);
+  CLI::App app{
+      "Trains the CPU benchmark GPTs and T5s in ax and in PyTorch with the same threads and prints\n"
+      "tokens/s, the ratio ax/torch and peak RSS (docs/benchmarks-train.md).",
+      "ax-train-bench"};
+  ax::cli::configure(app);
+  app.add_option("--configs", o.configs, "experiments to compare (default bench-a,bench-b)")
+      ->type_name("a,b")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  const auto positive = [&](const char* name, int* value, const char* help) {
+    app.add_option(name, *value, help)->type_name("N")->check(ax::cli::in_range(1));
   };
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::printf(
-          "usage: ax-train-bench [--configs bench-a,bench-b] [--rounds N] [--warmup N] "
-          "[--steps N] [--threads N] [--python PATH] [--peer torch_peer.py]\n"
-          "                      [--t5-peer torch_t5_peer.py]\n"
-          "       ax-train-bench --worker NAME [--device cpu|cuda] [--batch N] [--warmup N] "
-          "[--steps N] [--max-seconds S] [--count-params]\n"
-          "         (one run of ax's side, one JSON line; bench/gpu_bench.sh uses it)\n");
-      std::exit(0);
-    }
-    if (flag == "--count-params") {
-      o.count_params = true;
-      continue;
-    }
-    if (i + 1 >= argc) die(ax::str_cat(flag, " needs a value (see --help)"));
-    const char* v = argv[++i];
-    if (flag == "--configs") {
-      o.configs = ax::str_split(v, ',');
-    } else if (flag == "--rounds") {
-      o.rounds = number(flag, v);
-    } else if (flag == "--warmup") {
-      o.warmup = number(flag, v);
-    } else if (flag == "--steps") {
-      o.steps = number(flag, v);
-    } else if (flag == "--threads") {
-      o.threads = number(flag, v);
-    } else if (flag == "--python") {
-      o.python = v;
-    } else if (flag == "--peer") {
-      o.peer = v;
-    } else if (flag == "--t5-peer") {
-      o.t5_peer = v;
-    } else if (flag == "--worker") {
-      o.worker = v;
-    } else if (flag == "--device") {
-      o.device = v;
-    } else if (flag == "--batch") {
-      o.batch = number(flag, v);
-    } else if (flag == "--max-seconds") {
-      o.max_seconds = number(flag, v);
-    } else {
-      die(ax::str_cat("unknown option ", flag, " (see --help)"));
-    }
-  }
+  positive("--rounds", &o.rounds, "runs of each side per config (default 3)");
+  positive("--warmup", &o.warmup, "untimed steps per run (default 3)");
+  positive("--steps", &o.steps, "timed steps per run (default 10)");
+  positive("--threads", &o.threads, "threads of each side (default 2)");
+  app.add_option("--python", o.python, "the peer's interpreter")->type_name("PATH");
+  app.add_option("--peer", o.peer, "the PyTorch peer (bench/torch_peer.py)")->type_name("PATH");
+  app.add_option("--t5-peer", o.t5_peer, "the PyTorch T5 peer (bench/torch_t5_peer.py)")
+      ->type_name("PATH");
+  app.add_option("--worker", o.worker,
+                 "(bench/gpu_bench.sh) run ax's side of config NAME once, print one JSON line")
+      ->type_name("NAME");
+  app.add_option("--device", o.device, "the worker's device (default cpu)")
+      ->type_name("D")
+      ->check(ax::cli::status_check(ax::train::parse_device));
+  positive("--batch", &o.batch, "the worker's sequences per step (default: the config's)");
+  positive("--max-seconds", &o.max_seconds, "the worker stops timing after N seconds");
+  app.add_flag("--count-params", o.count_params, "the worker prints the parameter counts only");
+  if (std::optional<int> exit = ax::cli::parse_or_exit(app, argc, argv)) std::exit(*exit);
   for (const std::string& name : o.configs) experiment(name);  // an unknown name fails here
   return o;
 }

@@ -409,7 +409,10 @@ ax_srun_command() {
 
 # ax_coordinator: AX_COORDINATOR_HOST (the allocation's first node) and AX_COORDINATOR_PORT
 # (AX_COORDINATOR_PORT, else derived from the job id like the plugin's rule, with step slot 63
-# so it never meets a port the plugin gives this job's steps) for ax-launch mode.
+# so it never meets a port the plugin gives this job's steps) for ax-launch mode. The rule is
+# launcher::coordinator_port written again: this script runs outside the container image, where
+# with CONTAINER set the ax binaries need not exist; tests/sbatch/coordinator_port_test.sh checks
+# that it agrees with `ax-launch --coordinator-port JOB_ID 63`.
 ax_coordinator() {
   AX_COORDINATOR_HOST="$(scontrol show hostnames "${SLURM_JOB_NODELIST:-localhost}" 2>/dev/null |
     head -n 1)"

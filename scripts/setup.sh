@@ -20,6 +20,7 @@ packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git ca-certificates
   clang libclang-rt-dev               # libFuzzer and sanitizer runtimes (clang's default version)
+  clang-format                        # the layout check of scripts/test.sh
   # libraries (one line per CMake dependency; see cmake/AxDependencies.cmake)
   libzstd-dev zstd                    # shard compression
   libsentencepiece-dev sentencepiece  # tokenizer (and spm_encode, the benchmark's peer)
@@ -27,6 +28,7 @@ packages=(
   libxxhash-dev                       # frame checksums
   libssl-dev                          # libcrypto: HMAC-SHA256 of the TCP store's handshake
   nlohmann-json3-dev                  # index.json, jsonl input
+  libcli11-dev                        # command lines of every program (header-only)
   libgtest-dev                        # unit tests
   protobuf-compiler libprotobuf-dev   # TensorBoard event decoder in the trainer's config tests
   libhwloc-dev                        # topology discovery

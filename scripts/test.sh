@@ -5,7 +5,8 @@
 # suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md). Where the CUDA toolkit
 # is installed it also compiles the CUDA backend with its `gpu` tests and runs
 # `scripts/gpu-check.sh --check` (the GPU acceptance's every part on the CPU).
-# Ends with one line "tests: N passed, N failed" (plus why the container test or the slurm suite
+# Before the unit suite, `clang-format --dry-run --Werror` over every tracked .cc, .h and .cu file
+# (the layout STYLE.md asks for; .clang-format). Ends with one line "tests: N passed, N failed" (plus why the container test or the slurm suite
 # was skipped, if it was).
 #   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite;
 #   AX_CUDA_CHECK=0 skips compiling the CUDA backend (done when nvcc is installed);
@@ -31,6 +32,15 @@ cleanup() {
 }
 trap cleanup EXIT
 rc=0
+# The tree's layout: clang-format changes nothing (run `clang-format -i FILE` to fix one).
+format_passed=0 format_failed=0
+if git ls-files -z '*.cc' '*.h' '*.cu' | xargs -0 clang-format --dry-run --Werror; then
+  format_passed=1
+  echo "clang-format: every tracked .cc, .h and .cu file is formatted"
+else
+  format_failed=1
+  echo "clang-format: the files above are not formatted (clang-format -i FILE)" >&2
+fi
 ctest --test-dir "$build" -L unit --output-on-failure -j "$(nproc)" --timeout 600 | tee "$log" ||
   rc=$?
 
@@ -152,15 +162,15 @@ else
   echo "tests: slurm suite SKIPPED: $slurm_skip"
 fi
 
-line="tests: $((total - failed + fuzz_passed + cuda_passed + gpucheck_passed + container_passed +
-  slurm_passed))"
-line+=" passed, $((failed + fuzz_failed + cuda_failed + gpucheck_failed + container_failed +
-  slurm_failed)) failed"
+line="tests: $((total - failed + format_passed + fuzz_passed + cuda_passed + gpucheck_passed +
+  container_passed + slurm_passed))"
+line+=" passed, $((failed + format_failed + fuzz_failed + cuda_failed + gpucheck_failed +
+  container_failed + slurm_failed)) failed"
 [[ -z "$cuda_note" ]] || line+=" ($cuda_note)"
 [[ -z "$gpucheck_skip" ]] || line+=" (gpu-check --check skipped: $gpucheck_skip)"
 ((unit_skipped == 0)) || line+=" ($unit_skipped unit cases skipped themselves, see above)"
 [[ -z "$container_skip" ]] || line+=" (container test skipped: $container_skip)"
 [[ -z "$slurm_skip" ]] || line+=" (slurm suite skipped: $slurm_skip)"
 echo "$line"
-(( rc == 0 && fuzz_failed == 0 && cuda_failed == 0 && gpucheck_failed == 0 && container_rc == 0 &&
+(( rc == 0 && format_failed == 0 && fuzz_failed == 0 && cuda_failed == 0 && gpucheck_failed == 0 && container_rc == 0 &&
    container_failed == 0 && slurm_rc == 0 && slurm_failed == 0 ))

@@ -50,6 +50,10 @@ const std::string& host_pid() {
 
 void set_log_rank(int rank) { g_rank = rank; }
 void set_log_level(LogLevel level) { level_ref() = static_cast<int>(level); }
+void set_default_log_level(LogLevel level) {
+  if (!kLogLevel.is_set()) set_log_level(level);
+}
+bool log_level_is_set() { return kLogLevel.is_set(); }
 LogLevel log_level() { return static_cast<LogLevel>(level_ref().load()); }
 bool log_enabled(LogLevel level) { return static_cast<int>(level) >= level_ref().load(); }
 

@@ -279,7 +279,6 @@ Json to_json(const DatasetIndex& index) {
   return j;
 }
 
-
 }  // namespace
 
 StatusOr<DatasetIndex> read_dataset_index(const std::string& dir) {

@@ -228,8 +228,7 @@ struct Progress {
 
 // "<bytes read> <total bytes>\n" into `path`, replaced atomically (no fsync: it is only progress).
 void write_progress_file(const std::string& path, const TextSource& source) {
-  const std::string text =
-      str_cat(source.bytes_read(), " ", source.total_bytes(), "\n");
+  const std::string text = str_cat(source.bytes_read(), " ", source.total_bytes(), "\n");
   (void)write_file_atomically(path, text, Durability::kFast);  // best effort: only progress
 }
 

@@ -133,7 +133,6 @@ std::string plan_difference(const JobPlan& got, const JobPlan& disk) {
   return "";
 }
 
-
 StatusOr<JobPlan> make_plan(const TokenizeOptions& options) {
   AX_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::load(options.tokenizer_path));
   AX_ASSIGN_OR_RETURN(std::unique_ptr<TextSource> source,

@@ -11,13 +11,13 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/common/env.h"
 #include "ax/common/rng.h"
 #include "ax/common/status.h"
@@ -33,207 +33,69 @@ namespace ax::data {
 namespace {
 
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
-enum class Arity { kFlag, kValue, kList };
-
-struct OptionSpec {
-  const char* name;  // without the leading "--"
-  Arity arity;
-  const char* metavar;
-  const char* help;
-};
-
-struct CommandSpec {
-  const char* name;
-  const char* synopsis;
-  const char* summary;
-  int positionals;  // exactly this many positional arguments
-  std::vector<OptionSpec> options;
-};
-
-// The parsed command line of one command. `error` is set when it is wrong.
-struct Args {
-  std::map<std::string, std::vector<std::string>> values;
-  std::vector<std::string> positional;
-  std::string error;
-
-  bool has(const std::string& name) const { return values.count(name) > 0; }
-  std::string get(const std::string& name, const std::string& def = "") const {
-    auto it = values.find(name);
-    return it == values.end() || it->second.empty() ? def : it->second.back();
-  }
-  std::vector<std::string> list(const std::string& name) const {
-    auto it = values.find(name);
-    return it == values.end() ? std::vector<std::string>{} : it->second;
-  }
-  void require(const std::string& name, const char* metavar) {
-    if (error.empty() && !has(name)) error = str_cat("--", name, " ", metavar, " is required");
-  }
-  // Integer option in [lo, hi].
-  template <typename T>
-  void integer(const std::string& name, T* out, int64_t lo, int64_t hi) {
-    if (!error.empty() || !has(name)) return;
-    std::string v = get(name);
-    std::optional<int64_t> n = parse_int64(v);
-    if (!n || *n < lo || *n > hi) {
-      error = str_cat("--", name, " expects an integer in [", lo, ", ", hi, "], got '", v, "'");
-      return;
-    }
-    *out = static_cast<T>(*n);
-  }
-  void real(const std::string& name, double* out, double lo, double hi) {
-    if (!error.empty() || !has(name)) return;
-    std::string v = get(name);
-    std::optional<double> x = parse_double(v);
-    if (!x || !(*x >= lo && *x <= hi)) {
-      error = str_cat("--", name, " expects a number in [", lo, ", ", hi, "], got '", v, "'");
-      return;
-    }
-    *out = *x;
-  }
-  void choice(const std::string& name, std::string* out, const std::vector<std::string>& allowed) {
-    if (!error.empty() || !has(name)) return;
-    std::string v = get(name);
-    for (const std::string& a : allowed) {
-      if (v == a) {
-        *out = v;
-        return;
-      }
-    }
-    std::string all;
-    for (const std::string& a : allowed) all += (all.empty() ? "" : "|") + a;
-    error = str_cat("--", name, " expects ", all, ", got '", v, "'");
-  }
-};
-
-void print_help(const CommandSpec& cmd) {
-  std::cout << "usage: ax-data " << cmd.name << " " << cmd.synopsis << "\n\n"
-            << cmd.summary << "\n\noptions:\n";
-  for (const OptionSpec& o : cmd.options) {
-    std::string head = str_cat("  --", o.name, o.arity == Arity::kFlag ? "" : " ", o.metavar);
-    std::printf("%-34s %s\n", head.c_str(), o.help);
-  }
-  std::printf("%-34s %s\n", "  --help", "this text");
-}
-
-// Parses argv[first..] for cmd. Returns nullopt after printing --help.
-std::optional<Args> parse(const CommandSpec& cmd, int argc, char** argv, int first) {
-  Args args;
-  for (int i = first; i < argc && args.error.empty(); ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      print_help(cmd);
-      return std::nullopt;
-    }
-    if (!starts_with(arg, "--")) {
-      args.positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg.substr(2);
-    std::optional<std::string> inline_value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      inline_value = name.substr(eq + 1);
-      name.resize(eq);
-    }
-    const OptionSpec* spec = nullptr;
-    for (const OptionSpec& o : cmd.options) {
-      if (name == o.name) spec = &o;
-    }
-    if (spec == nullptr) {
-      args.error = str_cat("unknown option '", arg, "' (see ax-data ", cmd.name, " --help)");
-      break;
-    }
-    std::vector<std::string>& vals = args.values[name];
-    if (spec->arity == Arity::kFlag) {
-      if (inline_value) args.error = str_cat("--", name, " takes no value");
-      continue;
-    }
-    if (inline_value) {
-      vals.push_back(*inline_value);
-      continue;
-    }
-    size_t before = vals.size();
-    while (i + 1 < argc && !starts_with(argv[i + 1], "--")) {
-      vals.emplace_back(argv[++i]);
-      if (spec->arity == Arity::kValue) break;
-    }
-    if (vals.size() == before)
-      args.error = str_cat("--", name, " needs a value (", spec->metavar, ")");
-  }
-  if (args.error.empty() && static_cast<int>(args.positional.size()) != cmd.positionals) {
-    args.error = cmd.positionals == 0
-                     ? str_cat("unexpected argument '", args.positional.front(), "'")
-                     : str_cat("expects ", cmd.synopsis);
-  }
-  return args;
-}
-
-int usage_error(const CommandSpec& cmd, const std::string& what) {
-  std::cerr << "ax-data " << cmd.name << ": " << what << "\n";
-  return kExitUsage;
-}
-
-int failed(const CommandSpec& cmd, const Status& status) {
+int failed(const CLI::App& cmd, const Status& status) {
   std::string msg = status.message();
   for (char& c : msg) {
     if (c == '\n') c = ' ';
   }
-  std::cerr << "ax-data " << cmd.name << ": " << msg << "\n";
+  std::cerr << cli::full_name(cmd) << ": " << msg << "\n";
   return kExitFailed;
 }
 
 // --- train-tokenizer -------------------------------------------------------------------------
 
-const CommandSpec kTrainTokenizer = {
-    "train-tokenizer",
-    "--input FILE... --vocab-size N [--model-type bpe|unigram] --output spm.model",
-    "Trains a SentencePiece tokenizer (ids: pad 0, eos 1, unk 2, no bos) on text, JSON lines or\n"
-    "zstd-compressed JSON lines (one sentence per line of each document).",
-    0,
-    {
-        {"input", Arity::kList, "FILE...", "input files or globs (repeatable)"},
-        {"vocab-size", Arity::kValue, "N", "number of pieces"},
-        {"output", Arity::kValue, "spm.model", "model to write (spm.vocab is written beside it)"},
-        {"model-type", Arity::kValue, "bpe|unigram", "algorithm (default bpe)"},
-        {"byte-fallback", Arity::kFlag, "", "unknown characters become bytes (default)"},
-        {"no-byte-fallback", Arity::kFlag, "", "unknown characters become <unk>"},
-        {"user-symbols", Arity::kValue, "a,b,...", "pieces kept whole"},
-        {"extra-ids", Arity::kValue, "N",
-         "T5 sentinels: the top N ids of --vocab-size are <extra_id_0> (highest) .. "
-         "<extra_id_N-1>"},
-        {"character-coverage", Arity::kValue, "F", "share of characters covered (default 0.9995)"},
-        {"max-sentences", Arity::kValue, "N", "sentences sampled for training (0 = all; 2000000)"},
-        {"field", Arity::kValue, "NAME", "JSON field holding the text (default text; a.b nests)"},
-        {"threads", Arity::kValue, "N", "trainer threads (default: all cores)"},
-    }};
-
-int run_train_tokenizer(const Args& parsed) {
-  Args args = parsed;
-  const CommandSpec& cmd = kTrainTokenizer;
+struct TrainTokenizerArgs {
   TrainTokenizerOptions o;
-  args.require("input", "FILE...");
-  args.require("vocab-size", "N");
-  args.require("output", "spm.model");
-  args.integer("vocab-size", &o.vocab_size, 8, std::numeric_limits<int32_t>::max());
-  args.choice("model-type", &o.model_type, {"bpe", "unigram"});
-  args.integer("extra-ids", &o.extra_ids, 0, 100000);
-  args.real("character-coverage", &o.character_coverage, 0.5, 1.0);
-  args.integer("max-sentences", &o.max_sentences, 0, std::numeric_limits<int64_t>::max());
-  args.integer("threads", &o.threads, 0, 4096);
-  if (args.has("byte-fallback") && args.has("no-byte-fallback")) {
-    args.error = "--byte-fallback and --no-byte-fallback contradict each other";
-  }
-  if (!args.error.empty()) return usage_error(cmd, args.error);
-  o.inputs = args.list("input");
-  o.output = args.get("output");
-  o.byte_fallback = !args.has("no-byte-fallback");
-  o.json_field = args.get("field", o.json_field);
-  if (args.has("user-symbols")) {
-    for (const std::string& s : str_split(args.get("user-symbols"), ',')) {
-      if (!s.empty()) o.user_symbols.push_back(s);
-    }
-  }
+  bool no_byte_fallback = false;
+};
+
+void add_train_tokenizer(CLI::App& app, TrainTokenizerArgs* a) {
+  TrainTokenizerOptions& o = a->o;
+  app.add_option("--input", o.inputs, "input files or globs (repeatable)")
+      ->type_name("FILE")
+      ->required();
+  app.add_option("--vocab-size", o.vocab_size, "number of pieces")
+      ->type_name("N")
+      ->required()
+      ->check(cli::in_range(8, std::numeric_limits<int32_t>::max()));
+  app.add_option("--output", o.output, "model to write (spm.vocab is written beside it)")
+      ->type_name("spm.model")
+      ->required();
+  cli::one_of(app.add_option("--model-type", o.model_type, "algorithm (default bpe)"),
+              {"bpe", "unigram"});
+  CLI::Option* byte_fallback =
+      app.add_flag("--byte-fallback", o.byte_fallback, "unknown characters become bytes (default)");
+  app.add_flag("--no-byte-fallback", a->no_byte_fallback, "unknown characters become <unk>")
+      ->excludes(byte_fallback);
+  app.add_option("--user-symbols", o.user_symbols, "pieces kept whole")
+      ->type_name("a,b,...")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  app.add_option("--extra-ids", o.extra_ids,
+                 "T5 sentinels: the top N ids of --vocab-size are <extra_id_0> (highest) ..\n"
+                 "<extra_id_N-1>")
+      ->type_name("N")
+      ->check(cli::in_range(0, 100000));
+  app.add_option("--character-coverage", o.character_coverage,
+                 "share of characters covered (default 0.9995)")
+      ->type_name("F")
+      ->check(cli::in_range(0.5, 1.0));
+  app.add_option("--max-sentences", o.max_sentences,
+                 "sentences sampled for training (0 = all; 2000000)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  app.add_option("--field", o.json_field, "JSON field holding the text (default text; a.b nests)")
+      ->type_name("NAME");
+  app.add_option("--threads", o.threads, "trainer threads (default: all cores)")
+      ->type_name("N")
+      ->check(cli::in_range(0, 4096));
+}
+
+int run_train_tokenizer(const CLI::App& cmd, const TrainTokenizerArgs& a) {
+  TrainTokenizerOptions o = a.o;
+  o.byte_fallback = !a.no_byte_fallback;
+  std::erase(o.user_symbols, "");
   Status st = train_tokenizer(o);
   if (!st.ok()) return failed(cmd, st);
   return 0;
@@ -256,103 +118,111 @@ void catch_stop_signals() {
   for (int sig : {SIGUSR1, SIGINT}) sigaction(sig, &sa, nullptr);
 }
 
-const CommandSpec kTokenize = {
-    "tokenize",
-    "--tokenizer spm.model --input FILE... --output DIR [--format text|seq2seq] [--threads N]",
-    "Encodes documents (EOS appended to each) into a shard set in DIR: shard-*.axs + index.json.\n"
-    "The output is the same for any thread count. Documents longer than --split-bytes are\n"
-    "encoded in pieces cut at spaces (docs/tokenization.md). With --tasks N --task I, this is\n"
-    "task I of a job of N that tokenizes its share of the input files into DIR/parts/; then\n"
-    "'ax-data merge DIR' joins the parts (sbatch/tokenize.sub runs both).",
-    0,
-    {
-        {"tokenizer", Arity::kValue, "spm.model", "SentencePiece model"},
-        {"input", Arity::kList, "FILE...", "txt, jsonl or jsonl.zst files or globs (repeatable)"},
-        {"output", Arity::kValue, "DIR", "output directory (created when missing)"},
-        {"format", Arity::kValue, "text|seq2seq",
-         "documents, or (inputs, targets) pairs from jsonl (default text)"},
-        {"threads", Arity::kValue, "N", "encoder threads (default: all cores)"},
-        {"field", Arity::kValue, "NAME", "JSON field holding the text (default text; a.b nests)"},
-        {"inputs-field", Arity::kValue, "NAME", "seq2seq input field (default inputs)"},
-        {"targets-field", Arity::kValue, "NAME", "seq2seq target field (default targets)"},
-        {"text-unit", Arity::kValue, "line|paragraph|file",
-         "what one document of a text file is (default line)"},
-        {"skip-bad", Arity::kFlag, "", "count and skip bad records instead of failing"},
-        {"split-bytes", Arity::kValue, "N",
-         "encode longer documents in pieces of N/2..N bytes (default 4096)"},
-        {"max-doc-bytes", Arity::kValue, "N", "documents longer than N bytes: see --long-docs"},
-        {"long-docs", Arity::kValue, "skip|truncate|fail",
-         "what happens to them (default skip); counted in the summary"},
-        {"shard-tokens", Arity::kValue, "N", "start a new shard after N tokens (default 64 Mi)"},
-        {"zstd-level", Arity::kValue, "N", "compression level 1..19 (default 3)"},
-        {"overwrite", Arity::kFlag, "", "replace a complete shard set in DIR"},
-        {"progress-seconds", Arity::kValue, "S", "seconds between progress lines (0 = none; 10)"},
-        {"tasks", Arity::kValue, "N", "the job's number of tasks (files shared out by bytes)"},
-        {"task", Arity::kValue, "I", "this task, 0..N-1"},
-        {"plan-only", Arity::kFlag, "",
-         "with --tasks: write or check DIR/parts/plan.json, print "
-         "each task's share, tokenize nothing"},
-    }};
-
-// The tokenize options of the command line; args.error says what is wrong.
-TokenizeOptions tokenize_options(Args* args) {
+struct TokenizeArgs {
   TokenizeOptions o;
-  args->require("tokenizer", "spm.model");
-  args->require("input", "FILE...");
-  args->require("output", "DIR");
   std::string format = "text", unit = "line", long_docs = "skip";
-  args->choice("format", &format, {"text", "seq2seq"});
-  args->choice("text-unit", &unit, {"line", "paragraph", "file"});
-  args->choice("long-docs", &long_docs, {"skip", "truncate", "fail"});
-  args->integer("threads", &o.threads, 0, 4096);
-  args->integer("shard-tokens", &o.shard_tokens, 1, std::numeric_limits<int64_t>::max());
-  args->integer("zstd-level", &o.zstd_level, 1, 19);
-  args->integer("split-bytes", &o.split_bytes, kMinSplitBytes, int64_t{1} << 30);
-  args->integer("max-doc-bytes", &o.source.max_doc_bytes, 1, std::numeric_limits<int64_t>::max());
-  args->real("progress-seconds", &o.progress_seconds, 0.0, 1e9);
-  if (args->has("long-docs") && !args->has("max-doc-bytes") && args->error.empty()) {
-    args->error = "--long-docs needs --max-doc-bytes";
-  }
-  o.inputs = args->list("input");
-  o.tokenizer_path = args->get("tokenizer");
-  o.output_dir = args->get("output");
-  o.overwrite = args->has("overwrite");
-  o.source.seq2seq = format == "seq2seq";
-  o.source.text_unit = unit == "paragraph" ? TextUnit::kParagraph
-                       : unit == "file"    ? TextUnit::kFile
-                                           : TextUnit::kLine;
-  o.source.long_docs = long_docs == "truncate" ? LongDocs::kTruncate
-                       : long_docs == "fail"   ? LongDocs::kFail
-                                               : LongDocs::kSkip;
-  o.source.skip_bad = args->has("skip-bad");
-  o.source.json_field = args->get("field", o.source.json_field);
-  o.source.inputs_field = args->get("inputs-field", o.source.inputs_field);
-  o.source.targets_field = args->get("targets-field", o.source.targets_field);
+  int tasks = 0, task = 0;
+  bool plan_only = false;
+};
+
+void add_tokenize_inputs(CLI::App& app, TokenizeArgs* a) {
+  TokenizeOptions& o = a->o;
+  app.add_option("--tokenizer", o.tokenizer_path, "SentencePiece model")
+      ->type_name("spm.model")
+      ->required();
+  app.add_option("--input", o.inputs, "txt, jsonl or jsonl.zst files or globs (repeatable)")
+      ->type_name("FILE")
+      ->required();
+  app.add_option("--output", o.output_dir, "output directory (created when missing)")
+      ->type_name("DIR")
+      ->required();
+  cli::one_of(app.add_option("--format", a->format,
+                             "documents, or (inputs, targets) pairs from jsonl (default text)"),
+              {"text", "seq2seq"});
+  app.add_option("--threads", o.threads, "encoder threads (default: all cores)")
+      ->type_name("N")
+      ->check(cli::in_range(0, 4096));
+  app.add_option("--field", o.source.json_field,
+                 "JSON field holding the text (default text; a.b nests)")
+      ->type_name("NAME");
+  app.add_option("--inputs-field", o.source.inputs_field, "seq2seq input field (default inputs)")
+      ->type_name("NAME");
+  app.add_option("--targets-field", o.source.targets_field,
+                 "seq2seq target field (default targets)")
+      ->type_name("NAME");
+  cli::one_of(
+      app.add_option("--text-unit", a->unit, "what one document of a text file is (default line)"),
+      {"line", "paragraph", "file"});
+  app.add_flag("--skip-bad", o.source.skip_bad, "count and skip bad records instead of failing");
+}
+
+void add_tokenize(CLI::App& app, TokenizeArgs* a) {
+  TokenizeOptions& o = a->o;
+  add_tokenize_inputs(app, a);
+  app.add_option("--split-bytes", o.split_bytes,
+                 "encode longer documents in pieces of N/2..N bytes (default 4096)")
+      ->type_name("N")
+      ->check(cli::in_range(kMinSplitBytes, double{1 << 30}));
+  app.add_option("--max-doc-bytes", o.source.max_doc_bytes,
+                 "documents longer than N bytes: see --long-docs")
+      ->type_name("N")
+      ->check(cli::in_range(1));
+  cli::one_of(app.add_option("--long-docs", a->long_docs,
+                             "what happens to them (default skip); counted in the summary"),
+              {"skip", "truncate", "fail"});
+  app.add_option("--shard-tokens", o.shard_tokens,
+                 "start a new shard after N tokens (default 64 Mi)")
+      ->type_name("N")
+      ->check(cli::in_range(1));
+  app.add_option("--zstd-level", o.zstd_level, "compression level 1..19 (default 3)")
+      ->type_name("N")
+      ->check(cli::in_range(1, 19));
+  app.add_flag("--overwrite", o.overwrite, "replace a complete shard set in DIR");
+  app.add_option("--progress-seconds", o.progress_seconds,
+                 "seconds between progress lines (0 = none; 10)")
+      ->type_name("S")
+      ->check(cli::in_range(0, 1e9));
+  app.add_option("--tasks", a->tasks, "the job's number of tasks (files shared out by bytes)")
+      ->type_name("N")
+      ->check(cli::in_range(1, 1 << 20));
+  app.add_option("--task", a->task, "this task, 0..N-1")
+      ->type_name("I")
+      ->check(cli::in_range(0, (1 << 20) - 1));
+  app.add_flag("--plan-only", a->plan_only,
+               "with --tasks: write or check DIR/parts/plan.json, print each task's share,\n"
+               "tokenize nothing");
+}
+
+// The tokenize options of the command line, with the choices made typed.
+TokenizeOptions tokenize_options(const TokenizeArgs& a) {
+  TokenizeOptions o = a.o;
+  o.source.seq2seq = a.format == "seq2seq";
+  o.source.text_unit = a.unit == "paragraph" ? TextUnit::kParagraph
+                       : a.unit == "file"    ? TextUnit::kFile
+                                             : TextUnit::kLine;
+  o.source.long_docs = a.long_docs == "truncate" ? LongDocs::kTruncate
+                       : a.long_docs == "fail"   ? LongDocs::kFail
+                                                 : LongDocs::kSkip;
   o.stop = &g_stop;
   return o;
 }
 
-int stopped_or_failed(const CommandSpec& cmd, const Status& status) {
+int stopped_or_failed(const CLI::App& cmd, const Status& status) {
   if (status.code() != StatusCode::kAborted) return failed(cmd, status);
-  std::cerr << "ax-data " << cmd.name
+  std::cerr << cli::full_name(cmd)
             << ": stopped by a signal; files finished so far are kept, run it again to go on\n";
   return kExitStopped;
 }
 
 // --tasks: one task of a job, or (--plan-only) the job's plan.
-int run_tokenize_task(const Args& args, const TokenizeOptions& o) {
-  const CommandSpec& cmd = kTokenize;
-  int tasks = 1, task = 0;
-  Args a = args;
-  a.integer("tasks", &tasks, 1, 1 << 20);
-  a.integer("task", &task, 0, (1 << 20) - 1);
-  if (a.error.empty() && a.has("task") == a.has("plan-only")) {
-    a.error = "--tasks needs either --task I or --plan-only";
+int run_tokenize_task(const CLI::App& cmd, const TokenizeArgs& a, const TokenizeOptions& o) {
+  const int tasks = a.tasks, task = a.task;
+  if ((cmd.count("--task") > 0) == a.plan_only) {
+    return cli::usage_error(cmd, "--tasks needs either --task I or --plan-only");
   }
-  if (a.error.empty() && task >= tasks) a.error = "--task must be below --tasks";
-  if (a.error.empty() && o.overwrite) a.error = "--overwrite does not go with --tasks";
-  if (!a.error.empty()) return usage_error(cmd, a.error);
-  if (a.has("plan-only")) {
+  if (task >= tasks) return cli::usage_error(cmd, "--task must be below --tasks");
+  if (o.overwrite) return cli::usage_error(cmd, "--overwrite does not go with --tasks");
+  if (a.plan_only) {
     StatusOr<JobPlan> plan = prepare_job(o);
     if (!plan.ok()) return failed(cmd, plan.status());
     const auto shares = assign_files(plan->sizes, tasks);
@@ -378,14 +248,14 @@ int run_tokenize_task(const Args& args, const TokenizeOptions& o) {
   return 0;
 }
 
-int run_tokenize(const Args& parsed) {
-  Args args = parsed;
-  const CommandSpec& cmd = kTokenize;
-  TokenizeOptions o = tokenize_options(&args);
-  if (!args.error.empty()) return usage_error(cmd, args.error);
-  if (args.has("tasks")) return run_tokenize_task(args, o);
-  if (args.has("task") || args.has("plan-only")) {
-    return usage_error(cmd, "--task and --plan-only need --tasks");
+int run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
+  if (cmd.count("--long-docs") > 0 && cmd.count("--max-doc-bytes") == 0) {
+    return cli::usage_error(cmd, "--long-docs needs --max-doc-bytes");
+  }
+  const TokenizeOptions o = tokenize_options(a);
+  if (cmd.count("--tasks") > 0) return run_tokenize_task(cmd, a, o);
+  if (cmd.count("--task") > 0 || a.plan_only) {
+    return cli::usage_error(cmd, "--task and --plan-only need --tasks");
   }
   catch_stop_signals();
   StatusOr<DatasetIndex> index = tokenize(o);
@@ -397,34 +267,22 @@ int run_tokenize(const Args& parsed) {
 
 // --- merge, progress -------------------------------------------------------------------------
 
-const CommandSpec kMerge = {
-    "merge",
-    "DIR",
+constexpr const char* kMergeHelp =
     "Joins the parts a tokenize job's tasks wrote (DIR/parts/) into one shard set in DIR, in\n"
     "input order: index.json lists every shard. Fails, naming a file, while a part is missing.\n"
-    "Running it again, or twice at once, is safe.",
-    1,
-    {}};
+    "Running it again, or twice at once, is safe.";
 
-int run_merge(const Args& args) {
-  const CommandSpec& cmd = kMerge;
-  StatusOr<DatasetIndex> index = merge_job(args.positional[0]);
+int run_merge(const CLI::App& cmd, const std::string& dir) {
+  StatusOr<DatasetIndex> index = merge_job(dir);
   if (!index.ok()) return failed(cmd, index.status());
-  std::cout << args.positional[0] << ": " << index->inputs.size() << " input file(s), "
-            << index->shards.size() << " shard(s), " << index->num_docs << " docs, "
-            << index->num_tokens << " tokens\n";
+  std::cout << dir << ": " << index->inputs.size() << " input file(s), " << index->shards.size()
+            << " shard(s), " << index->num_docs << " docs, " << index->num_tokens << " tokens\n";
   return 0;
 }
 
-const CommandSpec kProgress = {
-    "progress",
-    "DIR [--watch S]",
+constexpr const char* kProgressHelp =
     "Where the tokenize job writing DIR stands: bytes done / total, files, and (--watch) rate\n"
-    "and ETA every S seconds until every file is done.",
-    1,
-    {
-        {"watch", Arity::kValue, "S", "print a line every S seconds until the files are done"},
-    }};
+    "and ETA every S seconds until every file is done.";
 
 std::string progress_line(const JobProgress& p, double rate, bool with_rate) {
   if (p.merged) return str_cat("merged (", p.files, " input file(s))");
@@ -441,13 +299,7 @@ std::string progress_line(const JobProgress& p, double rate, bool with_rate) {
   return line;
 }
 
-int run_progress(const Args& parsed) {
-  Args args = parsed;
-  const CommandSpec& cmd = kProgress;
-  double watch = 0;
-  args.real("watch", &watch, 0.1, 86400);
-  if (!args.error.empty()) return usage_error(cmd, args.error);
-  const std::string& dir = args.positional[0];
+int run_progress(const CLI::App& cmd, const std::string& dir, double watch) {
   using Clock = std::chrono::steady_clock;
   std::optional<std::pair<Clock::time_point, uint64_t>> first;  // the first observation
   while (true) {
@@ -470,14 +322,11 @@ int run_progress(const Args& parsed) {
 
 // --- verify ----------------------------------------------------------------------------------
 
-const CommandSpec kVerify = {
-    "verify",
-    "DIR [--tokenizer spm.model]",
-    "Reads every frame of every shard in DIR and checks checksums, counts and index.json.",
-    1,
-    {
-        {"tokenizer", Arity::kValue, "spm.model", "also check the shards were made with it"},
-    }};
+struct ShardSetArgs {
+  std::string dir;
+  std::string tokenizer;
+  uint64_t samples = 3, encoder_length = 0, seed = 1234;
+};
 
 // Opens DIR, checking the tokenizer hash when --tokenizer is given.
 StatusOr<std::shared_ptr<ShardSet>> open_set(const std::string& dir, const Tokenizer* tok) {
@@ -486,12 +335,11 @@ StatusOr<std::shared_ptr<ShardSet>> open_set(const std::string& dir, const Token
   return ShardSet::open(dir, hash);
 }
 
-int run_verify(const Args& args) {
-  const CommandSpec& cmd = kVerify;
-  const std::string& dir = args.positional[0];
+int run_verify(const CLI::App& cmd, const ShardSetArgs& a) {
+  const std::string& dir = a.dir;
   std::unique_ptr<Tokenizer> tok;
-  if (args.has("tokenizer")) {
-    StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::load(args.get("tokenizer"));
+  if (!a.tokenizer.empty()) {
+    StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::load(a.tokenizer);
     if (!t.ok()) return failed(cmd, t.status());
     tok = std::move(t).value();
   }
@@ -505,21 +353,6 @@ int run_verify(const Args& args) {
 }
 
 // --- inspect ---------------------------------------------------------------------------------
-
-const CommandSpec kInspect = {
-    "inspect",
-    "DIR [--tokenizer spm.model] [--samples N] [--span-corruption ENC_SL [--seed N]]",
-    "Prints the counts of a shard set from its index.json; with --tokenizer, also the first\n"
-    "documents decoded back to text; with --span-corruption, the first windows of the token\n"
-    "stream as T5 pretraining sees them (inputs and targets decoded, docs/t5.md).",
-    1,
-    {
-        {"tokenizer", Arity::kValue, "spm.model", "decode sample documents with this model"},
-        {"samples", Arity::kValue, "N", "documents to decode (default 3)"},
-        {"span-corruption", Arity::kValue, "ENC_SL",
-         "show T5 span corruption for this encoder length (needs a tokenizer with sentinels)"},
-        {"seed", Arity::kValue, "N", "span-corruption seed, as train.seed (default 1234)"},
-    }};
 
 // Text on one line, at most max_bytes, cut at a character boundary.
 std::string one_line(std::string text, size_t max_bytes) {
@@ -564,7 +397,8 @@ Status print_samples(const ShardSet& set, const Tokenizer& tok, uint64_t samples
 Status print_span_corruption(const ShardSet& set, const Tokenizer& tok, uint64_t samples,
                              int64_t encoder_length, uint64_t seed) {
   if (tok.num_sentinels() == 0) {
-    return FailedPrecondition("--span-corruption: ", tok.path(), " has no sentinels (train one "
+    return FailedPrecondition("--span-corruption: ", tok.path(),
+                              " has no sentinels (train one "
                               "with `ax-data train-tokenizer --extra-ids 100`)");
   }
   AX_ASSIGN_OR_RETURN(SpanLengths lengths, span_lengths(encoder_length));
@@ -576,10 +410,9 @@ Status print_span_corruption(const ShardSet& set, const Tokenizer& tok, uint64_t
     const uint64_t begin = i * static_cast<uint64_t>(lengths.raw - 1);
     if (begin + raw.size() > set.num_tokens()) break;
     AX_RETURN_IF_ERROR(set.read(begin, raw));
-    AX_RETURN_IF_ERROR(span_corrupt(raw, SpanCorruption{}, mix64(seed ^ mix64(i)),
-                                    tok.vocab_size() - 1, tok.num_sentinels(),
-                                    static_cast<uint32_t>(std::max(0, tok.eos_id())), &inputs,
-                                    &targets));
+    AX_RETURN_IF_ERROR(span_corrupt(
+        raw, SpanCorruption{}, mix64(seed ^ mix64(i)), tok.vocab_size() - 1, tok.num_sentinels(),
+        static_cast<uint32_t>(std::max(0, tok.eos_id())), &inputs, &targets));
     AX_ASSIGN_OR_RETURN(std::string in, tok.decode(inputs));
     AX_ASSIGN_OR_RETURN(std::string out, tok.decode(targets));
     std::cout << "  [" << i << "] inputs  (" << inputs.size() << ") " << one_line(in, 300) << "\n"
@@ -624,25 +457,19 @@ void print_counts(const std::string& dir, const DatasetIndex& idx) {
   }
 }
 
-int run_inspect(const Args& parsed) {
-  Args args = parsed;
-  const CommandSpec& cmd = kInspect;
-  uint64_t samples = 3, encoder_length = 0, seed = 1234;
-  args.integer("samples", &samples, 0, 1000000);
-  args.integer("span-corruption", &encoder_length, 0, 1 << 20);
-  args.integer("seed", &seed, 0, std::numeric_limits<int64_t>::max());
-  if (args.has("span-corruption") && !args.has("tokenizer")) {
-    args.error = "--span-corruption needs --tokenizer";
+int run_inspect(const CLI::App& cmd, const ShardSetArgs& a) {
+  if (cmd.count("--span-corruption") > 0 && a.tokenizer.empty()) {
+    return cli::usage_error(cmd, "--span-corruption needs --tokenizer");
   }
-  if (!args.error.empty()) return usage_error(cmd, args.error);
-  const std::string& dir = args.positional[0];
+  const std::string& dir = a.dir;
+  const uint64_t samples = a.samples, encoder_length = a.encoder_length, seed = a.seed;
   StatusOr<DatasetIndex> idx = read_dataset_index(dir);
   if (!idx.ok()) return failed(cmd, idx.status());
   // With a tokenizer, a mismatch fails before anything is printed.
   std::unique_ptr<Tokenizer> tok;
   std::shared_ptr<ShardSet> set;
-  if (args.has("tokenizer")) {
-    StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::load(args.get("tokenizer"));
+  if (!a.tokenizer.empty()) {
+    StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::load(a.tokenizer);
     if (!t.ok()) return failed(cmd, t.status());
     tok = std::move(t).value();
     StatusOr<std::shared_ptr<ShardSet>> s = open_set(dir, tok.get());
@@ -651,10 +478,10 @@ int run_inspect(const Args& parsed) {
   }
   print_counts(dir, *idx);
   if (set && samples > 0) {
-    Status st = encoder_length > 0
-                    ? print_span_corruption(*set, *tok, samples,
-                                            static_cast<int64_t>(encoder_length), seed)
-                    : print_samples(*set, *tok, samples);
+    Status st =
+        encoder_length > 0
+            ? print_span_corruption(*set, *tok, samples, static_cast<int64_t>(encoder_length), seed)
+            : print_samples(*set, *tok, samples);
     if (!st.ok()) return failed(cmd, st);
   }
   return 0;
@@ -662,52 +489,104 @@ int run_inspect(const Args& parsed) {
 
 // --- main ------------------------------------------------------------------------------------
 
-struct Command {
-  const CommandSpec* spec;
-  int (*run)(const Args&);
-};
+// The shard-set commands' options: DIR, and the tokenizer the set was made with.
+CLI::App* add_shard_set_command(CLI::App& app, const char* name, const char* help, ShardSetArgs* a,
+                                const char* tokenizer_help) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("DIR", a->dir, "the shard set (index.json and shard-*.axs)")->required();
+  cmd->add_option("--tokenizer", a->tokenizer, tokenizer_help)->type_name("spm.model");
+  return cmd;
+}
 
-const Command kCommands[] = {
-    {&kTrainTokenizer, run_train_tokenizer},
-    {&kTokenize, run_tokenize},
-    {&kMerge, run_merge},
-    {&kProgress, run_progress},
-    {&kVerify, run_verify},
-    {&kInspect, run_inspect},
-};
-
-void print_usage(std::ostream& os) {
-  os << "usage: ax-data COMMAND [OPTIONS]\n\ncommands:\n";
-  for (const Command& c : kCommands) {
-    os << "  ax-data " << c.spec->name << " " << c.spec->synopsis << "\n";
-  }
-  os << "\n'ax-data COMMAND --help' describes a command; 'ax-data --help-env' lists the "
-        "environment variables.\n";
+void add_inspect_options(CLI::App& inspect, ShardSetArgs* a) {
+  inspect.add_option("--samples", a->samples, "documents to decode (default 3)")
+      ->type_name("N")
+      ->check(cli::in_range(0, 1000000));
+  inspect
+      .add_option("--span-corruption", a->encoder_length,
+                  "show T5 span corruption for this encoder length (needs a tokenizer with\n"
+                  "sentinels)")
+      ->type_name("ENC_SL")
+      ->check(cli::in_range(0, 1 << 20));
+  inspect.add_option("--seed", a->seed, "span-corruption seed, as train.seed (default 1234)")
+      ->type_name("N");
 }
 
 int main_impl(int argc, char** argv) {
+  CLI::App app{
+      "Trains tokenizers, tokenizes text into shard sets (alone or as the tasks of a job), and\n"
+      "follows, verifies and inspects them. 'ax-data COMMAND --help' describes a command.",
+      "ax-data"};
+  cli::configure(app);
+  app.footer(
+      "exit status: 0 done, 1 the work failed, 2 the command line is wrong, 75 tokenize was\n"
+      "stopped by a signal (run it again to go on).");
+  app.require_subcommand(0, 1);
+  bool help_env = false;
+  app.add_flag("--help-env", help_env, "the environment variables ax reads");
+
+  TrainTokenizerArgs train_tokenizer;
+  CLI::App* train_tokenizer_cmd = app.add_subcommand(
+      "train-tokenizer",
+      "Trains a SentencePiece tokenizer (ids: pad 0, eos 1, unk 2, no bos) on text, JSON lines or\n"
+      "zstd-compressed JSON lines (one sentence per line of each document).");
+  add_train_tokenizer(*train_tokenizer_cmd, &train_tokenizer);
+
+  TokenizeArgs tokenize;
+  CLI::App* tokenize_cmd = app.add_subcommand(
+      "tokenize",
+      "Encodes documents (EOS appended to each) into a shard set in DIR: shard-*.axs + "
+      "index.json.\n"
+      "The output is the same for any thread count. Documents longer than --split-bytes are\n"
+      "encoded in pieces cut at spaces (docs/tokenization.md). With --tasks N --task I, this is\n"
+      "task I of a job of N that tokenizes its share of the input files into DIR/parts/; then\n"
+      "'ax-data merge DIR' joins the parts (sbatch/tokenize.sub runs both).");
+  add_tokenize(*tokenize_cmd, &tokenize);
+
+  std::string job_dir;
+  CLI::App* merge_cmd = app.add_subcommand("merge", kMergeHelp);
+  merge_cmd->add_option("DIR", job_dir, "the tokenize job's output directory")->required();
+
+  double watch = 0;
+  CLI::App* progress_cmd = app.add_subcommand("progress", kProgressHelp);
+  progress_cmd->add_option("DIR", job_dir, "the tokenize job's output directory")->required();
+  progress_cmd
+      ->add_option("--watch", watch, "print a line every S seconds until the files are done")
+      ->type_name("S")
+      ->check(cli::in_range(0.1, 86400));
+
+  ShardSetArgs shard_set;
+  CLI::App* verify_cmd = add_shard_set_command(
+      app, "verify",
+      "Reads every frame of every shard in DIR and checks checksums, counts and index.json.",
+      &shard_set, "also check the shards were made with it");
+  CLI::App* inspect_cmd = add_shard_set_command(
+      app, "inspect",
+      "Prints the counts of a shard set from its index.json; with --tokenizer, also the first\n"
+      "documents decoded back to text; with --span-corruption, the first windows of the token\n"
+      "stream as T5 pretraining sees them (inputs and targets decoded, docs/t5.md).",
+      &shard_set, "decode sample documents with this model");
+  add_inspect_options(*inspect_cmd, &shard_set);
+
   if (argc < 2) {
-    print_usage(std::cerr);
-    return kExitUsage;
+    std::cerr << app.help();
+    return cli::kExitUsage;
   }
-  const std::string first = argv[1];
-  if (first == "--help" || first == "-h" || first == "help") {
-    print_usage(std::cout);
-    return 0;
-  }
-  if (first == "--help-env") {
+  if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
+  if (help_env) {
     print_env_help(std::cout);
     return 0;
   }
-  for (const Command& c : kCommands) {
-    if (first != c.spec->name) continue;
-    std::optional<Args> args = parse(*c.spec, argc, argv, 2);
-    if (!args) return 0;
-    if (!args->error.empty()) return usage_error(*c.spec, args->error);
-    return c.run(*args);
-  }
-  std::cerr << "ax-data: unknown command '" << first << "' (see ax-data --help)\n";
-  return kExitUsage;
+  if (train_tokenizer_cmd->parsed())
+    return run_train_tokenizer(*train_tokenizer_cmd, train_tokenizer);
+  if (tokenize_cmd->parsed()) return run_tokenize(*tokenize_cmd, tokenize);
+  if (merge_cmd->parsed()) return run_merge(*merge_cmd, job_dir);
+  if (progress_cmd->parsed()) return run_progress(*progress_cmd, job_dir, watch);
+  if (verify_cmd->parsed()) return run_verify(*verify_cmd, shard_set);
+  if (inspect_cmd->parsed()) return run_inspect(*inspect_cmd, shard_set);
+  return cli::usage_error(app,
+                          "a command is needed: train-tokenizer, tokenize, merge, progress, "
+                          "verify or inspect");
 }
 
 }  // namespace

@@ -1,46 +1,26 @@
 #include "ax/launcher/launch_options.h"
 
-#include <cstdlib>
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 
+#include "ax/common/cli.h"
 #include "ax/common/strings.h"
 #include "ax/topology/mesh.h"
 
 namespace ax::launcher {
 
-const char kLaunchUsage[] =
-    R"(usage: ax-launch [options] -- COMMAND [ARGS...]
-Starts one COMMAND per local rank (one per GPU, or --nproc CPU ranks) with the AX_* environment
-(docs/launch.md), binds each to its GPU's cores, and supervises them: the first child to fail
-ends the others and the launcher exits with its status.
-  --nproc auto|N        ranks on this node (auto: one per GPU, 1 without GPUs)
-  --mesh SPEC           mesh spec: auto, auto:tp=N, ici=d,f,t;dcn=d,f,t (default auto)
-  --max-restarts N      restart the whole set up to N times after a failure (default 0)
-  --run-dir DIR         logs/rank_<r>.log and error.json go here (default .)
-  --nnodes N            nodes in the job (default $AX_NNODES or 1)
-  --node-rank R         this node's index (default $AX_NODE_RANK or 0)
-  --coordinator H:P     rank 0's store address (default $AX_COORDINATOR; one node: 127.0.0.1:<free>)
-  --grace-seconds S     SIGTERM to SIGKILL delay when tearing down (default 10)
-Every child gets AX_JOB_SECRET (docs/threat-model.md): the launcher's own, else a fresh one;
-with --nnodes above 1 every node's launcher must be given the same one in its environment.
-)";
-
 namespace {
 
-StatusOr<int64_t> parse_count(const std::string& flag, const std::string& value, int64_t min,
-                              int64_t max) {
-  std::optional<int64_t> v = parse_int64(value);
-  if (!v || *v < min || *v > max) {
-    return InvalidArgument(flag, " wants an integer in [", min, ", ", max, "], got '", value, "'");
-  }
-  return *v;
-}
+constexpr const char* kDescription =
+    "ax-launch [OPTIONS] -- COMMAND [ARGS...] starts one COMMAND per local rank (one per GPU, or\n"
+    "--nproc CPU ranks) with the AX_* environment (docs/launch.md), binds each to its GPU's\n"
+    "cores, and supervises them: the first child to fail ends the others and the launcher exits\n"
+    "with its status.";
 
-std::optional<std::string> env_value(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
+constexpr const char* kFooter =
+    "Every child gets AX_JOB_SECRET (docs/threat-model.md): the launcher's own, else a fresh one;\n"
+    "with --nnodes above 1 every node's launcher must be given the same one in its environment.";
 
 Status check_coordinator(const std::string& c) {
   size_t colon = c.rfind(':');
@@ -54,98 +34,84 @@ Status check_coordinator(const std::string& c) {
   return Status::Ok();
 }
 
+void add_options(CLI::App& app, LaunchOptions* o, std::string* nproc) {
+  app.add_option("--nproc", *nproc, "ranks on this node (auto: one per GPU, 1 without GPUs)")
+      ->type_name("auto|N")
+      ->check(cli::status_check([](const std::string& v) -> Status {
+        if (v == "auto") return Status::Ok();
+        std::optional<int64_t> n = parse_int64(v);
+        if (n && *n >= 1 && *n <= 4096) return Status::Ok();
+        return InvalidArgument("expected auto or an integer in [1, 4096], got '", v, "'");
+      }));
+  app.add_option("--mesh", o->mesh,
+                 "mesh spec: auto, auto:tp=N, ici=d,f,t;dcn=d,f,t (default auto)")
+      ->type_name("SPEC")
+      ->check(cli::status_check(topo::parse_mesh_spec));
+  app.add_option("--max-restarts", o->max_restarts,
+                 "restart the whole set up to N times after a failure (default 0)")
+      ->type_name("N")
+      ->check(cli::in_range(0, 1000000));
+  app.add_option("--run-dir", o->run_dir, "logs/rank_<r>.log and error.json go here (default .)")
+      ->type_name("DIR");
+  app.add_option("--nnodes", o->nnodes, "nodes in the job (default 1)")
+      ->type_name("N")
+      ->envname("AX_NNODES")
+      ->check(cli::in_range(1, 1 << 20));
+  app.add_option("--node-rank", o->node_rank, "this node's index (default 0)")
+      ->type_name("R")
+      ->envname("AX_NODE_RANK")
+      ->check(cli::in_range(0, (1 << 20) - 1));
+  app.add_option("--coordinator", o->coordinator,
+                 "rank 0's store address (one node: 127.0.0.1:<free port>)")
+      ->type_name("H:P")
+      ->envname("AX_COORDINATOR")
+      ->check(cli::status_check(check_coordinator));
+  app.add_option("--grace-seconds", o->grace_seconds,
+                 "SIGTERM to SIGKILL delay when tearing down (default 10)")
+      ->type_name("S")
+      ->check(cli::in_range(0, 86400));
+  app.add_option("--coordinator-port", o->coordinator_port_of,
+                 "print the coordinator port of step STEP_ID of Slurm job JOB_ID (the rule of\n"
+                 "spank_ax.so and the job scripts) and exit")
+      ->type_name("ID")
+      ->expected(2)
+      ->allow_extra_args(false)
+      ->check(cli::in_range(0, UINT32_MAX));
+}
+
 }  // namespace
 
 StatusOr<LaunchOptions> parse_launch_options(const std::vector<std::string>& args) {
   LaunchOptions o;
-  std::optional<std::string> nnodes = env_value("AX_NNODES");
-  std::optional<std::string> node_rank = env_value("AX_NODE_RANK");
-  if (std::optional<std::string> c = env_value("AX_COORDINATOR")) o.coordinator = *c;
-  std::optional<std::string> nproc;
-  std::optional<std::string> restarts;
-  std::optional<std::string> grace;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a == "-h" || a == "--help") {
-      o.help = true;
-      return o;
-    }
-    std::string flag = a;
-    std::optional<std::string> value;
-    if (size_t eq = a.find('='); starts_with(a, "--") && eq != std::string::npos) {
-      flag = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    }
-    std::string* target = nullptr;
-    std::optional<std::string>* opt_target = nullptr;
-    if (flag == "--nproc") {
-      opt_target = &nproc;
-    } else if (flag == "--mesh") {
-      target = &o.mesh;
-    } else if (flag == "--max-restarts") {
-      opt_target = &restarts;
-    } else if (flag == "--run-dir") {
-      target = &o.run_dir;
-    } else if (flag == "--nnodes") {
-      opt_target = &nnodes;
-    } else if (flag == "--node-rank") {
-      opt_target = &node_rank;
-    } else if (flag == "--coordinator") {
-      target = &o.coordinator;
-    } else if (flag == "--grace-seconds") {
-      opt_target = &grace;
-    } else {
-      return InvalidArgument("unknown option '", a, "' (the command goes after --; see --help)");
-    }
-    if (!value) {
-      if (i + 1 >= args.size()) return InvalidArgument(flag, " needs a value");
-      value = args[++i];
-    }
-    if (target != nullptr) *target = *value;
-    if (opt_target != nullptr) *opt_target = *value;
+  std::string nproc = "auto";
+  CLI::App app{kDescription, "ax-launch"};
+  cli::configure(app);
+  app.footer(kFooter);
+  add_options(app, &o, &nproc);
+  // Everything after the first "--" is the command, never options of ours.
+  auto dashes = std::find(args.begin(), args.end(), "--");
+  cli::Outcome parsed = cli::parse(app, std::vector<std::string>(args.begin(), dashes));
+  if (parsed.kind == cli::Outcome::Kind::kHelp) {
+    o.help = parsed.text;
+    return o;
   }
-  o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (parsed.kind == cli::Outcome::Kind::kUsageError) {
+    return InvalidArgument(parsed.text, dashes == args.end() ? " (the command goes after --)" : "");
+  }
+  if (!o.coordinator_port_of.empty()) {
+    if (o.coordinator_port_of.size() == 2) return o;
+    return InvalidArgument("--coordinator-port needs JOB_ID and STEP_ID");
+  }
+  if (dashes != args.end()) o.command.assign(dashes + 1, args.end());
   if (o.command.empty()) return InvalidArgument("no command: write it after --");
   if (o.command[0].empty()) return InvalidArgument("the command after -- is empty");
-
-  if (nproc && *nproc != "auto") {
-    StatusOr<int64_t> n = parse_count("--nproc", *nproc, 1, 4096);
-    if (!n.ok()) return n.status();
-    o.nproc = static_cast<int>(*n);
+  if (nproc != "auto") o.nproc = static_cast<int>(*parse_int64(nproc));
+  if (o.node_rank >= o.nnodes) {
+    return InvalidArgument("--node-rank (or AX_NODE_RANK) ", o.node_rank,
+                           " is not below --nnodes (or AX_NNODES) ", o.nnodes);
   }
-  if (restarts) {
-    StatusOr<int64_t> n = parse_count("--max-restarts", *restarts, 0, 1000000);
-    if (!n.ok()) return n.status();
-    o.max_restarts = static_cast<int>(*n);
-  }
-  if (nnodes) {
-    StatusOr<int64_t> n = parse_count("--nnodes (or AX_NNODES)", *nnodes, 1, 1 << 20);
-    if (!n.ok()) return n.status();
-    o.nnodes = static_cast<int>(*n);
-  }
-  if (node_rank) {
-    StatusOr<int64_t> r = parse_count("--node-rank (or AX_NODE_RANK)", *node_rank, 0, o.nnodes - 1);
-    if (!r.ok()) return r.status();
-    o.node_rank = static_cast<int>(*r);
-  }
-  if (grace) {
-    std::optional<double> g = parse_double(*grace);
-    if (!g || !(*g >= 0 && *g <= 86400)) {
-      return InvalidArgument("--grace-seconds wants seconds in [0, 86400], got '", *grace, "'");
-    }
-    o.grace_seconds = *g;
-  }
-  StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(o.mesh);
-  if (!spec.ok()) return spec.status().with_context("--mesh");
   if (o.run_dir.empty()) return InvalidArgument("--run-dir is empty");
-  if (!o.coordinator.empty()) {
-    if (Status s = check_coordinator(o.coordinator); !s.ok()) return s;
-  } else if (o.nnodes > 1) {
+  if (o.coordinator.empty() && o.nnodes > 1) {
     return InvalidArgument("--coordinator HOST:PORT (or AX_COORDINATOR) is needed with ", o.nnodes,
                            " nodes");
   }

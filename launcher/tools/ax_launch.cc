@@ -87,8 +87,13 @@ int run(int argc, char** argv) {
       ax::launcher::parse_launch_options(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) return fail(parsed.status(), kUsageError);
   const ax::launcher::LaunchOptions& o = *parsed;
-  if (o.help) {
-    std::cout << ax::launcher::kLaunchUsage;
+  if (!o.help.empty()) {
+    std::cout << o.help;
+    return 0;
+  }
+  if (!o.coordinator_port_of.empty()) {
+    std::cout << ax::launcher::coordinator_port(o.coordinator_port_of[0], o.coordinator_port_of[1])
+              << "\n";
     return 0;
   }
   if (ax::Status st = provide_job_secret(o.nnodes); !st.ok()) {

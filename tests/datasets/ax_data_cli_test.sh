@@ -178,7 +178,7 @@ expect_fail 2 train-tokenizer "--vocab-size" --input corpus/kjv-val.txt --vocab-
   --output t.model
 expect_fail 2 train-tokenizer "--vocab-size" --input corpus/kjv-val.txt --vocab-size -5 \
   --output t.model
-expect_fail 2 train-tokenizer "--vocab-size N is required" --input corpus/kjv-val.txt \
+expect_fail 2 train-tokenizer "--vocab-size is required" --input corpus/kjv-val.txt \
   --output t.model
 expect_fail 2 tokenize "unknown option '--bogus'" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output shards/x --bogus
@@ -186,9 +186,9 @@ expect_fail 2 tokenize "--output needs a value" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output
 expect_fail 2 tokenize "--threads" --tokenizer tok/spm.model --input corpus/kjv-val.txt \
   --output shards/x --threads two
-expect_fail 2 tokenize "--format expects text|seq2seq" --tokenizer tok/spm.model \
+expect_fail 2 tokenize "--format: expected text|seq2seq, got 'xml'" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output shards/x --format xml
-expect_fail 2 verify "expects DIR" --tokenizer tok/spm.model
+expect_fail 2 verify "DIR is required" --tokenizer tok/spm.model
 expect_fail 1 verify "index.json" "$work/nowhere"
 expect_fail 1 tokenize "--overwrite" --tokenizer tok/spm.model --input corpus/kjv-val.txt \
   --output shards/val

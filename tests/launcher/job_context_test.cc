@@ -188,14 +188,18 @@ TEST(JobContext, EmptyVariablesCountAsUnset) {
 }
 
 TEST(JobContext, RestartCountFromSlurm) {
-  auto ctx = job_context(lookup({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
-                                 {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "7"},
+  auto ctx = job_context(lookup({{"SLURM_PROCID", "0"},
+                                 {"SLURM_NTASKS", "1"},
+                                 {"SLURM_STEP_ID", "0"},
+                                 {"SLURM_JOB_ID", "7"},
                                  {"SLURM_RESTART_COUNT", "2"}}));
   ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
   EXPECT_EQ(ctx->restart_count, 2);
   EXPECT_NE(describe(*ctx).find(", restart 2"), std::string::npos) << describe(*ctx);
-  auto bad = job_context(lookup({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
-                                 {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "7"},
+  auto bad = job_context(lookup({{"SLURM_PROCID", "0"},
+                                 {"SLURM_NTASKS", "1"},
+                                 {"SLURM_STEP_ID", "0"},
+                                 {"SLURM_JOB_ID", "7"},
                                  {"SLURM_RESTART_COUNT", "two"}}));
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("SLURM_RESTART_COUNT"), std::string::npos);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/common/status.h"
 #include "ax/common/strings.h"
 #include "ax/topology/mesh.h"
@@ -18,27 +19,19 @@ namespace ax::topo {
 namespace {
 
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 constexpr int kMaxNodes = 65536;
 constexpr int kPlacementsShown = 16;
 
-constexpr const char* kHelp = R"(usage: ax-topo [--topology FILE] [--nodes N] [--mesh SPEC] [--json]
-
-Shows this node's topology (or FILE's: a JSON dump or an hwloc XML file; AX_TOPOLOGY_FILE also
+constexpr const char* kDescription =
+    R"(Shows this node's topology (or FILE's: a JSON dump or an hwloc XML file; AX_TOPOLOGY_FILE also
 replaces discovery) as a GPU/NIC matrix like `nvidia-smi topo -m`, with each GPU's NUMA node, local
-cores and nearest NIC; with --nodes or --mesh, the mesh ax derives for N such nodes.
+cores and nearest NIC; with --nodes or --mesh, the mesh ax derives for N such nodes.)";
 
-  --topology FILE       read FILE instead of discovering this node
-  --nodes N             number of identical nodes (1..65536; default 1)
-  --tasks-per-node N    ranks per node (default: the GPU count, or 1 on a node without GPUs)
-  --mesh SPEC           auto | auto:tp=N | ici=d,f,t;dcn=d,f,t[;force] (default auto)
-  --json                print {"topology": ..., "mesh": ...} as JSON
-  --help                this text
-
-Matrix cells: X self, NV# NVLink (# links), PIX same PCIe switch, PHB through a host bridge,
+constexpr const char* kFooter =
+    R"(Matrix cells: X self, NV# NVLink (# links), PIX same PCIe switch, PHB through a host bridge,
 NODE within a NUMA node, SYS across sockets. GPU-GPU cells and each GPU's nearest NIC come from
 discovery; the other GPU-NIC and NIC-NIC cells are NODE or SYS from their NUMA nodes.
-)";
+exit status: 0 done, 1 the work failed, 2 the command line is wrong.)";
 
 struct Options {
   std::string topology_file;
@@ -47,59 +40,21 @@ struct Options {
   std::string mesh = "auto";
   bool want_mesh = false;
   bool json = false;
-  bool help = false;
 };
 
-std::optional<int> parse_count(const std::string& s, int max) {
-  std::optional<int64_t> v = parse_int64(s);
-  if (!v || *v < 1 || *v > max) return std::nullopt;
-  return static_cast<int>(*v);
-}
-
-// Returns an empty string, or the usage error.
-std::string parse_args(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool inline_value = false;
-    if (size_t eq = arg.find('='); starts_with(arg, "--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      inline_value = true;
-    }
-    const bool takes_value =
-        arg == "--topology" || arg == "--nodes" || arg == "--mesh" || arg == "--tasks-per-node";
-    if (takes_value && !inline_value) {
-      if (i + 1 >= argc) return arg + " needs a value";
-      value = argv[++i];
-    } else if (!takes_value && inline_value) {
-      return arg + " takes no value";
-    }
-    if (arg == "--help" || arg == "-h") {
-      o->help = true;
-    } else if (arg == "--json") {
-      o->json = true;
-    } else if (arg == "--topology") {
-      if (value.empty()) return "--topology needs a file name";
-      o->topology_file = value;
-    } else if (arg == "--nodes") {
-      std::optional<int> n = parse_count(value, kMaxNodes);
-      if (!n) return "--nodes must be a number from 1 to 65536";
-      o->nodes = *n;
-      o->want_mesh = true;
-    } else if (arg == "--tasks-per-node") {
-      std::optional<int> n = parse_count(value, kMaxNodes);
-      if (!n) return "--tasks-per-node must be a number from 1 to 65536";
-      o->tasks_per_node = *n;
-      o->want_mesh = true;
-    } else if (arg == "--mesh") {
-      o->mesh = value;
-      o->want_mesh = true;
-    } else {
-      return "unknown argument \"" + arg + "\"";
-    }
-  }
-  return "";
+void add_options(CLI::App& app, Options* o) {
+  app.add_option("--topology", o->topology_file, "read FILE instead of discovering this node")
+      ->type_name("FILE");
+  app.add_option("--nodes", o->nodes, "number of identical nodes (default 1)")
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxNodes));
+  app.add_option("--tasks-per-node", o->tasks_per_node,
+                 "ranks per node (default: the GPU count, or 1 on a node without GPUs)")
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxNodes));
+  app.add_option("--mesh", o->mesh, "auto | auto:tp=N | ici=d,f,t;dcn=d,f,t[;force] (default auto)")
+      ->type_name("SPEC");
+  app.add_flag("--json", o->json, R"(print {"topology": ..., "mesh": ...} as JSON)");
 }
 
 // "0-55,112-167".
@@ -277,18 +232,19 @@ std::string mesh_json(const Mesh& m) {
 
 int run(int argc, char** argv) {
   Options o;
-  if (std::string error = parse_args(argc, argv, &o); !error.empty()) {
-    std::cerr << "ax-topo: " << error << " (see ax-topo --help)\n";
-    return kExitUsage;
+  CLI::App app{kDescription, "ax-topo"};
+  cli::configure(app);
+  add_options(app, &o);
+  app.footer(kFooter);
+  if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
+  if (o.topology_file.empty() && app.count("--topology") > 0) {
+    return cli::usage_error(app, "--topology needs a file name");
   }
-  if (o.help) {
-    std::cout << kHelp;
-    return 0;
-  }
+  o.want_mesh = app.count("--nodes") + app.count("--tasks-per-node") + app.count("--mesh") > 0;
   StatusOr<MeshSpec> spec = parse_mesh_spec(o.mesh);
   if (!spec.ok()) {
     std::cerr << "ax-topo: --mesh: " << spec.status().message() << "\n";
-    return kExitUsage;
+    return cli::kExitUsage;
   }
   StatusOr<Topology> topology =
       o.topology_file.empty() ? discover() : load_topology(o.topology_file);

@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ax/common/cli.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
 #include "ax/launcher/job_context.h"
@@ -27,48 +27,26 @@ using ax::StatusOr;
 using ax::train::comm::Millis;
 using ax::train::comm::Store;
 
-constexpr const char* kUsage =
-    "usage: ax-store-check [--store tcp|file|pmix] [--dir DIR] [--timeout SECONDS]\n"
-    "  Every rank of the job publishes hostname:rank through the store, syncs, and checks every\n"
-    "  other rank's value; rank 0 prints one line per rank and 'ok N ranks'.\n"
-    "  --store    pmix when started by srun --mpi=pmix, else tcp at the job's coordinator\n"
-    "             (AX_COORDINATOR, or derived from the Slurm step)\n"
-    "  --dir      the file store's directory (shared by every rank; use a fresh one per job)\n"
-    "  --timeout  seconds for connecting, each sync and each lookup (default 60)\n";
-
 struct Args {
   std::string store;  // empty = default
   std::string dir;
   Millis timeout{60000};
 };
 
-StatusOr<Args> parse_args(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> StatusOr<std::string> {
-      if (i + 1 >= argc) return ax::InvalidArgument(name, " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "--store") {
-      AX_ASSIGN_OR_RETURN(args.store, value("--store"));
-      if (args.store != "tcp" && args.store != "file" && args.store != "pmix") {
-        return ax::InvalidArgument("--store '", args.store, "': expected tcp, file or pmix");
-      }
-    } else if (a == "--dir") {
-      AX_ASSIGN_OR_RETURN(args.dir, value("--dir"));
-    } else if (a == "--timeout") {
-      AX_ASSIGN_OR_RETURN(std::string s, value("--timeout"));
-      std::optional<double> secs = ax::parse_double(s);
-      if (!secs || *secs <= 0 || *secs > 86400) {
-        return ax::InvalidArgument("--timeout '", s, "': expected seconds in (0, 86400]");
-      }
-      args.timeout = Millis(static_cast<int64_t>(*secs * 1000));
-    } else {
-      return ax::InvalidArgument("unknown argument '", a, "' (see --help)");
-    }
-  }
-  return args;
+void add_options(CLI::App& app, Args* args) {
+  ax::cli::one_of(app.add_option("--store", args->store,
+                                 "pmix when started by srun --mpi=pmix, else tcp at the job's\n"
+                                 "coordinator (AX_COORDINATOR, or derived from the Slurm step)"),
+                  {"tcp", "file", "pmix"});
+  app.add_option("--dir", args->dir,
+                 "the file store's directory (shared by every rank; use a fresh one per job)")
+      ->type_name("DIR");
+  app.add_option_function<double>(
+         "--timeout",
+         [args](double seconds) { args->timeout = Millis(static_cast<int64_t>(seconds * 1000)); },
+         "seconds for connecting, each sync and each lookup (default 60)")
+      ->type_name("SECONDS")
+      ->check(ax::cli::in_range(0.001, 86400));
 }
 
 StatusOr<std::shared_ptr<ax::train::comm::TcpStore>> open_tcp(const std::string& host_port,
@@ -152,24 +130,22 @@ Status run(const Args& args, const ax::launcher::JobContext& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage;
-      return 0;
-    }
-  }
-  StatusOr<Args> args = parse_args(argc, argv);
-  if (!args.ok()) {
-    std::cerr << "ax-store-check: " << args.status().message() << "\n";
-    return 2;
-  }
+  CLI::App app{
+      "Every rank of the job publishes hostname:rank through the store, syncs, and checks every\n"
+      "other rank's value; rank 0 prints one line per rank and 'ok N ranks'.",
+      "ax-store-check"};
+  ax::cli::configure(app);
+  app.footer("exit status: 0 every rank checked, 1 the check failed, 2 bad command line or job.");
+  Args args;
+  add_options(app, &args);
+  if (std::optional<int> exit = ax::cli::parse_or_exit(app, argc, argv)) return *exit;
   StatusOr<ax::launcher::JobContext> ctx = ax::launcher::job_context(ax::launcher::process_env());
   if (!ctx.ok()) {
     std::cerr << "ax-store-check: job context: " << ctx.status().message() << "\n";
     return 2;
   }
   ax::set_log_rank(ctx->rank);
-  Status st = run(*args, *ctx);
+  Status st = run(args, *ctx);
   if (!st.ok()) {
     std::cerr << "ax-store-check: rank " << ctx->rank << " on " << ctx->hostname << ": "
               << st.to_string() << "\n";

@@ -60,15 +60,15 @@ int free_port() {
 struct Fault {
   int rank = -1;
   int64_t after_step = 0;
-  int signal = 0;  // SIGKILL or SIGSTOP
+  int signal = 0;          // SIGKILL or SIGSTOP
   int64_t stop_after = 0;  // > 0: every rank asks to stop after this step (a preemption)
-  bool stranger = false;  // a process without the job secret hammers the store's port throughout
+  bool stranger = false;   // a process without the job secret hammers the store's port throughout
 };
 
 struct RunResult {
-  std::vector<double> losses;      // rank 0's, by step
-  std::vector<int> exit_codes;     // by rank (-signal when killed)
-  std::vector<std::string> errs;   // stderr by rank
+  std::vector<double> losses;     // rank 0's, by step
+  std::vector<int> exit_codes;    // by rank (-signal when killed)
+  std::vector<std::string> errs;  // stderr by rank
   double seconds = 0;
   comm::testing::Stranger::Tally stranger;
 };
@@ -140,8 +140,7 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
     ::waitpid(pids[r], &status, 0);
     result.exit_codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (stranger) result.stranger = stranger->stop();
   if (fault.signal == SIGSTOP && fault.rank >= 0) {  // the stopped rank: end it
     ::kill(pids[static_cast<size_t>(fault.rank)], SIGKILL);
@@ -175,9 +174,9 @@ void expect_same_losses(const std::vector<double>& got, const std::vector<double
 constexpr double kBf16LayoutTolerance = 2e-4;
 
 std::vector<std::string> base_overrides(const std::string& experiment) {
-  std::vector<std::string> o = {"train.global_batch=8", "train.max_steps=5", "train.eval_every=0",
-                                "train.checkpoint_every=0", "train.log_every=1",
-                                "train.comm_timeout_s=20"};
+  std::vector<std::string> o = {"train.global_batch=8", "train.max_steps=5",
+                                "train.eval_every=0",   "train.checkpoint_every=0",
+                                "train.log_every=1",    "train.comm_timeout_s=20"};
   if (experiment == "tiny-llama") {
     // 8 query heads over 4 key/value heads: GQA that splits over 4 tensor ranks.
     o.push_back("model.num_heads=8");
@@ -187,8 +186,7 @@ std::vector<std::string> base_overrides(const std::string& experiment) {
 }
 
 // (experiment, device): device "cpu" (f32) or "cpu-bf16" (the CUDA backend's dtype plan).
-class ShardedEquivalence
-    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+class ShardedEquivalence : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ShardedEquivalence, EveryLayoutTrainsTheLossesOfOneProcess) {
   const auto& [experiment, device] = GetParam();
@@ -209,8 +207,8 @@ TEST_P(ShardedEquivalence, EveryLayoutTrainsTheLossesOfOneProcess) {
       worst = std::max(worst, std::abs(r.losses[i] - one.losses[i]) / std::abs(one.losses[i]));
     }
   };
-  for (const Layout& layout : std::vector<Layout>{
-           {4, 1, 1}, {1, 4, 1}, {2, 1, 2}, {2, 2, 1}, {1, 2, 2}, {1, 1, 4}}) {
+  for (const Layout& layout :
+       std::vector<Layout>{{4, 1, 1}, {1, 4, 1}, {2, 1, 2}, {2, 2, 1}, {1, 2, 2}, {1, 1, 4}}) {
     check(run_ranks(config, layout, root + "/" + layout.name(), {}, device), layout.name());
   }
   // FSDP without the prefetch thread (every gather waits; the layouts above prefetch).
@@ -228,8 +226,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardedEquivalence,
                          ::testing::Combine(::testing::Values("tiny-gpt", "tiny-llama", "tiny-t5"),
                                             ::testing::Values("cpu", "cpu-bf16")),
                          [](const auto& info) {
-                           std::string n =
-                               std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            for (char& c : n) c = (c == '-') ? '_' : c;
                            return n;
                          });

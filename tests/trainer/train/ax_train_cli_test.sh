@@ -65,7 +65,7 @@ expect_status 0 "--help-env" -- "$axtrain" --help-env
 expect_output "AX_CPU_THREADS"
 expect_status 2 "no arguments" -- "$axtrain"
 expect_status 2 "unknown option" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --bogus 1
-expect_output "^ax-train: unknown option --bogus"
+expect_output "^ax-train: unknown option '--bogus'"
 expect_status 2 "missing run dir" -- "$axtrain" "${common[@]}"
 expect_output "run-dir"
 expect_status 2 "unknown key" -- "$axtrain" "${common[@]}" --run-dir "$work/r" --set model.nope=1

@@ -9,15 +9,16 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "ax/trainer/checkpoint.h"
+#include "ax/trainer/distributed.h"
 #include "ax/trainer/optimizer.h"
 #include "ax/trainer/sampler.h"
+#include "ax/trainer/train_state.h"
 #include "model_test_util.h"
 #include "test_util.h"
-#include "ax/trainer/distributed.h"
-#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {
@@ -82,6 +83,27 @@ TEST(ResolveConfig, VocabularyFromTheTokenizer) {
 
 // The mesh of a job: the launcher's shapes when given, else the config's, derived for CPU ranks
 // (each node one ICI domain), with errors naming the numbers.
+// AX_CPU_THREADS wins; unset or empty (a wrapper's `export AX_CPU_THREADS=`), the ranks of a node
+// share its cores, and one rank takes them all (0).
+TEST(CpuThreads, FromTheKnobElseSharedAmongTheNodesRanks) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  for (const char* unset : {static_cast<const char*>(""), static_cast<const char*>(nullptr)}) {
+    if (unset == nullptr) {
+      unsetenv("AX_CPU_THREADS");
+    } else {
+      setenv("AX_CPU_THREADS", unset, 1);
+    }
+    EXPECT_EQ(*cpu_threads(1), 0);
+    EXPECT_EQ(*cpu_threads(2), std::max(1, cores / 2));
+    EXPECT_EQ(*cpu_threads(4 * cores), 1);
+  }
+  setenv("AX_CPU_THREADS", "3", 1);
+  EXPECT_EQ(*cpu_threads(2), 3);
+  setenv("AX_CPU_THREADS", "three", 1);
+  EXPECT_FALSE(cpu_threads(2).ok());
+  unsetenv("AX_CPU_THREADS");
+}
+
 TEST(ResolveMesh, FromTheLauncherOrTheConfig) {
   launcher::JobContext ctx;
   ctx.world = 8;
@@ -214,10 +236,11 @@ TEST_P(Bf16Curve, FollowsTheF32CurveFor200Steps) {
   }
   EXPECT_GT(differing, 100) << "the bf16 curve is the f32 one: the plan is not in effect";
   EXPECT_LT(mean(bf16.steps, 190, 200), mean(bf16.steps, 0, 10) - 1.0);
-  std::printf("%s: 200 steps, f32 %.4f -> %.4f, cpu-bf16 %.4f -> %.4f, largest relative "
-              "difference %.3g, %d steps differ\n",
-              GetParam().c_str(), f32.steps[0].loss, f32.steps[199].loss, bf16.steps[0].loss,
-              bf16.steps[199].loss, worst, static_cast<int>(differing));
+  std::printf(
+      "%s: 200 steps, f32 %.4f -> %.4f, cpu-bf16 %.4f -> %.4f, largest relative "
+      "difference %.3g, %d steps differ\n",
+      GetParam().c_str(), f32.steps[0].loss, f32.steps[199].loss, bf16.steps[0].loss,
+      bf16.steps[199].loss, worst, static_cast<int>(differing));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Bf16Curve, ::testing::Values("tiny-gpt", "tiny-llama"),

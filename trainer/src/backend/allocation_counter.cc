@@ -1,8 +1,7 @@
-#include "ax/trainer/backend.h"
-
 #include <algorithm>
 
 #include "ax/common/check.h"
+#include "ax/trainer/backend.h"
 
 namespace ax::train {
 

@@ -3,7 +3,8 @@
 // (trainer/CMakeLists.txt): GCC's default contracts a·b + c into an FMA where the target has one,
 // so the x86-64-v3/v4 clones would round differently from the baseline clone and from the CUDA
 // kernel (cuda_pointwise.cu's adamw_kernel, whose __fmul_rn/__fadd_rn round each operation).
-// With it, both backends give the same bits on any CPU (docs/precision.md "AdamW's reference rounding").
+// With it, both backends give the same bits on any CPU (docs/precision.md "AdamW's reference
+// rounding").
 #include <cmath>
 
 #include "cpu_backend.h"

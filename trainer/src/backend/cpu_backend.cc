@@ -49,7 +49,6 @@ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-
 CpuBackend::CpuBackend(int threads, bool use_openblas)
     : pool_(threads), gemm_(use_openblas), scratch_(threads) {}
 

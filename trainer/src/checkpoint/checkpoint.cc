@@ -172,8 +172,8 @@ Status CheckpointManager::save(const CheckpointState& state, const CheckpointGro
   AX_ASSIGN_OR_RETURN(std::vector<std::string> names, group.all_gather(prepared));
   if (!starts_with(names[0], "ok ")) {
     return Status(StatusCode::kIoError,
-                  str_cat("saving the checkpoint of step ", state.step, ": rank 0: ",
-                          names[0].substr(names[0].find(' ') + 1)));
+                  str_cat("saving the checkpoint of step ", state.step,
+                          ": rank 0: ", names[0].substr(names[0].find(' ') + 1)));
   }
   const std::string tmp_dir = names[0].substr(3);
   // 2. Every rank writes its file and reports it.
@@ -209,8 +209,8 @@ Status CheckpointManager::save(const CheckpointState& state, const CheckpointGro
   return Status::Ok();
 }
 
-StatusOr<CheckpointState> CheckpointManager::load(
-    int64_t step, const std::vector<TensorRegion>& regions) const {
+StatusOr<CheckpointState> CheckpointManager::load(int64_t step,
+                                                  const std::vector<TensorRegion>& regions) const {
   AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader,
                       ckpt::CheckpointReader::open(step_dir(step), step));
   std::map<std::string, const ckpt::TensorRecord*> by_name;

@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "checkpoint_internal.h"

@@ -1,5 +1,5 @@
-// Export of the params/* tensors to Hugging Face names and layouts (GPT-2, Llama, T5). The mapping is
-// in docs/parameter-names.md and docs/checkpoint-format.md.
+// Export of the params/* tensors to Hugging Face names and layouts (GPT-2, Llama, T5). The mapping
+// is in docs/parameter-names.md and docs/checkpoint-format.md.
 
 #include <cerrno>
 #include <cmath>
@@ -290,15 +290,15 @@ StatusOr<Json> export_t5(const ModelConfig& m, Params* p, Exported* out) {
     return Status::Ok();
   };
   auto mlp = [&](const std::string& ax, const std::string& hf) -> Status {
-    AX_RETURN_IF_ERROR(split(ax + "mlp.fc.weight", C, {hf + "wi_0.weight", hf + "wi_1.weight"},
-                             F, 0));
+    AX_RETURN_IF_ERROR(
+        split(ax + "mlp.fc.weight", C, {hf + "wi_0.weight", hf + "wi_1.weight"}, F, 0));
     return plain(ax + "mlp.proj.weight", hf + "wo.weight", {C, F});
   };
   auto self_attention = [&](const std::string& ax, const std::string& hf) -> Status {
     AX_RETURN_IF_ERROR(plain(ax + "ln1.weight", hf + "layer.0.layer_norm.weight", {C}));
     const std::string a = hf + "layer.0.SelfAttention.";
-    AX_RETURN_IF_ERROR(split(ax + "attn.qkv.weight", C,
-                             {a + "q.weight", a + "k.weight", a + "v.weight"}, Q, 1));
+    AX_RETURN_IF_ERROR(
+        split(ax + "attn.qkv.weight", C, {a + "q.weight", a + "k.weight", a + "v.weight"}, Q, 1));
     return plain(ax + "attn.proj.weight", a + "o.weight", {C, Q});
   };
 
@@ -324,10 +324,9 @@ StatusOr<Json> export_t5(const ModelConfig& m, Params* p, Exported* out) {
   }
   for (const char* stack : {"enc", "dec"}) {
     const std::string hf = std::string(stack) == "enc" ? "encoder." : "decoder.";
-    AX_RETURN_IF_ERROR(
-        plain(str_cat(stack, ".rel_bias.weight"),
-              hf + "block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-              {m.relative_buckets, m.num_heads}));
+    AX_RETURN_IF_ERROR(plain(str_cat(stack, ".rel_bias.weight"),
+                             hf + "block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                             {m.relative_buckets, m.num_heads}));
     AX_RETURN_IF_ERROR(plain(str_cat(stack, ".lnf.weight"), hf + "final_layer_norm.weight", {C}));
   }
   AX_RETURN_IF_ERROR(plain("lm_head.weight", "lm_head.weight", {vocab, C}));
@@ -361,11 +360,10 @@ Status export_hugging_face(const CheckpointState& state, const Config& config,
   const ModelConfig& m = config.model;
   Params params(state);
   Exported exported;
-  AX_ASSIGN_OR_RETURN(Json hf_config, m.family == ModelFamily::kGpt
-                                          ? export_gpt2(m, &params, &exported)
-                                      : m.family == ModelFamily::kT5
-                                          ? export_t5(m, &params, &exported)
-                                          : export_llama(m, &params, &exported));
+  AX_ASSIGN_OR_RETURN(Json hf_config,
+                      m.family == ModelFamily::kGpt  ? export_gpt2(m, &params, &exported)
+                      : m.family == ModelFamily::kT5 ? export_t5(m, &params, &exported)
+                                                     : export_llama(m, &params, &exported));
   AX_RETURN_IF_ERROR(params.check_all_used());
 
   std::error_code ec;

@@ -606,9 +606,10 @@ Status validate(const Config& config) {
                            ": dropout is not implemented yet; use 0 (docs/t5.md)");
   }
   if ((m.family == ModelFamily::kT5) != (m.position == PositionKind::kRelative)) {
-    return InvalidArgument("model.position=relative goes with model.family=t5 and only with it; "
-                           "this config has model.family=", name_of(m.family),
-                           " and model.position=", name_of(m.position));
+    return InvalidArgument(
+        "model.position=relative goes with model.family=t5 and only with it; "
+        "this config has model.family=",
+        name_of(m.family), " and model.position=", name_of(m.position));
   }
   if (m.family == ModelFamily::kT5 && t.encoder_seq_len < 1) {
     return InvalidArgument("model.family=t5 needs train.encoder_seq_len (ENC_SL) > 0");
@@ -618,8 +619,8 @@ Status validate(const Config& config) {
                            "model.num_kv_heads (", m.num_kv_heads, ")");
   }
   if (m.position == PositionKind::kRope && m.head_dim() % 2 != 0) {
-    return InvalidArgument("model.position=rope needs an even head dim, but it is ",
-                           m.head_dim(), " (model.kv_channels, else model.model_dim (", m.model_dim,
+    return InvalidArgument("model.position=rope needs an even head dim, but it is ", m.head_dim(),
+                           " (model.kv_channels, else model.model_dim (", m.model_dim,
                            ") / model.num_heads (", m.num_heads, "))");
   }
   if (m.position == PositionKind::kLearned && t.seq_len > m.max_seq_len) {

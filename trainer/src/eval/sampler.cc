@@ -5,11 +5,11 @@
 #include <numeric>
 #include <vector>
 
+#include "ax/common/rng.h"
 #include "ax/datasets/tokenizer.h"
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/train_loop.h"
-#include "ax/common/rng.h"
 #include "ax/trainer/train_state.h"
 
 namespace ax::train {
@@ -77,8 +77,8 @@ StatusOr<std::string> sample_text(const SampleOptions& options, std::ostream& lo
   const int64_t window =
       std::min<int64_t>(config.train.seq_len,
                         static_cast<int64_t>(ids.size()) + std::max<int64_t>(options.tokens, 1));
-  AX_ASSIGN_OR_RETURN(auto backend, make_backend(options.device, options.threads, log,
-                                                 config.train.precision));
+  AX_ASSIGN_OR_RETURN(auto backend,
+                      make_backend(options.device, options.threads, log, config.train.precision));
   AX_ASSIGN_OR_RETURN(auto model,
                       Model::create(config.model, tok.vocab_size(), 1, window, backend.get()));
   AX_RETURN_IF_ERROR(restore_parameters(state, &model->store()));

@@ -14,8 +14,8 @@ StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const M
   if (!ctx.ici_mesh.empty() && !ctx.dcn_mesh.empty()) {
     // Shapes the launcher or plugin already derived (and checked: `force` only lets a tensor
     // axis across DCN through, which they refused unless asked).
-    StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(
-        str_cat("ici=", ctx.ici_mesh, ";dcn=", ctx.dcn_mesh, ";force"));
+    StatusOr<topo::MeshSpec> spec =
+        topo::parse_mesh_spec(str_cat("ici=", ctx.ici_mesh, ";dcn=", ctx.dcn_mesh, ";force"));
     if (!spec.ok()) return spec.status().with_context("AX_ICI_MESH/AX_DCN_MESH");
     const topo::MeshShape& i = spec->ici;
     const topo::MeshShape& d = spec->dcn;
@@ -36,11 +36,10 @@ StatusOr<comm::MeshCoords> resolve_mesh(const launcher::JobContext& ctx, const M
       return InvalidArgument("the job has ", ctx.world, " ranks on ", nodes,
                              " nodes: not the same number on each");
     }
-    const std::string text =
-        mesh.ici == "auto" && mesh.dcn == "auto"
-            ? std::string("auto")
-            : str_cat("ici=", mesh.ici == "auto" ? "1,-1,1" : mesh.ici,
-                      ";dcn=", mesh.dcn == "auto" ? "-1,1,1" : mesh.dcn);
+    const std::string text = mesh.ici == "auto" && mesh.dcn == "auto"
+                                 ? std::string("auto")
+                                 : str_cat("ici=", mesh.ici == "auto" ? "1,-1,1" : mesh.ici,
+                                           ";dcn=", mesh.dcn == "auto" ? "-1,1,1" : mesh.dcn);
     StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(text);
     if (!spec.ok()) return spec.status().with_context("mesh.ici/mesh.dcn");
     StatusOr<topo::Mesh> derived =

@@ -60,8 +60,7 @@ void map_box(const ParamSpec& spec, const LocalBox& b, std::vector<LogicalBox>* 
 
 }  // namespace
 
-std::vector<LogicalBox> logical_boxes(const ParamSpec& spec, int64_t local_begin,
-                                      int64_t length) {
+std::vector<LogicalBox> logical_boxes(const ParamSpec& spec, int64_t local_begin, int64_t length) {
   AX_CHECK(spec.shape.size() == 1 || spec.shape.size() == 2) << spec.name;
   AX_CHECK(local_begin >= 0 && length >= 0 && local_begin + length <= spec.numel) << spec.name;
   std::vector<LogicalBox> out;

@@ -1,8 +1,10 @@
 // Everything the loop needs before its first step that does not depend on the loop itself:
 // the resolved config, the backend, stop signals and the micro-batch split.
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <thread>
 
 #include "ax/common/env.h"
 #include "ax/common/strings.h"
@@ -13,8 +15,9 @@ namespace ax::train {
 namespace {
 
 const EnvKnob<int64_t> kCpuThreads("AX_CPU_THREADS", 0,
-                                   "threads of the CPU backend (0 = all cores); a run resumes "
-                                   "bit-exactly only with the same count",
+                                   "threads of the CPU backend (0 = all cores, shared among the "
+                                   "node's ranks); a run resumes bit-exactly only with the same "
+                                   "count",
                                    0, 4096);
 
 std::atomic<int> g_stop_signal{0};
@@ -94,11 +97,17 @@ StatusOr<DeviceSpec> parse_device(const std::string& device) {
   if (device.starts_with("cuda:")) {
     std::optional<int64_t> ordinal = parse_int64(device.substr(5));
     if (!ordinal || *ordinal < 0 || *ordinal > INT32_MAX) {
-      return InvalidArgument("--device ", device, ": expected cuda:N with a device ordinal N");
+      return InvalidArgument("'", device, "': expected cuda:N with a device ordinal N");
     }
     return DeviceSpec{DeviceSpec::Kind::kCuda, static_cast<int>(*ordinal)};
   }
-  return InvalidArgument("--device expects auto|cpu|cpu-bf16|cuda|cuda:N, got '", device, "'");
+  return InvalidArgument("expected auto|cpu|cpu-bf16|cuda|cuda:N, got '", device, "'");
+}
+
+StatusOr<int> cpu_threads(int local_ranks) {
+  AX_ASSIGN_OR_RETURN(int64_t from_env, kCpuThreads.get());
+  if (from_env > 0 || local_ranks <= 1) return static_cast<int>(from_env);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks);
 }
 
 // auto takes CUDA device 0 when one answers (a GPU that answers but then fails is an error,
@@ -107,7 +116,9 @@ StatusOr<DeviceSpec> parse_device(const std::string& device) {
 StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int threads,
                                                 std::ostream& log, const std::string& precision,
                                                 bool allow_tf32) {
-  AX_ASSIGN_OR_RETURN(DeviceSpec spec, parse_device(device));
+  StatusOr<DeviceSpec> parsed = parse_device(device);
+  if (!parsed.ok()) return parsed.status().with_context("--device");
+  const DeviceSpec spec = *parsed;
   if (precision != "auto" && precision != "bfloat16" && precision != "float32") {
     return InvalidArgument("train.precision='", precision, "': expected auto|bfloat16|float32");
   }
@@ -123,8 +134,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
     return cuda;
   }
   if (threads == 0) {
-    AX_ASSIGN_OR_RETURN(int64_t from_env, kCpuThreads.get());
-    threads = static_cast<int>(from_env);
+    AX_ASSIGN_OR_RETURN(threads, cpu_threads(1));
   }
   const bool bf16 = spec.kind == DeviceSpec::Kind::kCpuBf16 || precision == "bfloat16";
   std::unique_ptr<Backend> cpu = bf16 ? make_cpu_bf16_backend(threads) : make_cpu_backend(threads);
@@ -144,12 +154,12 @@ double forward_backward(Model* model, const StepRows& rows, int64_t global_rows)
   const double total =
       static_cast<double>((global_rows > 0 ? global_rows : rows.rows) * rows.targets_per_row);
   const double loss =
-      for_each_micro_batch(model, rows,
-                           [&](float loss, int64_t targets) {
-                             model->backward(
-                                 static_cast<float>(static_cast<double>(targets) / total));
-                             return static_cast<double>(loss) * static_cast<double>(targets);
-                           }) /
+      for_each_micro_batch(
+          model, rows,
+          [&](float loss, int64_t targets) {
+            model->backward(static_cast<float>(static_cast<double>(targets) / total));
+            return static_cast<double>(loss) * static_cast<double>(targets);
+          }) /
       total;
   model->reduce_gradients();
   return loss;

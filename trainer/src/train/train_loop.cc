@@ -16,9 +16,9 @@
 #include "ax/datasets/token_loader.h"
 #include "ax/datasets/tokenizer.h"
 #include "ax/trainer/checkpoint.h"
+#include "ax/trainer/distributed.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
-#include "ax/trainer/distributed.h"
 #include "ax/trainer/train_state.h"
 
 namespace ax::train {
@@ -60,7 +60,6 @@ std::string find_validation_dir(const DataConfig& data) {
   return "";
 }
 
-
 class Trainer {
  public:
   Trainer(const Config& config, std::string run_dir, const TrainOptions& options,
@@ -69,7 +68,9 @@ class Trainer {
         run_dir_(std::move(run_dir)),
         options_(options),
         ctx_(ctx),
-        out_(ctx.rank != 0 ? null_out_ : options.out != nullptr ? *options.out : std::cout),
+        out_(ctx.rank != 0            ? null_out_
+             : options.out != nullptr ? *options.out
+                                      : std::cout),
         checkpoints_(run_dir_, config.train.keep_checkpoints) {}
 
   Status setup();
@@ -166,11 +167,10 @@ Status Trainer::open_data() {
   const double global = config_.train.global_batch > 0
                             ? static_cast<double>(config_.train.global_batch)
                             : config_.train.percore_batch_size * static_cast<double>(devices);
-  const std::string how =
-      config_.train.global_batch > 0
-          ? std::string("train.global_batch")
-          : str_cat("PERCORE_BATCH_SIZE ", config_.train.percore_batch_size, " x ", devices,
-                    " device(s)");
+  const std::string how = config_.train.global_batch > 0
+                              ? std::string("train.global_batch")
+                              : str_cat("PERCORE_BATCH_SIZE ", config_.train.percore_batch_size,
+                                        " x ", devices, " device(s)");
   if (global < 1 || global != std::floor(global)) {
     return InvalidArgument("GLOBAL_BATCH = ", how, " must be a whole number of sequences");
   }
@@ -279,7 +279,8 @@ Status Trainer::resume() {
         str_cat("resuming from ", checkpoints_.step_dir(*latest),
                 " (remove that directory to resume from an older checkpoint)"));
   }
-  AX_RETURN_IF_ERROR(restore_state(*state, config_, &model_->store(), optimizer_.get(), &progress_));
+  AX_RETURN_IF_ERROR(
+      restore_state(*state, config_, &model_->store(), optimizer_.get(), &progress_));
   AX_RETURN_IF_ERROR(loader_->restore(progress_.loader));
   saved_step_ = progress_.step;
   resumed_ = true;
@@ -289,9 +290,8 @@ Status Trainer::resume() {
 Status Trainer::setup() {
   AX_RETURN_IF_ERROR(check_run_dir());
   int threads = options_.threads;
-  if (threads == 0 && ctx_.local_world > 1 && std::getenv("AX_CPU_THREADS") == nullptr) {
-    // Ranks of one node share its cores.
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx_.local_world);
+  if (threads == 0) {
+    AX_ASSIGN_OR_RETURN(threads, cpu_threads(ctx_.local_world));  // ranks of a node share it
   }
   // The launcher or plugin chose this rank's GPU (AX_DEVICE, an ordinal as the process sees
   // it): --device auto takes that one when a GPU answers.
@@ -328,7 +328,8 @@ void Trainer::print_summary() const {
   out_ << "backend: " << backend_->name() << "\n";
   const std::string layers =
       m.family == ModelFamily::kT5
-          ? str_cat(m.num_layers, "+", m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_layers,
+          ? str_cat(m.num_layers, "+",
+                    m.num_decoder_layers > 0 ? m.num_decoder_layers : m.num_layers,
                     " encoder+decoder layers")
           : str_cat(m.num_layers, " layers");
   out_ << "model: " << name_of(m.family) << ", " << layers << ", width " << m.model_dim << ", "
@@ -492,10 +493,9 @@ StatusOr<TrainOutcome> Trainer::run() {
     }
     const bool keep_going = !options_.after_step || options_.after_step(result);
     // Every rank stops at the same step boundary: a signal that reached some ranks stops all.
-    const bool stop =
-        dist_->all_reduce(dist_->groups.world.get(),
-                          (!keep_going || stop_signal() != 0) ? 1.0 : 0.0, comm::ReduceOp::kMax) >
-        0;
+    const bool stop = dist_->all_reduce(dist_->groups.world.get(),
+                                        (!keep_going || stop_signal() != 0) ? 1.0 : 0.0,
+                                        comm::ReduceOp::kMax) > 0;
     if (stop && k < max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
       if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());

@@ -1,10 +1,10 @@
 #include "ax/trainer/train_state.h"
 
-#include "ax/trainer/param_boxes.h"
-
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "ax/trainer/param_boxes.h"
 
 namespace ax::train {
 namespace {
@@ -24,8 +24,8 @@ std::string dims_text(const std::vector<int64_t>& dims) {
 
 // Appends this rank's part of one group (params, adam_m or adam_v), read from `flat` (a shard
 // buffer), as slices of the logical tensors. A whole tensor keeps an empty offset.
-void append_group(const std::string& group, const ParamStore& store, Tensor flat, bool skip_replicated,
-                  std::vector<HostTensor>* out) {
+void append_group(const std::string& group, const ParamStore& store, Tensor flat,
+                  bool skip_replicated, std::vector<HostTensor>* out) {
   Backend* be = store.backend();
   for (const OwnedRange& r : store.owned()) {
     if (skip_replicated && r.spec->split_dim < 0) continue;

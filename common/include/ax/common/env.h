@@ -79,6 +79,7 @@ class EnvKnob<std::string> {
   EnvKnob(std::string name, std::string def, std::string description,
           std::vector<std::string> choices = {});
   StatusOr<std::string> get() const;
+  bool is_set() const { return internal::env_raw(name_).has_value(); }
 
  private:
   std::string name_;

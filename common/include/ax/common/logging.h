@@ -15,6 +15,11 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void set_log_rank(int rank);
 void set_log_level(LogLevel level);
+// For programs whose output is a table (the benchmarks): `level` unless AX_LOG_LEVEL says
+// otherwise.
+void set_default_log_level(LogLevel level);
+// Whether AX_LOG_LEVEL is set (a program that starts others decides what they inherit).
+bool log_level_is_set();
 LogLevel log_level();
 bool log_enabled(LogLevel level);
 // "host:pid rank 3" (or "host:pid rank -").

@@ -2,6 +2,7 @@
 // is an InvalidArgument naming it, so the tool prints one line and exits 2.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,13 +20,13 @@ struct LaunchOptions {
   std::string coordinator;  // host:port; empty = 127.0.0.1:<free port> on a single node
   double grace_seconds = 10;
   std::vector<std::string> command;  // what each child runs (argv, looked up in PATH)
-  bool help = false;
+  std::string help;                  // set: --help asked for this text
+  // --coordinator-port JOB_ID STEP_ID: print coordinator_port(JOB_ID, STEP_ID) and exit.
+  std::vector<uint32_t> coordinator_port_of;
 };
 
 // argv without the program name. Node rank, node count and coordinator default to AX_NODE_RANK,
 // AX_NNODES and AX_COORDINATOR when those are set (the command line wins).
 StatusOr<LaunchOptions> parse_launch_options(const std::vector<std::string>& args);
-
-extern const char kLaunchUsage[];
 
 }  // namespace ax::launcher

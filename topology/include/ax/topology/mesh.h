@@ -25,9 +25,9 @@ struct MeshShape {
 
 struct MeshSpec {
   enum class Kind { kAuto, kExplicit } kind = Kind::kAuto;
-  int auto_tp = 1;              // auto:tp=N
-  MeshShape ici, dcn;           // explicit; -1 allowed once per vector before resolution
-  bool force = false;           // allow tensor > 1 in dcn
+  int auto_tp = 1;     // auto:tp=N
+  MeshShape ici, dcn;  // explicit; -1 allowed once per vector before resolution
+  bool force = false;  // allow tensor > 1 in dcn
 };
 // "auto", "auto:tp=4", "ici=1,8,1;dcn=2,1,1", "ici=1,-1,1;dcn=-1,1,1", optional ";force".
 // InvalidArgument names what is wrong; this runs on user input inside slurmstepd, so it must
@@ -36,21 +36,22 @@ StatusOr<MeshSpec> parse_mesh_spec(const std::string& spec);
 
 struct Placement {
   int rank = 0;
-  int node = 0;         // node index in the job (SLURM_NODEID order)
-  int local_rank = 0;   // task index on the node
-  int gpu = -1;         // GPU index in that node's Topology (-1: CPU rank)
-  int domain = 0;       // which ICI domain (DCN coordinate, flattened)
+  int node = 0;        // node index in the job (SLURM_NODEID order)
+  int local_rank = 0;  // task index on the node
+  int gpu = -1;        // GPU index in that node's Topology (-1: CPU rank)
+  int domain = 0;      // which ICI domain (DCN coordinate, flattened)
 };
 
 struct Mesh {
   MeshShape ici, dcn;
   int num_nodes = 0;
   int tasks_per_node = 0;
-  int domain_size = 0;  // ranks per ICI domain
+  int domain_size = 0;               // ranks per ICI domain
   std::vector<Placement> placement;  // by rank
   std::string explanation;           // one line: why these shapes
-  MeshShape global() const { return {ici.data * dcn.data, ici.fsdp * dcn.fsdp,
-                                     ici.tensor * dcn.tensor}; }
+  MeshShape global() const {
+    return {ici.data * dcn.data, ici.fsdp * dcn.fsdp, ici.tensor * dcn.tensor};
+  }
 };
 
 // nodes: one topology per node (nodes.size() == num_nodes), or a single one shared by all nodes.

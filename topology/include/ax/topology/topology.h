@@ -27,13 +27,13 @@ struct NumaNode {
 };
 
 struct Gpu {
-  int index = 0;               // position in the node's GPU list (PCI bus order)
-  std::string pci_bus_id;      // "0000:18:00.0"
-  std::string name;            // "NVIDIA H100 80GB HBM3" when known
-  std::string uuid;            // "GPU-..." when NVML answered
+  int index = 0;           // position in the node's GPU list (PCI bus order)
+  std::string pci_bus_id;  // "0000:18:00.0"
+  std::string name;        // "NVIDIA H100 80GB HBM3" when known
+  std::string uuid;        // "GPU-..." when NVML answered
   int numa_node = -1;
-  std::vector<int> cpus;       // cores local to the GPU
-  int nearest_nic = -1;        // index into Topology::nics, -1 = none
+  std::vector<int> cpus;  // cores local to the GPU
+  int nearest_nic = -1;   // index into Topology::nics, -1 = none
   PathKind nic_path = PathKind::kCrossSocket;
   // Multi-node NVLink (GB200 NVL72): GPUs with the same non-empty cluster_uuid and clique_id
   // share one NVLink domain across nodes.
@@ -42,15 +42,15 @@ struct Gpu {
 };
 
 struct Nic {
-  std::string name;            // "mlx5_0" (OpenFabrics) or the netdev name
-  std::string netdev;          // "ib0", "eth0"
+  std::string name;    // "mlx5_0" (OpenFabrics) or the netdev name
+  std::string netdev;  // "ib0", "eth0"
   std::string pci_bus_id;
   int numa_node = -1;
 };
 
 struct Topology {
   std::string hostname;
-  std::string source;                       // "hwloc 2.9.0 + NVML", "fixture dgx-h100.json", ...
+  std::string source;  // "hwloc 2.9.0 + NVML", "fixture dgx-h100.json", ...
   int packages = 0;
   int cores = 0;
   std::vector<NumaNode> numa_nodes;
@@ -60,7 +60,7 @@ struct Topology {
   // (0 when none; through an NVSwitch every pair counts the GPU's links).
   std::vector<std::vector<PathKind>> gpu_paths;
   std::vector<std::vector<int>> nvlinks;
-  std::vector<std::string> warnings;        // e.g. "NVML not found: NVLink from PCI information only"
+  std::vector<std::string> warnings;  // e.g. "NVML not found: NVLink from PCI information only"
 
   // Groups of GPU indices connected by NVLink inside this node (transitive), largest first; a GPU
   // without NVLink is a group of its own.

@@ -59,8 +59,8 @@ struct OptimConfig {
   double lr = 6e-4;
   int64_t warmup_steps = 100;
   std::string schedule = "cosine";  // after warmup: cosine | linear (T5x's linear_decay)
-  int64_t decay_steps = 0;    // the decay ends here (0: train.max_steps)
-  double min_lr_ratio = 0.1;  // lr at the end of the decay, as a fraction of lr
+  int64_t decay_steps = 0;          // the decay ends here (0: train.max_steps)
+  double min_lr_ratio = 0.1;        // lr at the end of the decay, as a fraction of lr
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

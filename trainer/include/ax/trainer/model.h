@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ax/common/status.h"

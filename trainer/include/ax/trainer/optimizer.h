@@ -1,6 +1,6 @@
-// AdamW over a parameter store's flat shard buffers: one Backend::adamw_update per group (with weight
-// decay: matrices and embeddings; without: norms and biases — contiguous ranges of the layout),
-// global-norm gradient clipping and the learning-rate schedule.
+// AdamW over a parameter store's flat shard buffers: one Backend::adamw_update per group (with
+// weight decay: matrices and embeddings; without: norms and biases — contiguous ranges of the
+// layout), global-norm gradient clipping and the learning-rate schedule.
 #pragma once
 
 #include <cstdint>

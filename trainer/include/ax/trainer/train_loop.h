@@ -53,6 +53,10 @@ struct DeviceSpec {
 };
 StatusOr<DeviceSpec> parse_device(const std::string& device);
 
+// CPU backend threads: AX_CPU_THREADS when set above 0, else all cores (0) for one rank on the
+// node, or the node's cores shared among its `local_ranks` ranks.
+StatusOr<int> cpu_threads(int local_ranks);
+
 // The backend for --device and train.precision (auto|bfloat16|float32: the activations' dtype;
 // auto = bfloat16 on CUDA, float32 on the CPU, and bfloat16 on the CPU is cpu-bf16);
 // allow_tf32 is train.allow_tf32 (CUDA with float32 only). threads = 0: AX_CPU_THREADS, else all

@@ -12,8 +12,8 @@
 #include "ax/datasets/token_loader.h"
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/config.h"
-#include "ax/trainer/param_store.h"
 #include "ax/trainer/optimizer.h"
+#include "ax/trainer/param_store.h"
 
 namespace ax::train {
 
