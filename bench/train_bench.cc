@@ -509,7 +509,8 @@ void run_driver(const Options& o) {
 Options parse(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "Trains the CPU benchmark GPTs and T5s in ax and in PyTorch with the same threads and prints\n"
+      "Trains the CPU benchmark GPTs and T5s in ax and in PyTorch with the same threads and "
+      "prints\n"
       "tokens/s, the ratio ax/torch and peak RSS (docs/benchmarks-train.md).",
       "ax-train-bench"};
   ax::cli::configure(app);
