@@ -15,11 +15,14 @@
 
 #include <pmix.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
@@ -137,7 +140,20 @@ class PmixStore final : public Store {
     int64_t hint = rank_hint(key, c_->size);
     pmix_status_t rc;
     if (hint >= 0) {
-      rc = lookup(static_cast<uint32_t>(hint), key, timeout, false);
+      // The owner's server answers NOT-FOUND at once, rather than waiting, while the owner has
+      // not yet connected to it (a rank 0 that starts later than the rank asking: seen once in
+      // CI as "ax.job-secret/0 not set within 30 s" after a few seconds). Ask again until the
+      // deadline.
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      Millis pause(20);
+      while (true) {
+        const auto left =
+            std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+        rc = lookup(static_cast<uint32_t>(hint), key, std::max(left, Millis(1)), false);
+        if (rc != PMIX_ERR_NOT_FOUND || left <= Millis(0)) break;
+        std::this_thread::sleep_for(std::min(pause, left));
+        pause = std::min(pause * 2, Millis(500));
+      }
     } else {
       rc = lookup(PMIX_RANK_UNDEF, key, timeout, true);
       for (uint32_t r = 0; r < c_->size && rc != PMIX_SUCCESS; ++r) {
