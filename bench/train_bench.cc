@@ -238,7 +238,7 @@ void run_worker(const Options& o) {
               {"backend", backend->name()},
               {"batch", rows},
               {"seq", step_rows.encoder_length + step_rows.length},
-              {"targets_per_row", step_rows.targets_per_row},
+              {"targets_per_row", step_rows.num_targets / step_rows.rows},
               {"peak_flops", backend->peak_flops()},
               {"flops_per_token", model_flops_per_token(config, **model)},
               {"activation_bytes", (*model)->activation_bytes()},

@@ -186,7 +186,7 @@ expect_fail 2 tokenize "--output needs a value" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output
 expect_fail 2 tokenize "--threads" --tokenizer tok/spm.model --input corpus/kjv-val.txt \
   --output shards/x --threads two
-expect_fail 2 tokenize "--format: expected text|seq2seq, got 'xml'" --tokenizer tok/spm.model \
+expect_fail 2 tokenize "--format: expected text|seq2seq|prompt-response|chat, got 'xml'" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output shards/x --format xml
 expect_fail 2 verify "DIR is required" --tokenizer tok/spm.model
 expect_fail 1 verify "index.json" "$work/nowhere"
