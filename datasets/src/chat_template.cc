@@ -1,6 +1,7 @@
 #include "ax/datasets/chat_template.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -152,7 +153,11 @@ Status render_chat_file(const std::string& input, const std::string& output,
     Status s =
         messages.ok() ? chat_template.render(*messages, &prompt, &response) : messages.status();
     if (!s.ok()) {
-      if (!skip_bad) return s.with_context(str_cat(input, ":", line_no));
+      if (!skip_bad) {
+        out.close();
+        std::remove(output.c_str());  // no half-rendered file is left behind
+        return s.with_context(str_cat(input, ":", line_no));
+      }
       ++stats->skipped_bad;
       continue;
     }

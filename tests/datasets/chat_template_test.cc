@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "test_util.h"
 
 namespace ax::data {
@@ -88,6 +90,7 @@ TEST(ChatTemplate, RenderFileWritesPairsAndNamesBadLines) {
       render_chat_file(dir + "/chat.jsonl", dir + "/out.jsonl", *t, "messages", false, &stats);
   EXPECT_NE(s.message().find("chat.jsonl:2: no assistant message"), std::string::npos)
       << s.to_string();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.jsonl")) << "no half-rendered file";
   stats = {};
   ASSERT_TRUE(
       render_chat_file(dir + "/chat.jsonl", dir + "/out.jsonl", *t, "messages", true, &stats).ok());

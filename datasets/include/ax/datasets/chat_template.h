@@ -44,7 +44,8 @@ struct RenderChatStats {
 
 // Reads `input` (JSON lines, one conversation per line in the field `messages_field`; "a.b"
 // reaches into nested objects) and writes `output` as JSON lines {"prompt": ..., "response":
-// ...}. Errors name the file and line; with skip_bad a bad record is counted and skipped.
+// ...}. Errors name the file and line (and remove `output`); with skip_bad a bad record is
+// counted and skipped.
 Status render_chat_file(const std::string& input, const std::string& output,
                         const ChatTemplate& chat_template, const std::string& messages_field,
                         bool skip_bad, RenderChatStats* stats);
