@@ -175,6 +175,7 @@ Status ExamplePacker::next(StepRows* rows) {
   }
   *rows = layout.make(examples, ends);
   rows->global_targets = global_targets;
+  rows_ += static_cast<int64_t>(options_.global_rows);
   return Status::Ok();
 }
 
@@ -188,6 +189,7 @@ Status ExamplePacker::restore(const data::LoaderState& state) {
   AX_RETURN_IF_ERROR(loader_->restore(state));
   pending_.clear();
   loader_position_ = state.epoch * loader_->examples_per_epoch() + state.sample_in_epoch;
+  rows_ = 0;
   examples_ = 0;
   truncated_ = 0;
   without_targets_ = 0;

@@ -585,8 +585,8 @@ StatusOr<TrainOutcome> Trainer::run() {
   }
   if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
   if (packer_) {
-    out_ << "fine-tuning data: " << packer_->examples() << " examples in this process's steps, "
-         << packer_->truncated() << " of them truncated to "
+    out_ << "fine-tuning data: " << packer_->examples() << " examples in the " << packer_->rows()
+         << " rows of this process's steps, " << packer_->truncated() << " of them truncated to "
          << (t5() ? str_cat("ENC_SL ", config_.train.encoder_seq_len, " / DEC_SL ",
                             config_.train.seq_len)
                   : str_cat("train.seq_len + 1 = ", config_.train.seq_len + 1))

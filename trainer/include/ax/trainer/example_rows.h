@@ -79,8 +79,10 @@ class ExamplePacker {
   data::LoaderState state() const;
   Status restore(const data::LoaderState& state);
 
-  // Over the global batches since create() or restore(): examples packed, how many of them
-  // were truncated, and how many were left without a target (a prompt as long as the row).
+  // Over the global batches since create() or restore(): rows made, examples packed into them,
+  // how many of those were truncated, and how many were left without a target (a prompt as long
+  // as the row).
+  int64_t rows() const { return rows_; }
   int64_t examples() const { return examples_; }
   int64_t truncated() const { return truncated_; }
   int64_t without_targets() const { return without_targets_; }
@@ -94,7 +96,7 @@ class ExamplePacker {
   ExamplePackerOptions options_;
   std::deque<data::Seq2SeqExample> pending_;  // read from the loader, not yet in a row
   uint64_t loader_position_ = 0;              // the loader's global position (examples read)
-  int64_t examples_ = 0, truncated_ = 0, without_targets_ = 0;
+  int64_t rows_ = 0, examples_ = 0, truncated_ = 0, without_targets_ = 0;
 };
 
 }  // namespace ax::train
