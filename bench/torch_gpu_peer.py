@@ -612,7 +612,7 @@ def report(a):
         if len(set(round(v) for v in fpt.values())) > 1:
             print(f"warning: {m}: the sides disagree on FLOPs per token {fpt}: not the same model")
         targets = {side: runs[(m, side)].get("targets_per_row") for side, _ in SIDES
-                   if "error" not in runs[(m, side)]}
+                   if runs[(m, side)].get("encoder_seq")}  # T5's sides
         if len(set(targets.values())) > 1:
             print(f"warning: {m}: the sides disagree on the real targets a row {targets}: not the "
                   "same batch")
