@@ -428,7 +428,7 @@ def t5_throughput(results):
     measured them; T5x's published figure beside it either way."""
     anchor = ("T5x's published anchor, not measured here: t5-large 174.1 seq/s/GPU on H100 with "
               "TE FP8 (64 GPUs, batch 32/GPU, ENC_SL 512 / DEC_SL 128; JAX-Toolbox's T5x table), "
-              "where ax and PyTorch run bf16.")
+              "not like for like: ax and PyTorch run bf16 on one GPU.")
     measured = []
     if "bench" in results:
         names = {os.path.basename(p).rsplit(".", 2)[0] for p in
