@@ -42,6 +42,11 @@ except ImportError as e:
           f"install them with `{SETUP}`", file=sys.stderr)
     sys.exit(1)
 
+# T5's relative position buckets, shared with the benchmark's PyTorch T5 (bench/torch_t5_peer.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "bench"))
+from t5_buckets import relative_position_buckets  # noqa: E402
+
 
 def layer_norm(x, w, b, eps):
     mean = x.mean(-1, keepdim=True)
@@ -116,24 +121,9 @@ def mlp(x, p, i, m):
 # ---- T5 v1.1 (docs/t5.md; Hugging Face's modeling_t5.py semantics, logits scaled by
 # 1/sqrt(d_kv) as T5x's GPU recipe does) ----
 
-def t5_buckets(Tq, Tk, bidirectional, num_buckets, max_distance):
-    rel = torch.arange(Tk)[None, :] - torch.arange(Tq)[:, None]  # key - query
-    n, ret = num_buckets, torch.zeros(Tq, Tk, dtype=torch.long)
-    if bidirectional:
-        n //= 2
-        ret = (rel > 0).long() * n
-        rel = rel.abs()
-    else:
-        rel = (-rel).clamp(min=0)
-    max_exact = n // 2
-    large = max_exact + (torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)
-                         * (n - max_exact)).long()
-    large = large.clamp(max=n - 1)
-    return ret + torch.where(rel < max_exact, rel, large)
-
-
 def t5_position_bias(table, Tq, Tk, bidirectional, m):
-    b = t5_buckets(Tq, Tk, bidirectional, m["relative_buckets"], m["relative_max_distance"])
+    b = relative_position_buckets(Tq, Tk, bidirectional, m["relative_buckets"],
+                                  m["relative_max_distance"])
     return table[b].permute(2, 0, 1)[None]  # (1, NH, Tq, Tk)
 
 
