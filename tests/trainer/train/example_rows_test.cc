@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <set>
 
 #include "ax/datasets/shard_writer.h"
 #include "test_util.h"
@@ -169,6 +170,7 @@ ExamplePackerOptions packer_options(const ExampleRows& layout, uint64_t replica,
   o.replica = replica;
   o.num_replicas = replicas;
   o.vocab = 100;
+  o.row_ids = true;
   return o;
 }
 
@@ -197,6 +199,7 @@ std::vector<StepRows> global_rows(std::shared_ptr<const data::ShardSet> set,
                                 {&g.encoder_tokens, &mine.encoder_tokens}}) {
         to->insert(to->end(), from_v->begin(), from_v->end());
       }
+      g.row_ids.insert(g.row_ids.end(), mine.row_ids.begin(), mine.row_ids.end());
     }
   }
   return out;
@@ -216,7 +219,21 @@ TEST(ExamplePacker, EveryLayoutPacksTheSameRows) {
         EXPECT_EQ(many[s].encoder_tokens, one[s].encoder_tokens);
         EXPECT_EQ(many[s].global_targets, one[s].global_targets);
         EXPECT_EQ(many[s].num_targets, one[s].global_targets) << "the slices add up";
+        EXPECT_EQ(many[s].row_ids, one[s].row_ids) << replicas << " replicas, step " << s;
       }
+    }
+    // A row's id is the global position of its first example: 0 first, then one more than the
+    // examples of the rows before it (T5 rows: every example has a segment in the decoder).
+    ASSERT_EQ(one[0].row_ids.size(), 8u);
+    if (layout.encoder_length == 0) continue;
+    EXPECT_EQ(one[0].row_ids[0], 0u);
+    for (size_t r = 1; r < 8; ++r) {
+      std::set<int32_t> segments;
+      for (int64_t t = 0; t < layout.length; ++t) {
+        segments.insert(one[0].segment_ids[(r - 1) * static_cast<size_t>(layout.length) + t]);
+      }
+      segments.erase(0);
+      EXPECT_EQ(one[0].row_ids[r], one[0].row_ids[r - 1] + segments.size()) << "row " << r;
     }
     // Packing puts more than one example in some rows.
     int64_t segments = 0;

@@ -86,6 +86,7 @@ float Model::forward(const Batch& batch) {
   AX_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), N);
   AX_CHECK(batch.targets.empty() || static_cast<int64_t>(batch.targets.size()) == N);
   AX_CHECK(batch.segment_ids.empty() || static_cast<int64_t>(batch.segment_ids.size()) == N);
+  AX_CHECK(batch.row_ids.empty() || static_cast<int64_t>(batch.row_ids.size()) == batch_);
   // Ids are checked here, on the host, for every backend: the CUDA kernels read them on the
   // device unchecked, and a vocabulary split over tensor ranks would drop a target no shard holds.
   for (int32_t t : batch.tokens) {

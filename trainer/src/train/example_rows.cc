@@ -150,9 +150,11 @@ Status ExamplePacker::next(StepRows* rows) {
   const uint64_t mine = options_.replica * per_replica;
   std::vector<data::Seq2SeqExample> examples;  // this replica's
   std::vector<size_t> ends;
+  std::vector<uint64_t> row_ids;
   int64_t global_targets = 0;
   for (uint64_t row = 0; row < options_.global_rows; ++row) {
     const bool kept = row >= mine && row < mine + per_replica;
+    if (kept && options_.row_ids) row_ids.push_back(loader_position_ - pending_.size());
     ExampleRows::Size used;
     for (bool first = true;; first = false) {
       data::Seq2SeqExample e;
@@ -175,6 +177,7 @@ Status ExamplePacker::next(StepRows* rows) {
   }
   *rows = layout.make(examples, ends);
   rows->global_targets = global_targets;
+  rows->row_ids = std::move(row_ids);
   rows_ += static_cast<int64_t>(options_.global_rows);
   return Status::Ok();
 }

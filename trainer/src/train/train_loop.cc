@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ax/common/file_io.h"
+#include "ax/common/rng.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/token_loader.h"
@@ -27,6 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// Separates the dropout seeds of the steps from the other streams drawn from train.seed.
+constexpr uint64_t kDropoutStream = 0x64726f706f757400ULL;  // "dropout"
 
 // Discards everything: the progress lines of ranks other than 0.
 class NullStream : public std::ostream {
@@ -248,6 +252,7 @@ Status Trainer::open_examples(const data::LoaderOptions& lo) {
   po.replica = lo.replica;
   po.num_replicas = lo.num_replicas;
   po.vocab = tokenizer_->vocab_size();
+  po.row_ids = config_.model.dropout > 0;
   StatusOr<std::unique_ptr<ExamplePacker>> packer = ExamplePacker::create(train_set_, po);
   if (!packer.ok()) return packer.status().with_context("training data");
   packer_ = std::move(*packer);
@@ -269,6 +274,7 @@ Status Trainer::open_examples(const data::LoaderOptions& lo) {
   po.num_replicas = 1;
   po.shuffle = false;
   po.prefetch_batches = 0;
+  po.row_ids = false;  // no dropout in evaluation
   StatusOr<std::unique_ptr<ExamplePacker>> val_packer = ExamplePacker::create(val_set_, po);
   if (!val_packer.ok()) {
     return val_packer.status().with_context(str_cat("validation data ", val_dir_));
@@ -326,6 +332,7 @@ StatusOr<StepRows> Trainer::next_rows() {
   AX_ASSIGN_OR_RETURN(rows, rows_of(batch_));
   // Every replica's rows hold as many targets as these.
   rows.global_targets = rows.num_targets * dist_->replicas();
+  if (config_.model.dropout > 0) rows.row_ids = batch_.sample_ids;
   progress_.loader = loader_->state();
   return rows;
 }
@@ -441,6 +448,12 @@ Status Trainer::check_tokens(const data::TokenBatch& batch) const {
 
 Status Trainer::step(int64_t step, StepResult* result) {
   AX_ASSIGN_OR_RETURN(StepRows rows, next_rows());
+  if (config_.model.dropout > 0) {
+    // Masks keyed by the step and each row's place in the data (row_ids): the same on every
+    // mesh and on resume.
+    rows.dropout_seed =
+        mix64(config_.train.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step)));
+  }
   const double loss = dist_->all_reduce(dist_->groups.replica.get(),
                                         forward_backward(model_.get(), rows), comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);

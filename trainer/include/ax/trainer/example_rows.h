@@ -61,6 +61,9 @@ struct ExamplePackerOptions {
   bool shuffle = true;  // false: storage order (evaluation)
   int prefetch_batches = 4;
   uint32_t vocab = 0;  // every token id must be below
+  // Fill StepRows::row_ids (dropout's key) with each row's place in the data: the global
+  // position of its first example, the same on every layout and after resume.
+  bool row_ids = false;
 };
 
 // The rows of successive global batches. Every rank reads the examples of the whole global

@@ -44,6 +44,10 @@ struct Batch {
   // Encoder-decoder models: the encoder's input (B, Te) and its segments (or empty).
   std::span<const int32_t> encoder_tokens{};
   std::span<const int32_t> encoder_segment_ids{};
+  // Training with dropout (model.dropout > 0): each row's place in the data (B), which keys its
+  // masks, and the step's seed. Empty (evaluation, sampling): no dropout.
+  std::span<const uint64_t> row_ids{};
+  uint64_t dropout_seed = 0;
 };
 
 // A network over a ParamStore. The factory picks the family from model.family (gpt and llama:
