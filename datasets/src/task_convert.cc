@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -60,7 +59,7 @@ class Lines {
     if (!lines.in_) return IoError(str_cat("open ", path), errno);
     return lines;
   }
-  // The next line, false at the end. number() is its 1-based number.
+  // The next line, false at the end.
   bool next(std::string* line) {
     if (!std::getline(in_, *line)) return false;
     ++number_;
@@ -78,7 +77,6 @@ class Lines {
     }
     return "";
   }
-  int64_t number() const { return number_; }
   std::string where() const { return str_cat(path_, ":", number_); }
 
  private:
