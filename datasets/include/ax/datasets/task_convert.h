@@ -31,8 +31,9 @@ struct ConvertTaskSummary {
   uint64_t skipped = 0;
 };
 
-// Reads options.input whole (the format is told by its content: a tsv header, JSON lines, one
-// JSON document, plain lines) and writes options.output. Errors name the file and line.
+// Converts options.input (the format is told by its content: a tsv header, JSON lines, one JSON
+// document, plain lines) and writes options.output, built in memory, atomically. Errors name the
+// file and line; nothing is written then.
 StatusOr<ConvertTaskSummary> convert_task(const ConvertTaskOptions& options);
 
 // T5's _pad_punctuation: a space on both sides of every ASCII punctuation character (RE2's
