@@ -45,9 +45,6 @@ class EncoderDecoder final : public Model {
   EncoderDecoder(const ModelConfig& config, int64_t vocab, int64_t batch, int64_t seq_len,
                  Backend* backend)
       : Model(config, vocab, batch, seq_len, backend) {}
-  ~EncoderDecoder() override {
-    if (acts_base != nullptr) be->free(acts_base);
-  }
 
   std::vector<float> logits(int64_t b, int64_t t) const override;
   // 6 FLOPs per matmul parameter per token of its stack (the head on the decoder's tokens), and
@@ -68,14 +65,8 @@ class EncoderDecoder final : public Model {
   void backward_impl(float dloss) override;
 
   Status build() {
-    AX_ASSIGN_OR_RETURN(store_, ParamStore::create(declare(), be, par));
-    bind();
-    Arena dry_run;
-    plan(&dry_run);
-    activation_bytes_ = dry_run.used();
-    AX_ASSIGN_OR_RETURN(acts_base, be->alloc(activation_bytes_));
-    Arena arena(acts_base, activation_bytes_);
-    plan(&arena);
+    AX_RETURN_IF_ERROR(Model::build(
+        declare(), par, [this] { bind(); }, [this](Arena* arena) { plan(arena); }));
     enc.bias.upload(*be, /*bidirectional=*/true, config.relative_buckets,
                     config.relative_max_distance);
     dec.bias.upload(*be, /*bidirectional=*/false, config.relative_buckets,
@@ -90,7 +81,6 @@ class EncoderDecoder final : public Model {
   layers::TensorGroup tp;
   layers::VocabShard vocab;
   layers::LmLoss loss;
-  void* acts_base = nullptr;
 
   ParamViews wte, lm_head;
   Stack enc, dec;

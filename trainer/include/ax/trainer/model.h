@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -123,12 +124,18 @@ class Model {
   // its non-ignored targets (num_targets_ of them); backward with d(loss)/d(each token's loss).
   virtual double forward_impl(const Batch& batch) = 0;
   virtual void backward_impl(float dloss) = 0;
+  // A family's build: the store over `layout` (on `parallel`), `bind` to take the parameters'
+  // views, then `plan` the activations twice: a dry run sizes one allocation (freed by ~Model),
+  // the second pass slices it.
+  Status build(ParamLayout layout, const ModelParallel& parallel, const std::function<void()>& bind,
+               const std::function<void(Arena*)>& plan);
 
   ModelConfig config_;  // vocab_size is the padded vocabulary
   Backend* backend_;
   int64_t vocab_, batch_, seq_len_;
   std::unique_ptr<ParamStore> store_;
   size_t activation_bytes_ = 0;
+  void* activations_ = nullptr;
   int64_t num_targets_ = 0;
   bool has_targets_ = false;
   bool logits_valid_ = false;
