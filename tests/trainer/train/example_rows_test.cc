@@ -138,6 +138,13 @@ TEST(ExampleRows, DecoderOnlyTruncation) {
   const StepRows rb = layout.make(std::span(&b, 1), one);
   EXPECT_EQ(rb.targets, (V{-1, -1, -1}));
   EXPECT_EQ(rb.num_targets, 0);
+  // A prompt and a response that are each a lone EOS take no position: such an example has a
+  // row of its own rather than joining (and never filling) every row.
+  const ExampleRows packed = lm_layout(3);
+  const data::Seq2SeqExample empty = example({1}, {1});
+  EXPECT_EQ(packed.size(empty).decoder, 0);
+  EXPECT_FALSE(packed.fits({}, packed.size(empty)));
+  EXPECT_TRUE(packed.fits({}, packed.size(example({5, 1}, {6, 1}))));
 }
 
 // A seq2seq set of random examples (inputs 1..12 tokens, targets 1..6).

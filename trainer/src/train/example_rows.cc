@@ -38,7 +38,8 @@ ExampleRows::Size ExampleRows::size(const data::Seq2SeqExample& e) const {
 }
 
 bool ExampleRows::fits(const Size& used, const Size& next) const {
-  return pack && used.encoder + next.encoder <= encoder_length &&
+  // An example without positions (a lone EOS) would join every row and never fill one.
+  return pack && next.decoder > 0 && used.encoder + next.encoder <= encoder_length &&
          used.decoder + next.decoder <= length;
 }
 

@@ -45,7 +45,7 @@ struct ExampleRows {
   };
   Size size(const data::Seq2SeqExample& example) const;
   // Whether an example of size `next` joins a row whose examples so far take `used`: never when
-  // not packing, else when both lengths still fit.
+  // not packing or when it takes no decoder position, else when both lengths still fit.
   bool fits(const Size& used, const Size& next) const;
   // Rows of consecutive examples: row r holds examples [ends[r-1], ends[r]) (ends[-1] = 0).
   // num_targets and global_targets are the rows' own count.
