@@ -134,6 +134,25 @@ TEST(CachedDecoding, StopTokenEndsOnlyItsRow) {
             std::vector<int32_t>(other.begin(), std::find(other.begin(), other.end(), stop)));
 }
 
+// reset() forgets every slot: a decoder used before gives a fresh one's logits, bit for bit (the
+// stale slots are masked, their weights exactly 0).
+TEST(CachedDecoding, ResetForgetsEarlierRows) {
+  auto be = make_cpu_backend(2);
+  auto model = tiny_model("tiny-llama", be.get());
+  ASSERT_TRUE(model);
+  auto used = CachedDecoder::create(*model, 1, 10);
+  auto fresh = CachedDecoder::create(*model, 1, 10);
+  ASSERT_TRUE(used.ok() && fresh.ok());
+  const auto rows = random_rows({9, 3}, 14);
+  (*used)->feed(rows[0], 9);
+  (*used)->reset();
+  EXPECT_EQ((*used)->next_slot(), 0);
+  EXPECT_EQ((*used)->feed(std::span(rows[1]).first(2), 2),
+            (*fresh)->feed(std::span(rows[1]).first(2), 2));
+  EXPECT_EQ((*used)->feed(std::span(rows[1]).subspan(2), 1),
+            (*fresh)->feed(std::span(rows[1]).subspan(2), 1));
+}
+
 // Learned positions end at model.max_seq_len: a longer decode is refused before any work, and
 // so are empty rows.
 TEST(CachedDecoding, RefusesWhatItCannotRun) {

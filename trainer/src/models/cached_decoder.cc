@@ -44,7 +44,10 @@ class Cached final : public CachedDecoder {
   Status build(const Model& weights, int64_t batch, int64_t capacity, int64_t encoder_capacity);
 
   void encode(const std::vector<std::vector<int32_t>>& inputs) override;
-  void reset() override { slot_ = 0; }
+  void reset() override {
+    slot_ = 0;
+    std::fill(fed_host_.begin(), fed_host_.end(), 0);
+  }
   std::vector<float> feed(std::span<const int32_t> tokens, int64_t n) override;
   int64_t next_slot() const override { return slot_; }
   size_t bytes() const override { return bytes_; }
@@ -241,8 +244,7 @@ void Cached::encode(const std::vector<std::vector<int32_t>>& inputs) {
     std::fill_n(segments.begin() + b * te, in.size(), 1);
   }
   te_ = te;
-  slot_ = 0;
-  std::fill(fed_host_.begin(), fed_host_.end(), 0);
+  reset();
   const Tensor seg = slice(memory_segments_, 0, {B_, te});
   be_->copy_from_host(seg, segments.data());
 
