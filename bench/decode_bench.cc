@@ -93,7 +93,11 @@ StatusOr<Result> run(const std::string& name, const Options& o, std::ostream& lo
   Result r;
   {
     const int64_t capacity = t5 ? o.tokens : o.prompt + o.tokens - 1;
-    AX_ASSIGN_OR_RETURN(auto decoder, CachedDecoder::create(*weights, o.batch, capacity, o.prompt));
+    AX_ASSIGN_OR_RETURN(auto decoder,
+                        CachedDecoder::create(*weights, {.batch = o.batch,
+                                                         .capacity = capacity,
+                                                         .prefill = o.prompt,
+                                                         .encoder_capacity = o.prompt}));
     r.cache_bytes = decoder->bytes();
   }
   DecodeOptions d{.max_new_tokens = 8};

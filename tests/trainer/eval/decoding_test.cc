@@ -140,8 +140,9 @@ TEST(CachedDecoding, ResetForgetsEarlierRows) {
   auto be = make_cpu_backend(2);
   auto model = tiny_model("tiny-llama", be.get());
   ASSERT_TRUE(model);
-  auto used = CachedDecoder::create(*model, 1, 10);
-  auto fresh = CachedDecoder::create(*model, 1, 10);
+  const CacheShape shape{.batch = 1, .capacity = 10, .prefill = 9};
+  auto used = CachedDecoder::create(*model, shape);
+  auto fresh = CachedDecoder::create(*model, shape);
   ASSERT_TRUE(used.ok() && fresh.ok());
   const auto rows = random_rows({9, 3}, 14);
   (*used)->feed(rows[0], 9);

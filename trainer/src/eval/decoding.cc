@@ -64,11 +64,14 @@ StatusOr<Decoded> decode_cached(const Model& weights,
   }
   // The last new token is never fed back.
   const int64_t capacity = (t5 ? 1 : longest) + std::max<int64_t>(o.max_new_tokens, 1) - 1;
+  const int64_t prefix = t5 ? 1 : shortest;
   AX_ASSIGN_OR_RETURN(std::unique_ptr<CachedDecoder> decoder,
-                      CachedDecoder::create(weights, static_cast<int64_t>(B), capacity, longest));
+                      CachedDecoder::create(weights, {.batch = static_cast<int64_t>(B),
+                                                      .capacity = capacity,
+                                                      .prefill = prefix,
+                                                      .encoder_capacity = longest}));
   const std::vector<std::vector<int32_t>> prompts =
       t5 ? std::vector<std::vector<int32_t>>(B, std::vector<int32_t>{0}) : inputs;
-  const int64_t prefix = t5 ? 1 : shortest;
   if (t5) decoder->encode(inputs);
   std::vector<int32_t> feed(B * static_cast<size_t>(prefix));
   for (size_t b = 0; b < B; ++b) {

@@ -41,7 +41,7 @@ class Cached final : public CachedDecoder {
     if (base_ != nullptr) be_->free(base_);
   }
 
-  Status build(const Model& weights, int64_t batch, int64_t capacity, int64_t encoder_capacity);
+  Status build(const Model& weights, const CacheShape& shape);
 
   void encode(const std::vector<std::vector<int32_t>>& inputs) override;
   void reset() override {
@@ -71,7 +71,7 @@ class Cached final : public CachedDecoder {
   ModelConfig config_;
   Backend* be_ = nullptr;
   bool t5_ = false;
-  int64_t B_ = 0, capacity_ = 0, enc_capacity_ = 0, C_ = 0, V_ = 0;
+  int64_t B_ = 0, capacity_ = 0, prefill_ = 1, enc_capacity_ = 0, C_ = 0, V_ = 0;
   layers::VocabShard vocab_;
   int64_t slot_ = 0, te_ = 0;  // the next slot; the encoder input's length (t5)
 
@@ -98,26 +98,30 @@ class Cached final : public CachedDecoder {
   size_t bytes_ = 0, work_bytes_ = 0;
 };
 
-Status Cached::build(const Model& weights, int64_t batch, int64_t capacity,
-                     int64_t encoder_capacity) {
+Status Cached::build(const Model& weights, const CacheShape& shape) {
   config_ = weights.config();
   be_ = weights.backend();
   t5_ = config_.family == ModelFamily::kT5;
-  B_ = batch;
-  capacity_ = capacity;
-  enc_capacity_ = t5_ ? encoder_capacity : 0;
+  B_ = shape.batch;
+  capacity_ = shape.capacity;
+  prefill_ = t5_ ? 1 : shape.prefill;
+  enc_capacity_ = t5_ ? shape.encoder_capacity : 0;
   C_ = config_.model_dim;
   V_ = weights.vocab();
   vocab_ = layers::VocabShard::of(V_, config_.vocab_size, {});
   if (weights.sharded() || weights.parallel().tensor_size > 1) {
     return InvalidArgument("decoding with a key/value cache runs in one process on whole weights");
   }
-  if (batch < 1 || capacity < 1 || (t5_ && encoder_capacity < 1)) {
-    return InvalidArgument("a cached decoder needs batch, capacity",
-                           t5_ ? " and encoder capacity" : "", " >= 1");
+  if (B_ < 1 || capacity_ < 1 || prefill_ < 1 || prefill_ > capacity_ ||
+      (t5_ && enc_capacity_ < 1)) {
+    return InvalidArgument("a cached decoder of batch ", B_, ", capacity ", capacity_, ", prefill ",
+                           prefill_, t5_ ? ", encoder capacity " : "",
+                           t5_ ? std::to_string(enc_capacity_) : "",
+                           ": each must be >= 1, prefill <= capacity");
   }
-  if (config_.position == PositionKind::kLearned && capacity > config_.max_seq_len) {
-    return InvalidArgument(capacity, " positions (prompt and new tokens) exceed model.max_seq_len=",
+  if (config_.position == PositionKind::kLearned && capacity_ > config_.max_seq_len) {
+    return InvalidArgument(capacity_,
+                           " positions (prompt and new tokens) exceed model.max_seq_len=",
                            config_.max_seq_len, " (the learned position table)");
   }
   declare(weights.store());
@@ -191,8 +195,8 @@ void Cached::plan(Arena* arena) {
   lnf_.plan(arena, dt, B_, C_, &lnf_acts_);
   logits_ = arena->take(dt, {B_, vocab_.Vl});
   logits_f32_ = arena->take(DType::kF32, {B_, vocab_.Vl});
-  // The working space: the largest pass. A decoder-only model's prefill takes up to every slot in
-  // one pass; a t5 decoder feeds one slot at a time after an encoder pass over its input.
+  // The working space: the largest pass. A decoder-only model's first pass takes up to `prefill`
+  // slots; a t5 decoder feeds one slot at a time after an encoder pass over its input.
   size_t work = 0;
   auto measure = [&](const DecoderLayer& layer, int64_t n, bool encoder) {
     Arena dry_run;
@@ -200,7 +204,7 @@ void Cached::plan(Arena* arena) {
     plan_work(&dry_run, layer, n, encoder, &w);
     work = std::max(work, dry_run.used());
   };
-  measure(dec_[0], t5_ ? 1 : capacity_, false);
+  measure(dec_[0], prefill_, false);
   if (t5_) measure(enc_[0], enc_capacity_, true);
   work_bytes_ = work;
   Tensor space = arena->take(DType::kF32, {static_cast<int64_t>((work + 3) / 4)});
@@ -272,8 +276,9 @@ void Cached::encode(const std::vector<std::vector<int32_t>>& inputs) {
 
 std::vector<float> Cached::feed(std::span<const int32_t> tokens, int64_t n) {
   AX_CHECK_EQ(static_cast<int64_t>(tokens.size()), B_ * n);
-  AX_CHECK(n == 1 || (n > 1 && slot_ == 0 && !t5_))
-      << "several slots in one pass only from slot 0 of a decoder-only model";
+  AX_CHECK(n == 1 || (n > 1 && slot_ == 0 && !t5_ && n <= prefill_))
+      << "several slots (" << n << ") in one pass only from slot 0 of a decoder-only model, up to "
+      << prefill_;
   AX_CHECK_LE(slot_ + n, capacity_) << "the cache holds " << capacity_ << " slots";
   AX_CHECK(!t5_ || te_ > 0) << "encode() first";
   for (int64_t b = 0; b < B_; ++b) {
@@ -388,11 +393,10 @@ std::vector<float> Cached::head(Tensor hidden) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CachedDecoder>> CachedDecoder::create(const Model& weights, int64_t batch,
-                                                               int64_t capacity,
-                                                               int64_t encoder_capacity) {
+StatusOr<std::unique_ptr<CachedDecoder>> CachedDecoder::create(const Model& weights,
+                                                               const CacheShape& shape) {
   auto decoder = std::make_unique<Cached>();
-  AX_RETURN_IF_ERROR(decoder->build(weights, batch, capacity, encoder_capacity));
+  AX_RETURN_IF_ERROR(decoder->build(weights, shape));
   return std::unique_ptr<CachedDecoder>(std::move(decoder));
 }
 

@@ -21,15 +21,23 @@
 
 namespace ax::train {
 
+// What a CachedDecoder holds room for.
+struct CacheShape {
+  int64_t batch = 1;     // rows
+  int64_t capacity = 1;  // slots per row
+  // Decoder-only models: the most slots the first feed() takes in one pass (the working space
+  // holds one layer's activations for batch × prefill rows).
+  int64_t prefill = 1;
+  int64_t encoder_capacity = 0;  // encoder-decoder models: the longest input encode() takes
+};
+
 class CachedDecoder {
  public:
-  // A decoder for `batch` rows of up to `capacity` slots over `weights`' parameters (any batch and
-  // length it was created with; not sharded). Encoder-decoder models: `encoder_capacity` is the
-  // longest encoder input encode() takes (ignored otherwise). InvalidArgument for a sharded model
-  // or a capacity beyond a learned position table; ResourceExhausted when the cache does not fit.
-  static StatusOr<std::unique_ptr<CachedDecoder>> create(const Model& weights, int64_t batch,
-                                                         int64_t capacity,
-                                                         int64_t encoder_capacity = 0);
+  // A decoder over `weights`' parameters (a model of any batch and length; not sharded).
+  // InvalidArgument for a sharded model, a shape it cannot hold (prefill > capacity, a size < 1)
+  // or a capacity beyond a learned position table; ResourceExhausted when it does not fit.
+  static StatusOr<std::unique_ptr<CachedDecoder>> create(const Model& weights,
+                                                         const CacheShape& shape);
   virtual ~CachedDecoder() = default;
 
   // Encoder-decoder models: runs the encoder over each row's input (1..encoder_capacity tokens;
@@ -39,7 +47,7 @@ class CachedDecoder {
   virtual void reset() = 0;
   // Feeds tokens (batch, n) row-major at slots [next_slot(), next_slot() + n) and returns each
   // row's logits at the last of them: (batch, vocab) row-major, the real vocabulary. n > 1 only
-  // at slot 0 of a decoder-only model (the shared prefix of the prompts in one pass).
+  // at slot 0 of a decoder-only model, up to `prefill` (the shared prefix of the prompts).
   virtual std::vector<float> feed(std::span<const int32_t> tokens, int64_t n) = 0;
   virtual int64_t next_slot() const = 0;
   // Bytes of device memory the decoder holds: the caches and its working space.
