@@ -55,8 +55,12 @@ void add_sample_options(CLI::App& sample, SampleOptions* o) {
   sample.add_option("--run-dir", o->run_dir, "the run to sample from (its newest checkpoint)")
       ->type_name("DIR")
       ->required();
-  sample.add_option("--prompt", o->prompt, "the start of the text (default: a new document)")
-      ->type_name("TEXT");
+  sample
+      .add_option("--prompt", o->prompts,
+                  "the start of a text (default: a new document); t5: its encoder's input. "
+                  "Repeatable: the prompts are decoded together, one answer each")
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
   sample
       .add_option("--tokens", o->tokens,
                   "new tokens at most (default 128; stops at end of document)")
@@ -71,6 +75,8 @@ void add_sample_options(CLI::App& sample, SampleOptions* o) {
       ->type_name("K")
       ->check(cli::in_range(0));
   sample.add_option("--seed", o->seed, "sampling seed (default 1)")->type_name("S");
+  sample.add_flag("--no-cache{false}", o->use_cache,
+                  "run the whole model again for every new token (no key/value cache), to compare");
   add_device(sample, &o->device);
 }
 
@@ -105,9 +111,9 @@ void add_train_options(CLI::App& app, TrainArgs* a) {
 }
 
 int run_sample(const SampleOptions& options) {
-  StatusOr<std::string> text = sample_text(options, std::cerr);
-  if (!text.ok()) return failed(text.status());
-  std::cout << *text << "\n";
+  StatusOr<std::vector<std::string>> texts = sample_text(options, std::cerr);
+  if (!texts.ok()) return failed(texts.status());
+  for (const std::string& text : *texts) std::cout << text << "\n";
   return kExitOk;
 }
 

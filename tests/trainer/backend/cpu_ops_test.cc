@@ -199,8 +199,8 @@ TEST(CpuRope, InPlaceGivesTheSameBits) {
   Buffers buf(*be);
   const int B = 2, T = 9, NH = 4, KVH = 2, HD = 8, R = (NH + 2 * KVH) * HD;
   Tensor inp = buf.f32({B, T, R}, testing::normal(rng, B * T * R)), out = buf.f32({B, T, R});
-  be->rope_forward(out, inp, NH, KVH, 10000.0f);
-  be->rope_forward(inp, inp, NH, KVH, 10000.0f);
+  be->rope_forward(out, inp, NH, KVH, 10000.0f, 0);
+  be->rope_forward(inp, inp, NH, KVH, 10000.0f, 0);
   EXPECT_EQ(buf.read(inp), buf.read(out));
 }
 

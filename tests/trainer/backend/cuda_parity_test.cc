@@ -51,12 +51,12 @@ TEST_P(CudaParityTest, RopeShorterAfterLonger) {
   for (int64_t T : {64, 32, 64, 48}) {
     SCOPED_TRACE(testing::Message() << "T=" << T);
     Pair inp = random({2, T, R}, act()), out = zeros({2, T, R}, act());
-    ref_->rope_forward(out.ref, inp.ref, NH, KVH, 10000.0f);
-    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, 10000.0f);
+    ref_->rope_forward(out.ref, inp.ref, NH, KVH, 10000.0f, 0);
+    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, 10000.0f, 0);
     expect(out, "rope_forward");
     Pair dinp = random({2, T, R}, act());
-    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, 10000.0f);
-    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, 10000.0f);
+    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, 10000.0f, 0);
+    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, 10000.0f, 0);
     expect(dinp, "rope_backward");
   }
 }

@@ -110,7 +110,8 @@ Want rope_reference(const RopeShape& s, const Host& h) {
           const int64_t i0 = (b * s.T + t) * R + hd * s.HD + j, i1 = i0 + half;
           double c = 1, sn = 0;  // value heads are copied
           if (hd < s.NH + s.KVH) {
-            const double angle = t * std::pow(static_cast<double>(s.theta), -2.0 * j / s.HD);
+            const double angle = static_cast<double>(s.position + t) *
+                                 std::pow(static_cast<double>(s.theta), -2.0 * j / s.HD);
             c = std::cos(angle), sn = std::sin(angle);
           }
           y[i0] = x[i0] * c - x[i1] * sn;

@@ -35,6 +35,7 @@ struct RopeShape {
   int NH, KVH;
   int64_t HD;
   float theta;
+  int64_t position = 0;  // of the first row
 };
 Want rope_reference(const RopeShape& s, const Host& h);
 

@@ -187,7 +187,8 @@ OpCase rope(RopeShape s) {
   OpCase c;
   const int64_t R = (s.NH + 2 * s.KVH) * s.HD;
   c.name = "rope" + dims({{"B", s.B}, {"T", s.T}, {"NH", s.NH}, {"KVH", s.KVH}, {"HD", s.HD}}) +
-           "_theta" + std::to_string(static_cast<int64_t>(s.theta));
+           "_theta" + std::to_string(static_cast<int64_t>(s.theta)) +
+           (s.position > 0 ? "_from" + std::to_string(s.position) : "");
   c.inputs = {{.name = "inp",
                .shape = {s.B, s.T, R},
                .grad = Grad::kAct,
@@ -195,10 +196,10 @@ OpCase rope(RopeShape s) {
                .grad_parity = "rope_backward"}};
   c.outputs = {{.name = "out", .shape = {s.B, s.T, R}, .tol = 2e-6, .parity = "rope_forward"}};
   c.forward = [s](Backend& be, Env& e) {
-    be.rope_forward(e["out"], e["inp"], s.NH, s.KVH, s.theta);
+    be.rope_forward(e["out"], e["inp"], s.NH, s.KVH, s.theta, s.position);
   };
   c.backward = [s](Backend& be, Env& e) {
-    be.rope_backward(e["dinp"], e["dout"], s.NH, s.KVH, s.theta);
+    be.rope_backward(e["dinp"], e["dout"], s.NH, s.KVH, s.theta, s.position);
   };
   c.reference = [s](const Host& h) { return rope_reference(s, h); };
   c.fd = FiniteDiff{0.1, 1e-4, 1e-4};
@@ -513,7 +514,10 @@ void add_row_op_cases(std::vector<OpCase>& t) {
   for (RopeShape s : {RopeShape{2, 9, 4, 2, 8, 10000.0f},
                       {2, 5, 4, 2, 8, 10000.0f},
                       {1, 6, 4, 1, 6, 100.0f},
-                      {1, 3, 2, 2, 4, 10000.0f}}) {
+                      {1, 3, 2, 2, 4, 10000.0f},
+                      // Decoding with a key/value cache: rows from a later position.
+                      {2, 4, 4, 2, 8, 10000.0f, 5},
+                      {3, 1, 4, 1, 16, 500000.0f, 300}}) {
     t.push_back(rope(s));
   }
   for (RopeShape s : {RopeShape{1, 3, 2, 1, 8}, {2, 37, 4, 2, 16}, {1, 130, 3, 3, 64}}) {

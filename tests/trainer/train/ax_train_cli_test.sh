@@ -159,6 +159,17 @@ first=$(sed -n 's/^step  *1\/12 | loss \([0-9.]*\).*/\1/p' "$work/out")
 last=$(sed -n 's/^step 12\/12 | loss \([0-9.]*\).*/\1/p' "$work/out")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 0 && b > 0 && b < a) }' ||
   fail "tiny-t5: loss does not fall ($first -> $last)"
+# T5 answers each prompt (its encoder's input), the same with and without the key/value cache.
+t5sample=(sample --run-dir "$work/t5run" --prompt "The man went" --prompt "A" --tokens 6
+  --temperature 0)
+expect_status 0 "T5 sample" -- "$axtrain" "${t5sample[@]}"
+expect_output "tokens/s, with the key/value cache"
+cached=$("$axtrain" "${t5sample[@]}" 2>/dev/null)
+uncached=$("$axtrain" "${t5sample[@]}" --no-cache 2>/dev/null)
+[[ -n $cached && $cached == "$uncached" ]] ||
+  fail "T5 sample: '$cached' with the cache, '$uncached' without"
+expect_status 1 "T5 sample without a prompt" -- "$axtrain" sample --run-dir "$work/t5run"
+expect_output "give --prompt TEXT"
 expect_status 1 "T5 without sentinels" -- "$axtrain" --experiment tiny-t5 \
   --data "$work/shards/train" --tokenizer "$work/spm.model" --run-dir "$work/t5-nosent"
 expect_output "train one with \`ax-data train-tokenizer --extra-ids 100"

@@ -466,18 +466,22 @@ TEST(Sampler, ContinuesAPromptFromTheNewestCheckpoint) {
   ASSERT_TRUE(train_run(corpus_config("tiny-gpt", {"train.max_steps=3"}), dir).status.ok());
   SampleOptions o;
   o.run_dir = dir;
-  o.prompt = "The man";
+  o.prompts = {"The man"};
   o.tokens = 12;
   o.temperature = 0;
   o.device = "cpu";
   std::ostringstream log;
-  StatusOr<std::string> a = sample_text(o, log);
+  StatusOr<std::vector<std::string>> a = sample_text(o, log);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
-  EXPECT_EQ(a->rfind("The man", 0), 0u) << *a;
+  ASSERT_EQ(a->size(), 1u);
+  EXPECT_EQ(a->front().rfind("The man", 0), 0u) << a->front();
   EXPECT_NE(log.str().find("step_00000003"), std::string::npos) << log.str();
   EXPECT_EQ(*sample_text(o, log), *a);  // greedy is deterministic
+  o.use_cache = false;
+  EXPECT_EQ(*sample_text(o, log), *a);  // the same text without the key/value cache
+  o.use_cache = true;
   o.temperature = 1.0;
-  o.prompt = "";
+  o.prompts = {"", "And the"};
   EXPECT_TRUE(sample_text(o, log).ok());
   o.run_dir = new_dir("sample-empty");
   EXPECT_EQ(sample_text(o, log).status().code(), StatusCode::kNotFound);

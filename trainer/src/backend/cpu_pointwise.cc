@@ -261,17 +261,18 @@ void CpuBackend::update_rope_table(int64_t T, int64_t head_dim, float theta) {
   rope_theta_ = theta;
 }
 
-void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
-                              float theta) {
+void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
+                              int64_t first_position) {
   // out, inp (B, T, (NH + 2·KVH)·HD): query and key heads rotated, value heads copied.
   auto d = check_rope(kPlan, out, inp, num_heads, num_kv_heads, "rope_forward", "out", "inp");
-  update_rope_table(d.T, d.HD, theta);
+  AX_CHECK_GE(first_position, 0) << "rope_forward";
+  update_rope_table(first_position + d.T, d.HD, theta);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* x = inp.as<float>();
   float* y = out.as<float>();
   pool_.parallel_for(d.B * d.T, rows_per_chunk(d.R), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      int64_t t = n % d.T;
+      int64_t t = first_position + n % d.T;
       rope_rotate(y + n * d.R, x + n * d.R, &rope_cos_[t * half], &rope_sin_[t * half], rotated,
                   d.HD, false);
       if (y != x) {
@@ -283,16 +284,17 @@ void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_
 }
 
 void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
-                               float theta) {
+                               float theta, int64_t first_position) {
   // dinp, dout (B, T, (NH + 2·KVH)·HD).
   auto d = check_rope(kPlan, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
-  update_rope_table(d.T, d.HD, theta);
+  AX_CHECK_GE(first_position, 0) << "rope_backward";
+  update_rope_table(first_position + d.T, d.HD, theta);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* dy = dout.as<float>();
   float* dx = dinp.as<float>();
   pool_.parallel_for(d.B * d.T, rows_per_chunk(d.R), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
-      int64_t t = n % d.T;
+      int64_t t = first_position + n % d.T;
       rope_rotate(dx + n * d.R, dy + n * d.R, &rope_cos_[t * half], &rope_sin_[t * half], rotated,
                   d.HD, true);
       for (int64_t i = rotated * d.HD; i < d.R; ++i) dx[n * d.R + i] += dy[n * d.R + i];

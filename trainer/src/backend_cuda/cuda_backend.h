@@ -50,9 +50,10 @@ class CudaBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override;
-  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta) override;
-  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
-                     float theta) override;
+  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
+                    int64_t first_position) override;
+  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads, float theta,
+                     int64_t first_position) override;
   void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
                          const AttentionSpec& spec) override;
   void attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out, Tensor lse,

@@ -1,6 +1,7 @@
 #include "ax/trainer/sampler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "ax/common/rng.h"
 #include "ax/datasets/tokenizer.h"
 #include "ax/trainer/checkpoint.h"
+#include "ax/trainer/decoding.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/train_loop.h"
 #include "ax/trainer/train_state.h"
@@ -44,7 +46,7 @@ int32_t pick_token(std::span<const float> logits, double temperature, int64_t to
   return order[k - 1];
 }
 
-StatusOr<std::string> sample_text(const SampleOptions& options, std::ostream& log) {
+StatusOr<std::vector<std::string>> sample_text(const SampleOptions& options, std::ostream& log) {
   if (options.tokens < 0) return InvalidArgument("--tokens must be >= 0");
   CheckpointManager checkpoints(options.run_dir, 1);
   AX_ASSIGN_OR_RETURN(std::optional<int64_t> latest, checkpoints.latest());
@@ -61,44 +63,58 @@ StatusOr<std::string> sample_text(const SampleOptions& options, std::ostream& lo
       data::Tokenizer::load(config.data.tokenizer);
   if (!tokenizer.ok()) return tokenizer.status().with_context("the run's data.tokenizer");
   const data::Tokenizer& tok = **tokenizer;
-
-  if (config.model.family == ModelFamily::kT5) {
-    return InvalidArgument(
-        "sampling continues a prompt with a decoder-only model; model.family=t5 needs an encoder "
-        "input and decoding from it, which this command does not do yet");
-  }
-  std::vector<uint32_t> ids;
-  AX_RETURN_IF_ERROR(tok.encode(options.prompt, &ids));
+  const bool t5 = config.model.family == ModelFamily::kT5;
   const int32_t eos = tok.eos_id();
-  // An empty prompt starts where a document would: after an end-of-document token.
-  const bool seeded = ids.empty();
-  if (seeded) ids.push_back(static_cast<uint32_t>(std::max(eos, 0)));
 
-  const int64_t window =
-      std::min<int64_t>(config.train.seq_len,
-                        static_cast<int64_t>(ids.size()) + std::max<int64_t>(options.tokens, 1));
+  std::vector<std::string> prompts = options.prompts;
+  if (prompts.empty()) prompts.emplace_back();
+  std::vector<std::vector<int32_t>> inputs;
+  std::vector<bool> seeded;
+  for (const std::string& prompt : prompts) {
+    std::vector<uint32_t> ids;
+    AX_RETURN_IF_ERROR(tok.encode(prompt, &ids));
+    if (t5 && ids.empty()) {
+      return InvalidArgument("model.family=t5 decodes an answer to an input: give --prompt TEXT");
+    }
+    // T5's inputs end with EOS, as in training. An empty prompt for a decoder-only model starts
+    // where a document would: after an end-of-document token.
+    seeded.push_back(!t5 && ids.empty());
+    if (t5 || ids.empty()) ids.push_back(static_cast<uint32_t>(std::max(eos, 0)));
+    inputs.emplace_back(ids.begin(), ids.end());
+  }
+
   AX_ASSIGN_OR_RETURN(auto backend,
                       make_backend(options.device, options.threads, log, config.train.precision));
-  AX_ASSIGN_OR_RETURN(auto model,
-                      Model::create(config.model, tok.vocab_size(), 1, window, backend.get()));
+  // The weights; decoding plans its own buffers for the rows.
+  AX_ASSIGN_OR_RETURN(auto model, Model::create(config.model, tok.vocab_size(), 1, 1, backend.get(),
+                                                {}, {.encoder_seq_len = t5 ? 1 : 0}));
   AX_RETURN_IF_ERROR(restore_parameters(state, &model->store()));
   log << "sampling from " << checkpoints.step_dir(*latest) << "\n";
 
-  SplitMix64 rng(options.seed);
-  std::vector<int32_t> input(static_cast<size_t>(window), 0);
-  for (int64_t n = 0; n < options.tokens; ++n) {
-    const size_t len = std::min<size_t>(ids.size(), static_cast<size_t>(window));
-    const size_t start = ids.size() - len;
-    for (size_t i = 0; i < len; ++i) input[i] = static_cast<int32_t>(ids[start + i]);
-    model->forward(input, {});
-    const std::vector<float> logits = model->logits(0, static_cast<int64_t>(len) - 1);
-    const int32_t next = pick_token(logits, options.temperature, options.top_k, rng.uniform());
-    if (next == eos) break;
-    ids.push_back(static_cast<uint32_t>(next));
+  const DecodeOptions decode_options{.max_new_tokens = options.tokens,
+                                     .temperature = options.temperature,
+                                     .top_k = options.top_k,
+                                     .seed = options.seed,
+                                     .stop_token = eos,
+                                     .use_cache = options.use_cache};
+  const auto start = std::chrono::steady_clock::now();
+  AX_ASSIGN_OR_RETURN(Decoded decoded, decode(*model, inputs, decode_options));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  size_t made = 0;
+  std::vector<std::string> texts;
+  for (size_t b = 0; b < inputs.size(); ++b) {
+    made += decoded.tokens[b].size();
+    std::vector<uint32_t> ids;
+    if (!t5) ids.assign(inputs[b].begin() + (seeded[b] ? 1 : 0), inputs[b].end());
+    ids.insert(ids.end(), decoded.tokens[b].begin(), decoded.tokens[b].end());
+    AX_ASSIGN_OR_RETURN(std::string text, tok.decode(ids));
+    texts.push_back(std::move(text));
   }
-  std::span<const uint32_t> text_ids(ids);
-  if (seeded) text_ids = text_ids.subspan(1);
-  return tok.decode(text_ids);
+  log << made << " new tokens in " << seconds << " s ("
+      << (seconds > 0 ? static_cast<double>(made) / seconds : 0) << " tokens/s, "
+      << (options.use_cache ? "with" : "without") << " the key/value cache)\n";
+  return texts;
 }
 
 }  // namespace ax::train

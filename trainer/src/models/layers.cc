@@ -202,7 +202,7 @@ void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& act
                             const Scratch& scratch, const LayerContext& ctx) const {
   if (rope) {
     qkv.forward(be, scratch.qkv_pre, inp);
-    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta);
+    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta, 0);
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
@@ -220,7 +220,7 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);
-    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_theta);
+    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_theta, 0);
     dqkv = scratch.dqkv_pre;
   }
   qkv.backward(be, dinp, dqkv, inp);

@@ -140,11 +140,12 @@ class Backend {
                                Tensor weight) = 0;
 
   // Rotary embedding on the query and key heads of a packed qkv tensor; value heads are copied.
-  // out, inp (B,T,(NH+2*KVH)*HD); pairs (i, i+HD/2) rotate by angle t * theta^(-2i/HD).
-  virtual void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
-                            float theta) = 0;
-  virtual void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
-                             float theta) = 0;
+  // out, inp (B,T,(NH+2*KVH)*HD); pairs (i, i+HD/2) of row t rotate by angle
+  // (first_position + t) * theta^(-2i/HD): 0 in training, the cache slot when decoding.
+  virtual void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
+                            int64_t first_position) = 0;
+  virtual void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads, float theta,
+                             int64_t first_position) = 0;
 
   // Dot-product attention (AttentionSpec says which columns are Q, K and V, and the scale, mask
   // and bias). out (B,Tq,NH*HD); lse (B,NH,Tq) f32 saves the softmax log-sum-exp for the backward
