@@ -1,5 +1,5 @@
 // ax-train: trains GPT and Llama-style models (resuming from the run directory's newest
-// checkpoint) and samples text from a trained run.
+// checkpoint), samples text from a trained run and evaluates it on a task.
 // Exit status: 0 done, 1 the run failed (the message says why), 2 the command line or config is
 // wrong, 75 stopped by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue to resume).
 #include <iostream>
@@ -11,6 +11,7 @@
 #include "ax/common/env.h"
 #include "ax/common/strings.h"
 #include "ax/trainer/config.h"
+#include "ax/trainer/eval_command.h"
 #include "ax/trainer/sampler.h"
 #include "ax/trainer/train_loop.h"
 
@@ -24,7 +25,8 @@ constexpr const char* kDescription =
     "FPROP_DTYPE work too), then --data, --tokenizer and --max-steps. The resolved config is\n"
     "printed and saved as RUN_DIR/config.json. A run directory that holds a checkpoint is resumed\n"
     "from its newest one (bit-exact on CPU). Validation: data.validation_dir, or a sibling `val`\n"
-    "or `validation` of the --data directory. `ax-train sample --help` describes sampling.\n";
+    "or `validation` of the --data directory. `ax-train sample --help` describes sampling,\n"
+    "`ax-train eval --help` task evaluation.\n";
 
 constexpr const char* kDevice =
     "auto (CUDA device 0 when built and present, else the CPU), cpu,\n"
@@ -78,6 +80,42 @@ void add_sample_options(CLI::App& sample, SampleOptions* o) {
   sample.add_flag("--no-cache{false}", o->use_cache,
                   "run the whole model again for every new token (no key/value cache), to compare");
   add_device(sample, &o->device);
+}
+
+void add_eval_options(CLI::App& eval, EvalCommandOptions* o) {
+  eval.add_option("--run-dir", o->run_dir, "the run to evaluate")->type_name("DIR")->required();
+  eval.add_option("--step", o->step, "the checkpoint's step (default: the newest)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  eval.add_option("--task", o->task,
+                  "mnli (accuracy), squad (exact match, F1) or lambada "
+                  "(last-word accuracy, perplexity; decoder-only models)")
+      ->type_name("NAME")
+      ->required()
+      ->check(CLI::IsMember({"mnli", "squad", "lambada"}));
+  eval.add_option("--data", o->data, "the task's examples: the jsonl of `ax-data convert-task`")
+      ->type_name("FILE")
+      ->required();
+  eval.add_option("--max-examples", o->max_examples, "the first N examples (default: all)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  eval.add_option("--batch", o->batch, "examples decoded together (default 16)")
+      ->type_name("B")
+      ->check(cli::in_range(1));
+  eval.add_option("--max-new-tokens", o->max_new_tokens,
+                  "new tokens per answer at most (default: mnli 8, squad 32)")
+      ->type_name("N")
+      ->check(cli::in_range(1));
+  eval.add_option("--predictions", o->predictions,
+                  "where the predictions go (default RUN_DIR/predictions/TASK_step_N.jsonl)")
+      ->type_name("PATH");
+  add_device(eval, &o->device);
+}
+
+int run_eval(const EvalCommandOptions& options) {
+  StatusOr<TaskEvalResult> result = run_eval_command(options, std::cout);
+  if (!result.ok()) return failed(result.status());
+  return kExitOk;
 }
 
 struct TrainArgs {
@@ -146,6 +184,13 @@ int main_impl(int argc, char** argv) {
   CLI::App* sample = app.add_subcommand(
       "sample", "Prints the prompt and a continuation drawn from a run's newest checkpoint.");
   add_sample_options(*sample, &sample_options);
+  EvalCommandOptions eval_options;
+  CLI::App* eval = app.add_subcommand(
+      "eval",
+      "Evaluates a run's checkpoint on a task (MNLI, SQuAD v1.1, Lambada): greedy decoding with "
+      "the key/value cache, metrics to RUN_DIR/metrics.jsonl and TensorBoard, one prediction per "
+      "example to a jsonl. Under ax-launch or srun --ax-mesh the ranks share the examples.");
+  add_eval_options(*eval, &eval_options);
   if (argc < 2) return cli::usage_error(app, "--experiment NAME and --run-dir DIR are required");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
   if (train_args.help_config) {
@@ -161,6 +206,7 @@ int main_impl(int argc, char** argv) {
     return kExitOk;
   }
   if (sample->parsed()) return run_sample(sample_options);
+  if (eval->parsed()) return run_eval(eval_options);
   return run_train(app, train_args);
 }
 
