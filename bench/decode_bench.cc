@@ -6,7 +6,7 @@
 // tokens). Method and measured numbers: docs/benchmarks-decode.md.
 //
 //   ax-decode-bench [--configs bench-a,bench-a-llama,bench-t5-a] [--tokens 256] [--prompt 16]
-//                   [--batch 1] [--threads 2] [--device cpu]
+//                   [--batch 1] [--rounds 3] [--threads 2] [--device cpu]
 //
 // bench-a-llama is bench-a with the llama blocks: RMSNorm, SwiGLU (hidden 683 ≈ 8/3 · 256),
 // RoPE, 2 key/value heads for 4 query heads (GQA) and an untied head.
@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string configs = "bench-a,bench-a-llama,bench-t5-a";
   int64_t tokens = 256, prompt = 16, batch = 1;
-  int threads = 2;
+  int threads = 2, rounds = 3;
   std::string device = "cpu";
 };
 
@@ -57,8 +57,13 @@ StatusOr<Config> bench_config(const std::string& name) {
   return c;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 struct Result {
-  double cached_tps = 0, whole_tps = 0;
+  double cached_tps = 0, whole_tps = 0, ratio = 0;  // medians over the rounds
   size_t cache_bytes = 0;
   bool same_tokens = false;
 };
@@ -104,10 +109,20 @@ StatusOr<Result> run(const std::string& name, const Options& o, std::ostream& lo
   Decoded warm, cached, whole;
   tokens_per_second(*weights, prompts, d, &warm);  // threads, BLAS buffers, the page cache
   d.max_new_tokens = o.tokens;
-  r.cached_tps = tokens_per_second(*weights, prompts, d, &cached);
-  d.use_cache = false;
-  r.whole_tps = tokens_per_second(*weights, prompts, d, &whole);
-  r.same_tokens = cached.tokens == whole.tokens;
+  // The two alternate, so that a change in the machine's load falls on both; medians.
+  std::vector<double> with, without, ratios;
+  r.same_tokens = true;
+  for (int i = 0; i < o.rounds; ++i) {
+    d.use_cache = true;
+    with.push_back(tokens_per_second(*weights, prompts, d, &cached));
+    d.use_cache = false;
+    without.push_back(tokens_per_second(*weights, prompts, d, &whole));
+    ratios.push_back(with.back() / without.back());
+    r.same_tokens = r.same_tokens && cached.tokens == whole.tokens;
+  }
+  r.cached_tps = median(with);
+  r.whole_tps = median(without);
+  r.ratio = median(ratios);
   return r;
 }
 
@@ -130,15 +145,20 @@ int main_impl(int argc, char** argv) {
   app.add_option("--batch", o.batch, "rows decoded together (default 1)")
       ->type_name("B")
       ->check(cli::in_range(1));
+  app.add_option("--rounds", o.rounds, "measurements of each, alternating (default 3)")
+      ->type_name("N")
+      ->check(cli::in_range(1));
   app.add_option("--threads", o.threads, "CPU threads (default 2)")
       ->type_name("N")
       ->check(cli::in_range(1));
   app.add_option("--device", o.device, "cpu, cpu-bf16 or cuda (default cpu)")->type_name("D");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
 
-  std::printf("ax-decode-bench: greedy, %lld rows x (%lld prompt + %lld new tokens), device %s\n",
-              static_cast<long long>(o.batch), static_cast<long long>(o.prompt),
-              static_cast<long long>(o.tokens), o.device.c_str());
+  std::printf(
+      "ax-decode-bench: greedy, %lld rows x (%lld prompt + %lld new tokens), device %s, "
+      "%d threads, medians of %d alternating rounds\n",
+      static_cast<long long>(o.batch), static_cast<long long>(o.prompt),
+      static_cast<long long>(o.tokens), o.device.c_str(), o.threads, o.rounds);
   std::printf("%-14s %14s %14s %8s %10s %12s\n", "config", "cache tok/s", "no-cache tok/s", "ratio",
               "cache MiB", "same tokens");
   int failures = 0;
@@ -152,8 +172,8 @@ int main_impl(int argc, char** argv) {
       continue;
     }
     std::printf("%-14s %14.1f %14.1f %7.1fx %10.1f %12s\n", name.c_str(), r->cached_tps,
-                r->whole_tps, r->cached_tps / r->whole_tps,
-                static_cast<double>(r->cache_bytes) / (1 << 20), r->same_tokens ? "yes" : "NO");
+                r->whole_tps, r->ratio, static_cast<double>(r->cache_bytes) / (1 << 20),
+                r->same_tokens ? "yes" : "NO");
     if (!r->same_tokens) ++failures;
     std::fflush(stdout);
   }

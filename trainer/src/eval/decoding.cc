@@ -185,6 +185,9 @@ StatusOr<Decoded> decode(const Model& weights, const std::vector<std::vector<int
     if (inputs[b].empty()) return InvalidArgument("input ", b, " to decode is empty");
   }
   if (inputs.empty()) return Decoded{};
+  if (weights.sharded() || weights.parallel().tensor_size > 1) {
+    return InvalidArgument("decoding runs in one process on whole weights (not sharded)");
+  }
   const ModelConfig& config = weights.config();
   if (config.position == PositionKind::kLearned) {
     size_t longest = 0;
