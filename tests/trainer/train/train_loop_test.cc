@@ -13,9 +13,9 @@
 #include <tuple>
 
 #include "ax/trainer/checkpoint.h"
+#include "ax/trainer/decoding.h"
 #include "ax/trainer/distributed.h"
 #include "ax/trainer/optimizer.h"
-#include "ax/trainer/decoding.h"
 #include "ax/trainer/sampler.h"
 #include "ax/trainer/train_state.h"
 #include "model_test_util.h"
