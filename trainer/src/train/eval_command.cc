@@ -1,6 +1,7 @@
 #include "ax/trainer/eval_command.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 
@@ -136,7 +137,10 @@ StatusOr<TaskEvalResult> run_eval_command(const EvalCommandOptions& o, std::ostr
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log << describe_scores(result) << " in " << seconds << " s\n";
+  char timing[96];
+  std::snprintf(timing, sizeof timing, " in %.2f s (%.1f examples/s)", seconds,
+                seconds > 0 ? static_cast<double>(examples.size()) / seconds : 0.0);
+  log << describe_scores(result) << timing << "\n";
   if (ctx.rank != 0) return result;
 
   const std::string predictions = !o.predictions.empty()
