@@ -1,5 +1,5 @@
 // ax-train: trains GPT and Llama-style models (resuming from the run directory's newest
-// checkpoint), samples text from a trained run and evaluates it on a task.
+// checkpoint) and samples text from a trained run.
 // Exit status: 0 done, 1 the run failed (the message says why), 2 the command line or config is
 // wrong, 75 stopped by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue to resume).
 #include <iostream>
@@ -25,8 +25,7 @@ constexpr const char* kDescription =
     "FPROP_DTYPE work too), then --data, --tokenizer and --max-steps. The resolved config is\n"
     "printed and saved as RUN_DIR/config.json. A run directory that holds a checkpoint is resumed\n"
     "from its newest one (bit-exact on CPU). Validation: data.validation_dir, or a sibling `val`\n"
-    "or `validation` of the --data directory. `ax-train sample --help` describes sampling,\n"
-    "`ax-train eval --help` task evaluation.\n";
+    "or `validation` of the --data directory. `ax-train sample --help` describes sampling.\n";
 
 constexpr const char* kDevice =
     "auto (CUDA device 0 when built and present, else the CPU), cpu,\n"
@@ -51,35 +50,6 @@ CLI::Option* add_device(CLI::App& app, std::string* device) {
   return app.add_option("--device", *device, kDevice)
       ->type_name("D")
       ->check(cli::status_check(parse_device));
-}
-
-void add_sample_options(CLI::App& sample, SampleOptions* o) {
-  sample.add_option("--run-dir", o->run_dir, "the run to sample from (its newest checkpoint)")
-      ->type_name("DIR")
-      ->required();
-  sample
-      .add_option("--prompt", o->prompts,
-                  "the start of a text (default: a new document); t5: its encoder's input. "
-                  "Repeatable: the prompts are decoded together, one answer each")
-      ->type_name("TEXT")
-      ->allow_extra_args(false);
-  sample
-      .add_option("--tokens", o->tokens,
-                  "new tokens at most (default 128; stops at end of document)")
-      ->type_name("N")
-      ->check(cli::in_range(0));
-  sample.add_option("--temperature", o->temperature, "0 = greedy (default 0.8)")
-      ->type_name("T")
-      ->check(cli::in_range(0));
-  sample
-      .add_option("--top-k", o->top_k,
-                  "sample among the K most likely tokens, 0 = all (default 40)")
-      ->type_name("K")
-      ->check(cli::in_range(0));
-  sample.add_option("--seed", o->seed, "sampling seed (default 1)")->type_name("S");
-  sample.add_flag("--no-cache{false}", o->use_cache,
-                  "run the whole model again for every new token (no key/value cache), to compare");
-  add_device(sample, &o->device);
 }
 
 void add_eval_options(CLI::App& eval, EvalCommandOptions* o) {
@@ -116,6 +86,35 @@ int run_eval(const EvalCommandOptions& options) {
   StatusOr<TaskEvalResult> result = run_eval_command(options, std::cout);
   if (!result.ok()) return failed(result.status());
   return kExitOk;
+}
+
+void add_sample_options(CLI::App& sample, SampleOptions* o) {
+  sample.add_option("--run-dir", o->run_dir, "the run to sample from (its newest checkpoint)")
+      ->type_name("DIR")
+      ->required();
+  sample
+      .add_option("--prompt", o->prompts,
+                  "the start of a text (default: a new document); t5: its encoder's input. "
+                  "Repeatable: the prompts are decoded together, one answer each")
+      ->type_name("TEXT")
+      ->allow_extra_args(false);
+  sample
+      .add_option("--tokens", o->tokens,
+                  "new tokens at most (default 128; stops at end of document)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  sample.add_option("--temperature", o->temperature, "0 = greedy (default 0.8)")
+      ->type_name("T")
+      ->check(cli::in_range(0));
+  sample
+      .add_option("--top-k", o->top_k,
+                  "sample among the K most likely tokens, 0 = all (default 40)")
+      ->type_name("K")
+      ->check(cli::in_range(0));
+  sample.add_option("--seed", o->seed, "sampling seed (default 1)")->type_name("S");
+  sample.add_flag("--no-cache{false}", o->use_cache,
+                  "run the whole model again for every new token (no key/value cache), to compare");
+  add_device(sample, &o->device);
 }
 
 struct TrainArgs {
@@ -180,10 +179,6 @@ int main_impl(int argc, char** argv) {
   app.footer(kFooter);
   TrainArgs train_args;
   add_train_options(app, &train_args);
-  SampleOptions sample_options;
-  CLI::App* sample = app.add_subcommand(
-      "sample", "Prints the prompt and a continuation drawn from a run's newest checkpoint.");
-  add_sample_options(*sample, &sample_options);
   EvalCommandOptions eval_options;
   CLI::App* eval = app.add_subcommand(
       "eval",
@@ -191,6 +186,10 @@ int main_impl(int argc, char** argv) {
       "the key/value cache, metrics to RUN_DIR/metrics.jsonl and TensorBoard, one prediction per "
       "example to a jsonl. Under ax-launch or srun --ax-mesh the ranks share the examples.");
   add_eval_options(*eval, &eval_options);
+  SampleOptions sample_options;
+  CLI::App* sample = app.add_subcommand(
+      "sample", "Prints the prompt and a continuation drawn from a run's newest checkpoint.");
+  add_sample_options(*sample, &sample_options);
   if (argc < 2) return cli::usage_error(app, "--experiment NAME and --run-dir DIR are required");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
   if (train_args.help_config) {
@@ -205,8 +204,8 @@ int main_impl(int argc, char** argv) {
     for (const std::string& name : experiment_names()) std::cout << name << "\n";
     return kExitOk;
   }
-  if (sample->parsed()) return run_sample(sample_options);
   if (eval->parsed()) return run_eval(eval_options);
+  if (sample->parsed()) return run_sample(sample_options);
   return run_train(app, train_args);
 }
 
