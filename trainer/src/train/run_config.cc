@@ -82,6 +82,9 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
   if (!config.data.validation_dir.empty()) {
     config.data.validation_dir = absolute_path(config.data.validation_dir);
   }
+  if (!config.train.eval_task_data.empty()) {
+    config.train.eval_task_data = absolute_path(config.train.eval_task_data);
+  }
   AX_ASSIGN_OR_RETURN(auto tokenizer, data::Tokenizer::load(config.data.tokenizer));
   AX_ASSIGN_OR_RETURN(config.model.vocab_size,
                       padded_vocab_size(config.model, tokenizer->vocab_size()));
