@@ -1,5 +1,6 @@
-// ax-train: trains GPT and Llama-style models (resuming from the run directory's newest
-// checkpoint) and samples text from a trained run.
+// ax-train: trains GPT, Llama-style and T5 models (resuming from the run directory's newest
+// checkpoint, or starting from --init-from), evaluates a run on a task (eval), samples text from
+// it (sample) and exports it to Hugging Face's format (export).
 // Exit status: 0 done, 1 the run failed (the message says why), 2 the command line or config is
 // wrong, 75 stopped by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue to resume).
 #include <iostream>
