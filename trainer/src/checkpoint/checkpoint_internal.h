@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct RankWrite {
 // A RankWrite as JSON text and back (sent to the committing rank in a sharded save).
 std::string rank_write_to_json(const RankWrite& write);
 StatusOr<RankWrite> rank_write_from_json(const std::string& text);
+
+// The step of a final step directory name ("step_00000120"), nullopt for anything else.
+std::optional<int64_t> parse_step_name(const std::string& name);
 
 // "rank_00003.safetensors".
 std::string rank_file_name(int rank);
