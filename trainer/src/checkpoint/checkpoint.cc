@@ -213,13 +213,12 @@ Status CheckpointManager::save(const CheckpointState& state, const CheckpointGro
   return Status::Ok();
 }
 
-StatusOr<CheckpointState> load_checkpoint_regions(const std::string& dir, int64_t step,
-                                                  const std::vector<TensorRegion>& regions) {
-  AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader, ckpt::CheckpointReader::open(dir, step));
+StatusOr<std::vector<HostTensor>> ckpt::read_regions(const CheckpointReader& reader,
+                                                     const std::string& dir,
+                                                     const std::vector<TensorRegion>& regions) {
   std::map<std::string, const ckpt::TensorRecord*> by_name;
   for (const ckpt::TensorRecord& t : reader.tensors()) by_name[t.name] = &t;
-  CheckpointState state;
-  state.step = step;
+  std::vector<HostTensor> out;
   for (const TensorRegion& region : regions) {
     auto it = by_name.find(region.name);
     if (it == by_name.end()) {
@@ -245,15 +244,20 @@ StatusOr<CheckpointState> load_checkpoint_regions(const std::string& dir, int64_
     h.logical_shape = t.shape;
     h.data.resize(static_cast<size_t>(n));
     AX_RETURN_IF_ERROR(reader.read_region(t, region.offset, region.shape, h.data.data()));
-    state.tensors.push_back(std::move(h));
+    out.push_back(std::move(h));
   }
-  state.blobs = reader.blobs();
-  return state;
+  return out;
 }
 
 StatusOr<CheckpointState> CheckpointManager::load(int64_t step,
                                                   const std::vector<TensorRegion>& regions) const {
-  return load_checkpoint_regions(step_dir(step), step, regions);
+  const std::string dir = step_dir(step);
+  AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader, ckpt::CheckpointReader::open(dir, step));
+  CheckpointState state;
+  state.step = step;
+  AX_ASSIGN_OR_RETURN(state.tensors, ckpt::read_regions(reader, dir, regions));
+  state.blobs = reader.blobs();
+  return state;
 }
 
 StatusOr<std::optional<int64_t>> CheckpointManager::latest() const {

@@ -95,4 +95,10 @@ class CheckpointReader {
   std::map<std::string, std::string> blobs_;
 };
 
+// The regions of a committed checkpoint (of directory `dir`, for errors) as slices: offset and
+// logical_shape set. What CheckpointManager::load(step, regions) returns as its tensors.
+StatusOr<std::vector<HostTensor>> read_regions(const CheckpointReader& reader,
+                                               const std::string& dir,
+                                               const std::vector<TensorRegion>& regions);
+
 }  // namespace ax::train::ckpt

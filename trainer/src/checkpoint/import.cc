@@ -182,46 +182,84 @@ Status read_hf_region(const HfFiles& files, const ckpt::HfTensor& t, const Tenso
   return Status::Ok();
 }
 
-StatusOr<CheckpointState> load_hf(const InitSource& source,
-                                  const std::vector<TensorRegion>& regions) {
-  AX_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(source.dir));
-  AX_ASSIGN_OR_RETURN(std::vector<ckpt::HfTensor> table,
-                      ckpt::hf_tensors(source.model, source.model.vocab_size));
-  AX_RETURN_IF_ERROR(check_hf_tensors(source.dir, files, table, source.model));
-  std::map<std::string, const ckpt::HfTensor*> by_name;
-  for (const ckpt::HfTensor& t : table) {
-    if (!t.ax.empty()) by_name["params/" + t.ax] = &t;
+// A Hugging Face directory: headers and the table, checked at open().
+class HfReader : public InitReader {
+ public:
+  static StatusOr<std::unique_ptr<InitReader>> open(const InitSource& source) {
+    AX_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(source.dir));
+    AX_ASSIGN_OR_RETURN(std::vector<ckpt::HfTensor> table,
+                        ckpt::hf_tensors(source.model, source.model.vocab_size));
+    AX_RETURN_IF_ERROR(check_hf_tensors(source.dir, files, table, source.model));
+    return std::unique_ptr<InitReader>(new HfReader(source, std::move(files), std::move(table)));
   }
-  CheckpointState state;
-  for (const TensorRegion& region : regions) {
-    auto it = by_name.find(region.name);
-    if (it == by_name.end()) {
-      return NotFound(source.description, " has no ", region.name, " for this model");
+
+  StatusOr<std::vector<HostTensor>> read(const std::vector<TensorRegion>& regions) override {
+    std::vector<HostTensor> out;
+    for (const TensorRegion& region : regions) {
+      auto it = by_name_.find(region.name);
+      if (it == by_name_.end()) {
+        return NotFound(source_.description, " has no ", region.name, " for this model");
+      }
+      const ckpt::HfTensor& t = *it->second;
+      bool inside = region.offset.size() == t.shape.size() && region.shape.size() == t.shape.size();
+      for (size_t k = 0; inside && k < t.shape.size(); ++k) {
+        inside = region.offset[k] >= 0 && region.offset[k] + region.shape[k] <= t.shape[k];
+      }
+      if (!inside) {
+        return InvalidArgument(region.name, " of ", source_.description, " has shape ",
+                               shape_text(t.shape), ", the model asks for the part at ",
+                               shape_text(region.offset), " of shape ", shape_text(region.shape));
+      }
+      HostTensor h;
+      h.name = region.name;
+      h.shape = region.shape;
+      h.offset = region.offset;
+      h.logical_shape = t.shape;
+      int64_t n = 1;
+      for (int64_t d : region.shape) n *= d;
+      h.data.resize(static_cast<size_t>(n));
+      AX_RETURN_IF_ERROR(read_hf_region(files_, t, region, query_scale_, h.data.data()));
+      out.push_back(std::move(h));
     }
-    const ckpt::HfTensor& t = *it->second;
-    bool inside = region.offset.size() == t.shape.size() && region.shape.size() == t.shape.size();
-    for (size_t k = 0; inside && k < t.shape.size(); ++k) {
-      inside = region.offset[k] >= 0 && region.offset[k] + region.shape[k] <= t.shape[k];
-    }
-    if (!inside) {
-      return InvalidArgument(region.name, " of ", source.description, " has shape ",
-                             shape_text(t.shape), ", the model asks for the part at ",
-                             shape_text(region.offset), " of shape ", shape_text(region.shape));
-    }
-    HostTensor h;
-    h.name = region.name;
-    h.shape = region.shape;
-    h.offset = region.offset;
-    h.logical_shape = t.shape;
-    int64_t n = 1;
-    for (int64_t d : region.shape) n *= d;
-    h.data.resize(static_cast<size_t>(n));
-    AX_RETURN_IF_ERROR(
-        read_hf_region(files, t, region, ckpt::t5_query_scale(source.model), h.data.data()));
-    state.tensors.push_back(std::move(h));
+    return out;
   }
-  return state;
-}
+
+ private:
+  HfReader(InitSource source, HfFiles files, std::vector<ckpt::HfTensor> table)
+      : source_(std::move(source)),
+        files_(std::move(files)),
+        table_(std::move(table)),
+        query_scale_(ckpt::t5_query_scale(source_.model)) {
+    for (const ckpt::HfTensor& t : table_) {
+      if (!t.ax.empty()) by_name_["params/" + t.ax] = &t;
+    }
+  }
+
+  InitSource source_;
+  HfFiles files_;
+  std::vector<ckpt::HfTensor> table_;
+  std::map<std::string, const ckpt::HfTensor*> by_name_;
+  double query_scale_;
+};
+
+// An ax checkpoint: every file verified at open().
+class AxReader : public InitReader {
+ public:
+  static StatusOr<std::unique_ptr<InitReader>> open(const InitSource& source) {
+    AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader,
+                        ckpt::CheckpointReader::open(source.dir, source.step));
+    return std::unique_ptr<InitReader>(new AxReader(source.dir, std::move(reader)));
+  }
+  StatusOr<std::vector<HostTensor>> read(const std::vector<TensorRegion>& regions) override {
+    return ckpt::read_regions(reader_, dir_, regions);
+  }
+
+ private:
+  AxReader(std::string dir, ckpt::CheckpointReader reader)
+      : dir_(std::move(dir)), reader_(std::move(reader)) {}
+  std::string dir_;
+  ckpt::CheckpointReader reader_;
+};
 
 StatusOr<InitSource> open_ax(const std::string& step_dir, int64_t step) {
   InitSource source;
@@ -272,13 +310,21 @@ StatusOr<InitSource> open_init_source(const std::string& path) {
   return source;
 }
 
+StatusOr<std::unique_ptr<InitReader>> InitReader::open(const InitSource& source) {
+  StatusOr<std::unique_ptr<InitReader>> reader =
+      source.kind == InitSource::Kind::kAx ? AxReader::open(source) : HfReader::open(source);
+  if (!reader.ok()) return reader.status().with_context(str_cat("--init-from ", source.dir));
+  return reader;
+}
+
 StatusOr<CheckpointState> load_init_parameters(const InitSource& source,
                                                const std::vector<TensorRegion>& regions) {
-  StatusOr<CheckpointState> state = source.kind == InitSource::Kind::kAx
-                                        ? load_checkpoint_regions(source.dir, source.step, regions)
-                                        : load_hf(source, regions);
-  if (!state.ok()) return state.status().with_context(str_cat("--init-from ", source.dir));
-  state->step = source.step;
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<InitReader> reader, InitReader::open(source));
+  CheckpointState state;
+  state.step = source.step;
+  StatusOr<std::vector<HostTensor>> tensors = reader->read(regions);
+  if (!tensors.ok()) return tensors.status().with_context(str_cat("--init-from ", source.dir));
+  state.tensors = std::move(*tensors);
   return state;
 }
 

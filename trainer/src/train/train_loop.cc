@@ -293,12 +293,9 @@ Status Trainer::resume() {
 
 Status Trainer::init_from() {
   AX_ASSIGN_OR_RETURN(InitSource source, open_init_source(config_.train.init_from));
-  std::vector<TensorRegion> regions;
-  for (TensorRegion& r : owned_regions(model_->store())) {
-    if (r.name.starts_with("params/")) regions.push_back(std::move(r));
-  }
-  AX_ASSIGN_OR_RETURN(CheckpointState state, load_init_parameters(source, regions));
-  AX_RETURN_IF_ERROR(restore_parameters(state, &model_->store()));
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<InitReader> reader, InitReader::open(source));
+  Status streamed = stream_parameters(reader.get(), &model_->store());
+  if (!streamed.ok()) return streamed.with_context(str_cat("--init-from ", source.dir));
   if (config_.train.init_from_keep_step) progress_.step = source.step;
   initialised_from_ = str_cat(source.description, source.kind == InitSource::Kind::kAx
                                                       ? str_cat(" (step ", source.step, ")")

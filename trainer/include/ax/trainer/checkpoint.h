@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,10 +77,6 @@ class CheckpointManager {
   int64_t keep_;
 };
 
-// What CheckpointManager::load(step, regions) does, for the step directory `dir` of any run.
-StatusOr<CheckpointState> load_checkpoint_regions(const std::string& dir, int64_t step,
-                                                  const std::vector<TensorRegion>& regions);
-
 // Writes model.safetensors (+ config.json) with Hugging Face tensor names: GPT-2 names
 // (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...) for the gpt family, Llama
 // names (model.layers.0.self_attn.q_proj.weight, ...) for the llama family, T5's
@@ -109,10 +106,20 @@ struct InitSource {
 // architecture or an option ax does not implement is an error naming the key.
 StatusOr<InitSource> open_init_source(const std::string& path);
 
-// Reads the params/* regions (a rank's own parts of the logical tensors, whatever the mesh)
-// from the source, as slices (offset and logical_shape set), reading only their bytes. Before
-// anything is read, a Hugging Face directory is checked whole: every tensor the model needs is
-// present with its shape, and none is left over; errors name the tensor and the file.
+// Reads params/* regions from an InitSource. open() checks the source whole before anything is
+// read: an ax checkpoint's files and checksums; for a Hugging Face directory, that every tensor
+// the model needs is present with its shape and none is left over (errors name the tensor and
+// the file). read() then costs only the byte ranges of the regions asked for, so a rank can
+// stream its own parts (a slice of each logical tensor, whatever the mesh) one at a time.
+class InitReader {
+ public:
+  static StatusOr<std::unique_ptr<InitReader>> open(const InitSource& source);
+  virtual ~InitReader() = default;
+  // The regions, in order, as slices (offset and logical_shape set).
+  virtual StatusOr<std::vector<HostTensor>> read(const std::vector<TensorRegion>& regions) = 0;
+};
+
+// open() and read() in one: the regions as a CheckpointState of step source.step.
 StatusOr<CheckpointState> load_init_parameters(const InitSource& source,
                                                const std::vector<TensorRegion>& regions);
 
