@@ -160,12 +160,27 @@ StatusOr<int64_t> export_run(const std::string& run_dir, std::optional<int64_t> 
     AX_ASSIGN_OR_RETURN(step, run.latest());
     if (!step) return NotFound("no checkpoint in ", run_dir, " (train first with ax-train)");
   }
-  AX_ASSIGN_OR_RETURN(CheckpointState state, run.load(*step));
-  auto blob = state.blobs.find("config.json");
-  if (blob == state.blobs.end()) return DataLoss(run.step_dir(*step), " has no config.json");
-  AX_ASSIGN_OR_RETURN(Config config, from_json(blob->second));
-  std::erase_if(state.tensors, [](const HostTensor& t) { return !starts_with(t.name, "params/"); });
-  AX_RETURN_IF_ERROR(export_hugging_face(state, config, out_dir));
+  // The config first, so that only the parameters are read (not the optimizer's moments).
+  const std::string config_path = ckpt::join_path(run.step_dir(*step), "config.json");
+  StatusOr<std::string> text = ckpt::read_file(config_path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return NotFound("no checkpoint of step ", *step, " in ", run_dir);
+    }
+    return text.status();
+  }
+  StatusOr<Config> config = from_json(*text);
+  if (!config.ok()) return config.status().with_context(config_path);
+  AX_ASSIGN_OR_RETURN(std::vector<ckpt::HfTensor> table,
+                      ckpt::hf_tensors(config->model, config->model.vocab_size));
+  std::vector<TensorRegion> regions;
+  for (const ckpt::HfTensor& t : table) {
+    if (!t.ax.empty()) {
+      regions.push_back({"params/" + t.ax, std::vector<int64_t>(t.shape.size(), 0), t.shape});
+    }
+  }
+  AX_ASSIGN_OR_RETURN(CheckpointState state, run.load(*step, regions));
+  AX_RETURN_IF_ERROR(export_hugging_face(state, *config, out_dir));
   return *step;
 }
 
