@@ -131,8 +131,8 @@ void add_train_options(CLI::App& app, TrainArgs* a) {
       ->type_name("N")
       ->check(cli::in_range(1));
   app.add_option("--init-from", a->request.init_from,
-                 "start from these weights (train.init_from): an ax run or checkpoint directory "
-                 "or a Hugging Face directory (GPT-2, Llama, T5 v1.1); its model config is used")
+                 "weights and model config to start from (train.init_from): an ax run or\n"
+                 "checkpoint, or a Hugging Face GPT-2 / Llama / T5 v1.1 directory")
       ->type_name("PATH");
   app.add_flag("--help-config", a->help_config, "the config keys, their defaults and meaning");
   app.add_flag("--help-env", a->help_env, "the environment variables ax reads");

@@ -295,13 +295,14 @@ TEST(ShardedCheckpoint, T5ResumesOnAnotherLayoutWithTheSameLosses) {
 
 // --init-from on a sharded mesh: each rank reads only its own parts of the logical tensors (FSDP
 // row blocks, tensor-parallel column and row blocks) from a Hugging Face directory or an ax
-// checkpoint; every layout trains the losses of one process started from the same weights, and
-// the Hugging Face export of a checkpoint starts the same run as the checkpoint itself.
+// checkpoint (itself written by a sharded run); every layout trains the losses of one process
+// started from the same weights, and the Hugging Face export of a checkpoint starts the same run
+// as the checkpoint itself.
 void expect_sharded_init(const std::string& experiment, const std::vector<Layout>& layouts) {
   const std::string root = data::testing::temp_dir("init-" + experiment);
   std::vector<std::string> o = base_overrides(experiment);
   o.push_back("train.max_steps=3");
-  RunResult base = run_ranks(corpus_config(experiment, o), {1, 1, 1}, root + "/base");
+  RunResult base = run_ranks(corpus_config(experiment, o), {1, 2, 2}, root + "/base");
   ASSERT_EQ(base.losses.size(), 3u) << base.errs[0];
   StatusOr<int64_t> exported = export_run(root + "/base", std::nullopt, root + "/hf");
   ASSERT_TRUE(exported.ok()) << exported.status().to_string();
@@ -316,6 +317,9 @@ void expect_sharded_init(const std::string& experiment, const std::vector<Layout
   RunResult ax = run_ranks(corpus_config(experiment, from_ax), {1, 1, 1}, root + "/ax");
   ASSERT_EQ(ax.losses.size(), 5u) << ax.errs[0];
   expect_same_losses(ax.losses, one.losses, 0, "ax checkpoint vs its Hugging Face export", 0);
+  RunResult ax_sharded = run_ranks(corpus_config(experiment, from_ax), layouts[0], root + "/ax2");
+  EXPECT_EQ(ax_sharded.losses.size(), 5u) << ax_sharded.errs[0];
+  expect_same_losses(ax_sharded.losses, one.losses, 0, "ax checkpoint on " + layouts[0].name());
   for (const Layout& layout : layouts) {
     RunResult r = run_ranks(hf, layout, root + "/" + layout.name());
     for (size_t k = 0; k < r.exit_codes.size(); ++k) {
