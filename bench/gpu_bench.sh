@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark of issue 6: tokens/s, step time, peak memory and MFU of ax against plain
 # PyTorch (eager and torch.compile) on the same GPU in one run, each at the largest batch that
-# fits, for Pile126M (seq 2048) and fuji-1B-v2 (seq 4096). Method: docs/notes/cuda-perf.md
-# ("How to run the benchmark"); the table's place: docs/benchmarks-gpu.md.
+# fits, for Pile126M (seq 2048) and fuji-1B-v2 (seq 4096), and (issue 15) sequences/s of
+# t5-small, t5-base and t5-large (ENC_SL 512, DEC_SL 128, span-corruption-shaped rows) with
+# --models t5-small,t5-base,t5-large. Method: docs/notes/cuda-perf.md ("How to run the
+# benchmark"); the table's place: docs/benchmarks-gpu.md.
 #
 #   bench/gpu_bench.sh --bench BUNDLE/bin/ax-train-bench          on the GPU machine
 #   bench/gpu_bench.sh --check --bench build/h8/bench/ax-train-bench    here, without a GPU
@@ -20,7 +22,8 @@ peer="$here/torch_gpu_peer.py"
 bench=""
 models="Pile126M,fuji-1B-v2"
 models_given=""  # --models was given: --check runs its pipeline on those
-count_models="Pile126M,fuji-1B-v1,fuji-1B-v2,fuji-1B-v3"  # --check's parameter counts
+# --check's parameter counts
+count_models="Pile126M,fuji-1B-v1,fuji-1B-v2,fuji-1B-v3,t5-small,t5-base,t5-large"
 sides="ax,eager,compile"
 device="cuda"
 out=""
@@ -39,7 +42,8 @@ usage() {
 
 options:
   --bench PATH        ax-train-bench from a CUDA build (or a --bundle directory's bin/)
-  --models LIST       experiments, comma-separated (default $models)
+  --models LIST       experiments, comma-separated (default $models; also t5-small,
+                      t5-base, t5-large, and the tiny-gpt, tiny-llama, tiny-t5 of --check)
   --sides LIST        ax,eager,compile (default all)
   --out DIR           results (default \$OUT/gpu-bench when \$OUT is set, else ./gpu-bench-results)
   --python PATH       the Python with PyTorch (default \$PYTHON or python3)
@@ -49,10 +53,11 @@ options:
   --max-seconds S     stop timing a run after S seconds, at least 3 steps (default $max_seconds)
   --batches LIST      batch sizes to try, largest first (default per model)
   --device cuda|cpu   cpu runs the same pipeline without a GPU (what --check uses)
-  --check             without a GPU: parameter counts of ax and the peer for Pile126M and
-                      fuji-1B, then the whole pipeline on CPU for tiny-gpt and tiny-llama
-                      (--models and --sides choose others; the pipeline has a 300 s budget
-                      of its own)
+  --check             without a GPU: parameter counts and FLOPs per token of ax and the
+                      peer for Pile126M, fuji-1B and T5 (small, base, large; with the real
+                      targets a row), then the whole pipeline on CPU for tiny-gpt,
+                      tiny-llama and tiny-t5 (--models and --sides choose others; the
+                      pipeline has a 300 s budget of its own)
   --count-models LIST the models --check counts (default $count_models; none: no counts)
   --bundle DIR        copy --bench and the shared libraries it needs (but the CUDA toolkit's
                       and the driver's) into DIR/bin and DIR/lib, to carry to a GPU machine
@@ -181,8 +186,9 @@ if "error" in r:
     print("failed:", r["error"])
 else:
     s = statistics.median(r["step_seconds"]) if r["step_seconds"] else float("nan")
-    print(f"batch {r['batch']}: {1e3 * s:.0f} ms/step, {r['batch'] * r['seq'] / s:,.0f} tokens/s, "
-          f"loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}")
+    rows = f"{r['batch'] / s:,.1f} sequences/s, " if r.get("encoder_seq") else ""
+    print(f"batch {r['batch']}: {1e3 * s:.0f} ms/step, {rows}{r['batch'] * r['seq'] / s:,.0f} "
+          f"tokens/s, loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}")
 EOF
 }
 
@@ -191,6 +197,10 @@ default_batches() {
   case "$1" in
     Pile126M) echo "256 128 64 32 16 8 4 2 1" ;;
     fuji-*) echo "64 32 16 8 4 2 1" ;;
+    # T5x's batch per GPU: small 256 (A100), large 32 (A100 and H100); ax and eager may fit more.
+    t5-small) echo "512 256 128 64 32 16" ;;
+    t5-base) echo "256 128 64 32 16 8" ;;
+    t5-large) echo "128 64 32 16 8 4" ;;
     *) echo "8 4" ;;
   esac
 }
@@ -342,9 +352,10 @@ check() {
   echo "parameter counts and FLOPs per token, ax (ax-train-bench --count-params) against the peer:"
   [[ "$count_models" == none ]] && count_models=""
   for m in ${count_models//,/ }; do
+    peer_json="$("$python" "$peer" count --model "$m")"
     # ax allocates f32 parameters and gradients for the count: 8 bytes per parameter.
-    need_kb=$(( $("$python" "$peer" count --model "$m" | "$python" -c \
-      'import json, sys; print(json.load(sys.stdin)["params"])') * 8 / 1024 ))
+    need_kb=$(( $("$python" -c 'import json, sys; print(json.loads(sys.argv[1])["params"])' \
+      "$peer_json") * 8 / 1024 ))
     avail_kb="$(awk '/MemAvailable/ {print $2}' /proc/meminfo)"
     if ((need_kb * 3 / 2 > avail_kb)); then
       echo "  $m: skipped (ax's count allocates $((need_kb / 1048576)) GiB;" \
@@ -352,13 +363,18 @@ check() {
       continue
     fi
     ax_json="$("$bench" --worker "$m" --count-params)"
-    peer_json="$("$python" "$peer" count --model "$m")"
     if "$python" - "$ax_json" "$peer_json" <<'EOF'; then
 import json, sys
 ax, peer = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-keys = ("params", "matmul_params", "flops_per_token")
-print("  ", ", ".join(f"{k} ax {ax[k]:.0f} peer {peer[k]:.0f}" for k in keys))
-sys.exit(0 if all(ax[k] == peer[k] for k in keys) else 1)
+# T5: the encoder length and the real targets a row (span corruption) shape the batch too.
+keys = ("params", "matmul_params", "flops_per_token", "encoder_seq", "targets_per_row")
+keys = [k for k in keys if k in ax or k in peer]
+print("  ", ", ".join(f"{k} ax {ax.get(k, 'none')} peer {peer.get(k, 'none')}" for k in keys))
+# FLOPs are sums of products in doubles: equal up to rounding.
+same = lambda k: (k in ax and k in peer and
+                  (ax[k] == peer[k] if k != "flops_per_token" else
+                   abs(ax[k] - peer[k]) <= 1e-12 * abs(peer[k])))
+sys.exit(0 if all(same(k) for k in keys) else 1)
 EOF
       echo "  $m: same"
     else
@@ -367,7 +383,7 @@ EOF
     fi
   done
   echo
-  [[ -n "$models_given" ]] || models="tiny-gpt,tiny-llama"
+  [[ -n "$models_given" ]] || models="tiny-gpt,tiny-llama,tiny-t5"
   echo "the pipeline on CPU ($models; torch.compile where this PyTorch has it):"
   device=cpu
   warmup=2
@@ -375,14 +391,22 @@ EOF
   budget=300
   start=$SECONDS  # the pipeline's budget is its own: the counts above can take minutes
   run_all
+  local targets
   for m in ${models//,/ }; do
+    targets=""
     for s in ax eager; do
       [[ ",$sides," == *,$s,* ]] || continue
       if [[ -n "$(json_field "$results/$m.$s.json" error)" ]]; then
         echo "check: $m $s failed: $(json_field "$results/$m.$s.json" error)"
         status=1
       fi
+      # T5: both sides train rows with the same number of real targets.
+      targets+="$(json_field "$results/$m.$s.json" targets_per_row) "
     done
+    if (($(tr ' ' '\n' <<<"$targets" | sort -u | grep -c .) > 1)); then
+      echo "check: $m: ax and the peer train rows of different real targets ($targets)"
+      status=1
+    fi
   done
   exit "$status"
 }

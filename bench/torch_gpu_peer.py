@@ -12,6 +12,15 @@ or not as the config says). Parameters and their shapes are ax's, so the counts 
 (`count`, checked by `gpu_bench.sh --check`). The vocabulary is padded as ax pads it; the loss is
 taken over the padded logits and the random targets lie in the real vocabulary.
 
+The `t5` family (t5-small/base/large, tiny-t5) is bench/torch_t5_peer.py's T5 v1.1, imported (one
+PyTorch T5 for the CPU and the GPU benchmark): explicit softmax(QKᵀ/√d_kv + position bias + mask)
+attention as Hugging Face's T5 computes it (F.scaled_dot_product_attention is not used: the
+position bias is a learned additive mask), z-loss 1e-4, T5x's Pile recipe's AdamW and linear
+schedule. Its batch has the shapes of ax's span-corrupted rows (ENC_SL encoder tokens, DEC_SL
+decoder tokens, of which the real targets T5's random_spans_helper gives, 114 for ENC_SL 512;
+the rest padding, masked), the same on both sides; tokens/s counts encoder and decoder tokens,
+FLOPs are ax's encoder-decoder count (flops_per_row in trainer/src/models/encoder_decoder.cc).
+
 A step is what ax-train-bench's worker does: forward, mean cross-entropy, backward, global-norm
 clipping, AdamW (weight decay on matrices and embeddings, ax's schedule), with f32 master weights
 and bf16 autocast on CUDA (f32 on CPU), F.scaled_dot_product_attention (causal), the fused AdamW
@@ -36,6 +45,7 @@ import re
 import statistics
 import sys
 import time
+import types
 
 # ---- ax's experiments (trainer/src/config/experiments.cc) -------------------------------------
 
@@ -71,6 +81,39 @@ def _tiny_llama():
     return c
 
 
+def span_targets(inputs_length, noise_density=0.15, mean_noise_span_length=3.0):
+    """The targets a span-corrupted row holds at ENC_SL inputs_length: T5's random_spans_helper
+    (t5/data/preprocessors.py; one sentinel per span on each side, EOS on each), as ax's
+    SpanLengths derives it (docs/t5.md): 114 for 512 (from 568-token raw chunks)."""
+    def lengths(tokens):
+        noise = int(round(tokens * noise_density))
+        spans = int(round(noise / mean_noise_span_length))
+        return tokens - noise + spans + 1, noise + spans + 1
+
+    tokens = inputs_length - 1
+    while lengths(tokens + 1)[0] <= inputs_length:
+        tokens += 1
+    return lengths(tokens)[1]
+
+
+def _t5(layers, dim, ff, heads):
+    """T5 v1.1 with T5x's Pile recipe (ax's t5-*): ENC_SL 512, DEC_SL 128, AdamW lr 1e-4 (weight
+    decay 0.01, beta2 0.999), 10k warm-up, linear decay to 1e-5 at step 109k."""
+    return dict(family="t5", layers=layers, decoder_layers=layers, dim=dim, heads=heads, d_kv=64,
+                hidden=ff, vocab=32128, vocab_size=32128, encoder_seq=512, seq=128,
+                targets=span_targets(512), buckets=32, max_distance=128, eps=1e-6, z_loss=1e-4,
+                lr=1e-4, warmup_steps=10000, decay_end=109000, schedule="linear",
+                min_lr_ratio=0.1, beta2=0.999, weight_decay=0.01)
+
+
+def _tiny_t5():
+    """ax's tiny-t5: its vocabulary comes from the tokenizer, the GPT-2 size in ax-train-bench."""
+    c = _t5(2, 64, 128, 4)
+    c.update(d_kv=16, vocab=50257, vocab_size=0, encoder_seq=64, seq=16, targets=span_targets(64),
+             lr=1e-3, warmup_steps=2, decay_end=20)
+    return c
+
+
 # Pile126M takes its vocabulary from the tokenizer (model.vocab_size 0): the GPT-2 tokenizer's
 # 50257 pieces of Pax's GPT126M, which ax-train-bench assumes too (kGpt2Vocab).
 CONFIGS = {
@@ -78,8 +121,23 @@ CONFIGS = {
     "fuji-1B-v1": _fuji_1b(1),
     "fuji-1B-v2": _fuji_1b(2),
     "fuji-1B-v3": _fuji_1b(3),
+    "t5-small": _t5(8, 512, 1024, 6),
+    "t5-base": _t5(12, 768, 2048, 12),
+    "t5-large": _t5(24, 1024, 2816, 16),
     "tiny-gpt": _tiny_gpt(),
     "tiny-llama": _tiny_llama(),
+    "tiny-t5": _tiny_t5(),
+}
+
+# T5x's published per-GPU training throughput of the same models (ENC_SL 512 / DEC_SL 128, the
+# Pile recipe), from NVIDIA/JAX-Toolbox@cd829880 rosetta/rosetta/projects/t5x/README.md
+# (shared/reference/models-and-numbers.md §4.4): anchors stated beside the table, not measured.
+T5X_PUBLISHED = {
+    "t5-small": ["T5x: 714 seq/s/GPU on A100, bf16 (8 GPUs, batch 256/GPU)"],
+    "t5-large": ["T5x: 75.8 seq/s/GPU on A100, bf16 (64 GPUs, batch 32/GPU)",
+                 "T5x: 174.1 seq/s/GPU on H100, TE FP8 (64 GPUs, batch 32/GPU): not like for "
+                 "like, ax and the peer run bf16 (FP8's dense peak is twice bf16's) on one GPU "
+                 "(no data-parallel communication)"],
 }
 
 
@@ -87,11 +145,26 @@ def padded_vocab(c):
     return c["vocab_size"] if c["vocab_size"] > 0 else -(-c["vocab"] // 128) * 128
 
 
-def flops_per_token(c, matmul_params):
-    """6·N + 6·L·H·Q·T: PaLM's count with causal attention halved, as MaxText counts it (ax's
-    flops_per_token with causal = true, trainer/src/config/metrics.cc)."""
+def flops_per_token(c, matmul_params, enc_matmul_params=0):
+    """gpt/llama: 6·N + 6·L·H·Q·T: PaLM's count with causal attention halved, as MaxText counts it
+    (ax's flops_per_token with causal = true, trainer/src/config/metrics.cc). t5: ax's
+    EncoderDecoder::flops_per_row over the row's encoder + decoder tokens: 6 FLOPs per matmul
+    parameter per token of its stack (the LM head with the decoder), the encoder's whole Te x Te
+    attention, the decoder's causal half of Td x Td and its cross-attention's whole Td x Te."""
+    if c["family"] == "t5":
+        te, td, hd = c["encoder_seq"], c["seq"], c["heads"] * c["d_kv"]
+        e, d = c["layers"], c["decoder_layers"]
+        dec_matmul_params = matmul_params - enc_matmul_params
+        row = (6.0 * (enc_matmul_params * te + dec_matmul_params * td) + 12.0 * e * hd * te * te
+               + 6.0 * d * hd * td * td + 12.0 * d * hd * td * te)
+        return row / (te + td)
     head_dim = c["dim"] // c["heads"]
     return 6.0 * matmul_params + 6.0 * c["layers"] * c["heads"] * head_dim * c["seq"]
+
+
+def row_tokens(c):
+    """Tokens a row computes: the encoder's and the decoder's for t5."""
+    return c["seq"] + c.get("encoder_seq", 0)
 
 
 # Dense bf16 peak of the device: the bf16 column of ax's CUDA backend table (gpu_peak in
@@ -122,7 +195,25 @@ def peak_bf16_flops(props, clock_khz):
 # ---- the model --------------------------------------------------------------------------------
 
 
+def t5_args(c, batch=1):
+    """bench/torch_t5_peer.py's options for config c."""
+    return types.SimpleNamespace(
+        layers=c["layers"], decoder_layers=c["decoder_layers"], dim=c["dim"], heads=c["heads"],
+        d_kv=c["d_kv"], ff=c["hidden"], vocab=padded_vocab(c), buckets=c["buckets"],
+        max_distance=c["max_distance"], norm_eps=c["eps"], z_loss=c["z_loss"],
+        encoder_seq=c["encoder_seq"], seq=c["seq"], targets=c["targets"], batch=batch)
+
+
+def t5_peer():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_t5_peer
+    return torch_t5_peer
+
+
 def build_model(c, device):
+    if c["family"] == "t5":
+        return t5_peer().T5(t5_args(c), device)
+
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -247,27 +338,50 @@ def build_model(c, device):
 
 
 def parameter_counts(c, model):
-    """All parameters, and PaLM's N: the linear layers and the LM head (wte when tied)."""
+    """All parameters, PaLM's N (the linear layers and the LM head, wte when tied), and N's
+    encoder part (t5; 0 otherwise)."""
     params = sum(p.numel() for p in model.parameters())
+    embeddings = ("wte", "wpe", "enc_rel_bias", "dec_rel_bias")
     matmul = sum(p.numel() for n, p in model.named_parameters()
-                 if p.dim() == 2 and not n.startswith(("wte", "wpe")))
-    if c["tied"]:
+                 if p.dim() == 2 and not n.startswith(embeddings))
+    enc = sum(p.numel() for n, p in model.named_parameters()
+              if p.dim() == 2 and n.startswith("enc."))
+    if c.get("tied"):
         matmul += model.wte.weight.numel()
-    return params, matmul
+    return params, matmul, enc
+
+
+def decays(c, name, p):
+    """AdamW's weight decay applies to matrices and embeddings, not to T5's position-bias
+    tables (as ax's optimizer groups them)."""
+    return p.dim() == 2 and "rel_bias" not in name
+
+
+def make_rows(c, b, device):
+    """One step's batch of random rows, the model's forward arguments."""
+    import torch
+    if c["family"] == "t5":
+        return t5_peer().batch(t5_args(c, b), device)
+    data = torch.randint(0, c["vocab"], (b, c["seq"] + 1), device=device)
+    return [data[:, :-1].contiguous(), data[:, 1:].contiguous()]
 
 
 # ---- run --------------------------------------------------------------------------------------
 
 
 def learning_rate(c, s):
-    """ax's schedule (docs/trainer.md): linear warm-up, cosine decay to 0.1·lr."""
+    """ax's schedule (docs/trainer.md): linear warm-up, cosine (or linear) decay to
+    min_lr_ratio·lr."""
     lr, warm, end = c["lr"], c["warmup_steps"], c["decay_end"]
     if s <= warm:
         return lr * s / warm
-    low = 0.1 * lr
+    low = c.get("min_lr_ratio", 0.1) * lr
     if s >= end:
         return low
-    return low + (lr - low) * (1 + math.cos(math.pi * (s - warm) / (end - warm))) / 2
+    progress = (s - warm) / (end - warm)
+    if c.get("schedule") == "linear":
+        return lr - (lr - low) * progress
+    return low + (lr - low) * (1 + math.cos(math.pi * progress)) / 2
 
 
 def is_oom(e):
@@ -291,28 +405,30 @@ def run(a):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     model = build_model(c, a.device)
-    params, matmul = parameter_counts(c, model)
+    params, matmul, enc_matmul = parameter_counts(c, model)
     forward = torch.compile(model, dynamic=False) if a.mode == "compile" else model
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    decay = [p for n, p in model.named_parameters() if decays(c, n, p)]
+    no_decay = [p for n, p in model.named_parameters() if not decays(c, n, p)]
+    groups = [{"params": decay, "weight_decay": c.get("weight_decay", 0.1)},
+              {"params": no_decay, "weight_decay": 0.0}]
+    betas = (0.9, c.get("beta2", 0.95))
     try:
-        opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(0.9, 0.95), eps=1e-8, fused=cuda)
+        opt = torch.optim.AdamW(groups, lr=c["lr"], betas=betas, eps=1e-8, fused=cuda)
         optimizer = "AdamW fused" if cuda else "AdamW"
     except (TypeError, RuntimeError):  # no fused AdamW in this PyTorch
-        opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(0.9, 0.95), eps=1e-8)
+        opt = torch.optim.AdamW(groups, lr=c["lr"], betas=betas, eps=1e-8)
         optimizer = "AdamW (default implementation)"
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if cuda else None)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    def step(s, inputs, targets):
+    def step(s, rows):
         for group in opt.param_groups:
             group["lr"] = learning_rate(c, s)
         if autocast is not None:
             with autocast:
-                loss = forward(inputs, targets)
+                loss = forward(*rows)
         else:
-            loss = forward(inputs, targets)
+            loss = forward(*rows)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -321,12 +437,11 @@ def run(a):
 
     def measure(b):
         """Warm-up and timed steps at batch b: (losses, timed step seconds, first step seconds)."""
-        data = torch.randint(0, c["vocab"], (b, c["seq"] + 1), device=a.device)
-        inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+        rows = make_rows(c, b, a.device)
         losses, times, timed, first = [], [], 0.0, None
         for s in range(1, a.warmup + a.steps + 1):
             t0 = time.perf_counter()
-            losses.append(step(s, inputs, targets))
+            losses.append(step(s, rows))
             sync()
             dt = time.perf_counter() - t0
             first = dt if first is None else first
@@ -363,13 +478,16 @@ def run(a):
         sys.exit(4)
     losses, times, first_step_s = result
 
-    report = {"step_seconds": times, "losses": losses, "batch": batch, "seq": c["seq"],
+    sdpa = hasattr(torch.nn.functional, "scaled_dot_product_attention")
+    report = {"step_seconds": times, "losses": losses, "batch": batch, "seq": row_tokens(c),
               "params": params, "matmul_params": matmul,
-              "flops_per_token": flops_per_token(c, matmul), "tried": tried,
+              "flops_per_token": flops_per_token(c, matmul, enc_matmul), "tried": tried,
               "first_step_seconds": first_step_s, "mode": a.mode, "optimizer": optimizer,
-              "attention": "F.scaled_dot_product_attention" if hasattr(
-                  torch.nn.functional, "scaled_dot_product_attention") else "explicit mask",
+              "attention": ("explicit softmax(QK^T + bias + mask)" if c["family"] == "t5" else
+                            "F.scaled_dot_product_attention" if sdpa else "explicit mask"),
               "torch": torch.__version__}
+    if c["family"] == "t5":
+        report.update(encoder_seq=c["encoder_seq"], targets_per_row=c["targets"])
     if cuda:
         props = torch.cuda.get_device_properties(a.device)
         free, total = torch.cuda.mem_get_info(a.device)
@@ -389,9 +507,12 @@ def count(a):
         model = build_model(c, "meta")
     except (RuntimeError, NotImplementedError, TypeError):  # no meta device: build it for real
         model = build_model(c, "cpu")
-    params, matmul = parameter_counts(c, model)
-    print(json.dumps({"params": params, "matmul_params": matmul,
-                      "flops_per_token": flops_per_token(c, matmul), "torch": torch.__version__}))
+    params, matmul, enc_matmul = parameter_counts(c, model)
+    out = {"params": params, "matmul_params": matmul,
+           "flops_per_token": flops_per_token(c, matmul, enc_matmul), "torch": torch.__version__}
+    if c["family"] == "t5":
+        out.update(encoder_seq=c["encoder_seq"], targets_per_row=c["targets"])
+    print(json.dumps(out))
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -443,14 +564,17 @@ def report(a):
         print(f"peak dense bf16: {peak[1] / 1e12:.1f} TFLOP/s ({peak[2]}; from {peak[0]})")
     else:
         print("peak dense bf16: unknown (MFU not computed)")
-    print("MFU = tokens/s x FLOPs per token (6N + 6·L·H·Q·T: PaLM's, causal attention halved) / peak. Step: median of the "
-          "timed steps. Memory: ax = the backend's peak count (device memory in use during its "
-          "run by nvidia-smi, CUDA context included); PyTorch = max_memory_allocated (device "
-          "memory in use at the end, context and cache included).")
+    print("MFU = tokens/s x FLOPs per token (6N + 6·L·H·Q·T: PaLM's, causal attention halved; "
+          "T5: ax's encoder-decoder count, flops_per_row over encoder + decoder tokens) / peak. "
+          "seq: tokens a row (T5: encoder + decoder, ENC_SL+DEC_SL; sequences/s is rows/s, "
+          "T5x's seq/s/GPU). Step: median of the timed steps. Memory: ax = the backend's peak "
+          "count (device memory in use during its run by nvidia-smi, CUDA context included); "
+          "PyTorch = max_memory_allocated (device memory in use at the end, context and cache "
+          "included).")
     print()
-    print("| model | implementation | batch | seq | tokens/step | step (ms) | tokens/s | MFU "
-          "| peak memory | loss first -> last | ax / this |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | implementation | batch | seq | tokens/step | step (ms) | sequences/s "
+          "| tokens/s | MFU | peak memory | loss first -> last | ax / this |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     for m in models:
         ax_tps = None
@@ -462,11 +586,13 @@ def report(a):
                 tried = ", ".join(str(t["batch"]) for t in r.get("tried", []) if not t["fits"])
                 if tried:
                     why += f" (did not fit: {tried})"
-                print(f"| {m} | {label} | — | — | — | — | — | — | — | — | {why} |")
+                print(f"| {m} | {label} | — | — | — | — | — | — | — | — | — | {why} |")
                 continue
             tokens = r["batch"] * r["seq"]
             step = statistics.median(r["step_seconds"])
             tps = tokens / step
+            enc = r.get("encoder_seq")
+            seq = f"{enc}+{r['seq'] - enc}" if enc else f"{r['seq']}"
             fpt[side] = r["flops_per_token"]
             mfu = f"{100 * tps * r['flops_per_token'] / peak[1]:.1f} %" if peak else "n/a"
             if side == "ax":
@@ -482,13 +608,21 @@ def report(a):
             ratio = "—" if side == "ax" else (f"{ax_tps / tps:.2f}x" if ax_tps else "n/a")
             if side != "ax" and ax_tps:
                 ratios.append(f"{m}: ax/{label} = {ax_tps / tps:.2f}x")
-            print(f"| {m} | {label} | {r['batch']} | {r['seq']} | {tokens} | {1e3 * step:.0f} "
-                  f"| {tps:,.0f} | {mfu} | {mem} | {loss} | {ratio} |")
+            print(f"| {m} | {label} | {r['batch']} | {seq} | {tokens} | {1e3 * step:.0f} "
+                  f"| {r['batch'] / step:,.1f} | {tps:,.0f} | {mfu} | {mem} | {loss} | {ratio} |")
         if len(set(round(v) for v in fpt.values())) > 1:
             print(f"warning: {m}: the sides disagree on FLOPs per token {fpt}: not the same model")
+        targets = {side: runs[(m, side)].get("targets_per_row") for side, _ in SIDES
+                   if runs[(m, side)].get("encoder_seq")}  # T5's sides
+        if len(set(targets.values())) > 1:
+            print(f"warning: {m}: the sides disagree on the real targets a row {targets}: not the "
+                  "same batch")
     print()
     for line in ratios:
         print(line)
+    for m in models:
+        for line in T5X_PUBLISHED.get(m, []):
+            print(f"{m}: anchor, published, not measured here: {line}")
     for m in models:
         r = runs[(m, "ax")]
         if "error" not in r:

@@ -20,7 +20,10 @@ norms, not the position-bias tables) and ax's schedule.
 The batch has the shapes of ax's span-corrupted rows: encoder inputs (batch, encoder_seq), decoder
 inputs (batch, seq) = the targets shifted right behind the start token 0, `targets` real targets
 a row and padding after them (ignored, segment 0: masked as T5x masks it). Ids are random.
---device cuda runs it on a GPU (bench/gpu_bench.sh).
+
+bench/torch_gpu_peer.py imports T5 and batch from here for the GPU benchmark (bench/gpu_bench.sh:
+bf16 autocast, eager and torch.compile): one PyTorch T5 for both benchmarks. Its relative
+position buckets are bench/t5_buckets.py, the function the oracle that checks ax's tiny-t5 uses.
 
 Prints one JSON line: {"step_seconds": [...timed steps...], "losses": [...], "params": N}.
 """
@@ -28,6 +31,7 @@ Prints one JSON line: {"step_seconds": [...timed steps...], "losses": [...], "pa
 import argparse
 import math
 
+from t5_buckets import relative_position_buckets
 from torch_peer import add_optimizer_args, train
 
 import torch
@@ -36,25 +40,25 @@ import torch.nn.functional as F
 
 
 class RmsNorm(nn.Module):
-    def __init__(self, dim, eps):
+    def __init__(self, dim, eps, device):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim, device=device))
 
     def forward(self, x):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, heads, d_kv, cross):
+    def __init__(self, dim, heads, d_kv, cross, device):
         super().__init__()
         self.heads, self.d_kv, inner = heads, d_kv, heads * d_kv
         if cross:
-            self.q = nn.Linear(dim, inner, bias=False)
-            self.kv = nn.Linear(dim, 2 * inner, bias=False)
+            self.q = nn.Linear(dim, inner, bias=False, device=device)
+            self.kv = nn.Linear(dim, 2 * inner, bias=False, device=device)
         else:
-            self.qkv = nn.Linear(dim, 3 * inner, bias=False)
-        self.proj = nn.Linear(inner, dim, bias=False)
+            self.qkv = nn.Linear(dim, 3 * inner, bias=False, device=device)
+        self.proj = nn.Linear(inner, dim, bias=False, device=device)
 
     def forward(self, x, bias, memory=None):
         """bias: the position bias and the mask, added to the logits (broadcast over B/heads)."""
@@ -77,10 +81,10 @@ class Attention(nn.Module):
 class Mlp(nn.Module):
     """Gated GELU: fc holds wi_0 (gate) then wi_1 (up), proj is wo."""
 
-    def __init__(self, dim, ff):
+    def __init__(self, dim, ff, device):
         super().__init__()
-        self.fc = nn.Linear(dim, 2 * ff, bias=False)
-        self.proj = nn.Linear(ff, dim, bias=False)
+        self.fc = nn.Linear(dim, 2 * ff, bias=False, device=device)
+        self.proj = nn.Linear(ff, dim, bias=False, device=device)
 
     def forward(self, x):
         gate, up = self.fc(x).chunk(2, dim=-1)
@@ -88,15 +92,15 @@ class Mlp(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, a, cross):
+    def __init__(self, a, cross, device):
         super().__init__()
-        self.ln1 = RmsNorm(a.dim, a.norm_eps)
-        self.attn = Attention(a.dim, a.heads, a.d_kv, cross=False)
+        self.ln1 = RmsNorm(a.dim, a.norm_eps, device)
+        self.attn = Attention(a.dim, a.heads, a.d_kv, False, device)
         if cross:
-            self.ln_cross = RmsNorm(a.dim, a.norm_eps)
-            self.cross = Attention(a.dim, a.heads, a.d_kv, cross=True)
-        self.ln2 = RmsNorm(a.dim, a.norm_eps)
-        self.mlp = Mlp(a.dim, a.ff)
+            self.ln_cross = RmsNorm(a.dim, a.norm_eps, device)
+            self.cross = Attention(a.dim, a.heads, a.d_kv, True, device)
+        self.ln2 = RmsNorm(a.dim, a.norm_eps, device)
+        self.mlp = Mlp(a.dim, a.ff, device)
 
     def forward(self, x, bias, memory=None, cross_bias=None):
         x = x + self.attn(self.ln1(x), bias)
@@ -105,38 +109,24 @@ class Layer(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def buckets(Tq, Tk, bidirectional, num_buckets, max_distance):
-    """T5's relative position buckets (Hugging Face's _relative_position_bucket)."""
-    rel = torch.arange(Tk)[None, :] - torch.arange(Tq)[:, None]  # key - query
-    n, ret = num_buckets, torch.zeros(Tq, Tk, dtype=torch.long)
-    if bidirectional:
-        n //= 2
-        ret = (rel > 0).long() * n
-        rel = rel.abs()
-    else:
-        rel = (-rel).clamp(min=0)
-    max_exact = n // 2
-    large = max_exact + (torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)
-                         * (n - max_exact)).long()
-    return ret + torch.where(rel < max_exact, rel, large.clamp(max=n - 1))
-
-
 class T5(nn.Module):
-    def __init__(self, a):
+    """Built on `device` (cpu, cuda, or meta: the shapes alone, for counting)."""
+
+    def __init__(self, a, device="cpu"):
         super().__init__()
-        self.wte = nn.Embedding(a.vocab, a.dim)
-        self.enc_rel_bias = nn.Embedding(a.buckets, a.heads)
-        self.dec_rel_bias = nn.Embedding(a.buckets, a.heads)
-        self.enc = nn.ModuleList(Layer(a, cross=False) for _ in range(a.layers))
-        self.dec = nn.ModuleList(Layer(a, cross=True) for _ in range(a.decoder_layers))
-        self.enc_lnf = RmsNorm(a.dim, a.norm_eps)
-        self.dec_lnf = RmsNorm(a.dim, a.norm_eps)
-        self.lm_head = nn.Linear(a.dim, a.vocab, bias=False)
+        self.wte = nn.Embedding(a.vocab, a.dim, device=device)
+        self.enc_rel_bias = nn.Embedding(a.buckets, a.heads, device=device)
+        self.dec_rel_bias = nn.Embedding(a.buckets, a.heads, device=device)
+        self.enc = nn.ModuleList(Layer(a, False, device) for _ in range(a.layers))
+        self.dec = nn.ModuleList(Layer(a, True, device) for _ in range(a.decoder_layers))
+        self.enc_lnf = RmsNorm(a.dim, a.norm_eps, device)
+        self.dec_lnf = RmsNorm(a.dim, a.norm_eps, device)
+        self.lm_head = nn.Linear(a.dim, a.vocab, bias=False, device=device)
         self.z_loss = a.z_loss
-        self.register_buffer("enc_buckets", buckets(a.encoder_seq, a.encoder_seq, True,
-                                                    a.buckets, a.max_distance))
-        self.register_buffer("dec_buckets", buckets(a.seq, a.seq, False, a.buckets,
-                                                    a.max_distance))
+        self.register_buffer("enc_buckets", relative_position_buckets(
+            a.encoder_seq, a.encoder_seq, True, a.buckets, a.max_distance).to(device))
+        self.register_buffer("dec_buckets", relative_position_buckets(
+            a.seq, a.seq, False, a.buckets, a.max_distance).to(device))
         # ax's initialisation (T5x's variance scaling, fan_in; docs/t5.md).
         inner = a.heads * a.d_kv
         for name, p in self.named_parameters():
@@ -162,13 +152,14 @@ class T5(nn.Module):
         bias = self.dec_rel_bias(self.dec_buckets).permute(2, 0, 1)[None] + dec_mask
         for layer in self.dec:
             x = layer(x, bias, memory, cross_mask)
-        logits = self.lm_head(self.dec_lnf(x)).view(-1, self.lm_head.out_features)
+        # In f32 (under autocast too), over every row with the padding weighted 0: the same
+        # shapes each step (no data-dependent indexing, which torch.compile would break on).
+        logits = self.lm_head(self.dec_lnf(x)).view(-1, self.lm_head.out_features).float()
         flat = targets.view(-1)
-        keep = flat >= 0
-        kept = logits[keep]
-        lse = torch.logsumexp(kept, dim=-1)
-        loss = lse - kept.gather(1, flat[keep][:, None])[:, 0]
-        return (loss + self.z_loss * lse * lse).mean()
+        keep = (flat >= 0).float()
+        lse = torch.logsumexp(logits, dim=-1)
+        loss = lse - logits.gather(1, flat.clamp(min=0)[:, None])[:, 0]
+        return ((loss + self.z_loss * lse * lse) * keep).sum() / keep.sum()
 
 
 def batch(a, device):
@@ -212,7 +203,7 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = T5(a).to(a.device)
+    model = T5(a, a.device)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "rel_bias" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "rel_bias" in n]
     rows = batch(a, a.device)

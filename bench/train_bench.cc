@@ -97,27 +97,6 @@ Config experiment(const std::string& name) {
   std::exit(status.code() == ax::StatusCode::kResourceExhausted ? kExitDoesNotFit : 1);
 }
 
-// Prints the parameter counts and PaLM's FLOPs per token of `config` (batch 1, one token: the
-// activations are negligible, parameters and gradients are allocated).
-void count_parameters(const Config& config, int64_t vocab) {
-  auto backend = ax::train::make_cpu_backend(1);
-  ax::train::ModelOptions options;
-  options.encoder_seq_len = config.train.encoder_seq_len > 0 ? 1 : 0;  // t5: one encoder token
-  auto model = ax::train::Model::create(config.model, vocab, 1, 1, backend.get(), {}, options);
-  if (!model.ok()) die_status(model.status());
-  const ax::train::ParamLayout& layout = (*model)->layout();
-  const auto& m = config.model;
-  Json out = {{"params", layout.num_parameters()},
-              {"matmul_params", layout.num_matmul_parameters()}};
-  // A decoder-only count (an encoder-decoder's FLOPs depend on both lengths: flops_per_row).
-  if (m.family != ax::train::ModelFamily::kT5) {
-    out["flops_per_token"] =
-        ax::train::flops_per_token(layout.num_matmul_parameters(), m.num_layers, m.num_heads,
-                                   m.head_dim(), config.train.seq_len, /*causal=*/true);
-  }
-  std::printf("%s\n", out.dump().c_str());
-}
-
 int64_t vocab_of(const Config& config) {
   return config.model.vocab_size > 0 ? config.model.vocab_size : kGpt2Vocab;
 }
@@ -175,6 +154,30 @@ double model_flops_per_token(const Config& config, const ax::train::Model& model
   return ax::train::flops_per_token(model.layout().num_matmul_parameters(), m.num_layers,
                                     m.num_heads, m.head_dim(), config.train.seq_len,
                                     /*causal=*/true);
+}
+
+// Prints the parameter counts and FLOPs per token of `config` without training: a CPU model of
+// batch 1 (parameters and gradients allocated; the activations of one row are negligible), one
+// token for a decoder-only model (its FLOPs are a formula of the config), the config's encoder
+// and decoder lengths for T5 (its flops_per_row depends on both), with the real targets a row
+// that its span corruption gives (bench/gpu_bench.sh --check compares them with the peer's).
+void count_parameters(const Config& config, int64_t vocab) {
+  auto backend = ax::train::make_cpu_backend(1);
+  ax::train::ModelOptions options;
+  options.encoder_seq_len = config.train.encoder_seq_len;
+  const int64_t seq = is_t5(config) ? config.train.seq_len : 1;
+  auto model = ax::train::Model::create(config.model, vocab, 1, seq, backend.get(), {}, options);
+  if (!model.ok()) die_status(model.status());
+  const ax::train::ParamLayout& layout = (*model)->layout();
+  Json out = {{"params", layout.num_parameters()},
+              {"matmul_params", layout.num_matmul_parameters()},
+              {"flops_per_token", model_flops_per_token(config, **model)}};
+  if (is_t5(config)) {
+    out["encoder_seq"] = config.train.encoder_seq_len;
+    out["targets_per_row"] =
+        span_rows(config, vocab).lengths()->targets * config.train.pack_examples;
+  }
+  std::printf("%s\n", out.dump().c_str());
 }
 
 // forward_backward (forward, cross-entropy, backward over the global batch), the global
@@ -238,6 +241,7 @@ void run_worker(const Options& o) {
               {"backend", backend->name()},
               {"batch", rows},
               {"seq", step_rows.encoder_length + step_rows.length},
+              {"encoder_seq", step_rows.encoder_length},
               {"targets_per_row", step_rows.targets_per_row},
               {"peak_flops", backend->peak_flops()},
               {"flops_per_token", model_flops_per_token(config, **model)},

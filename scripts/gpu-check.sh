@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh bundle                   here (CUDA toolkit, no GPU): build, data, bundle
 #   scripts/gpu-check.sh run tests curves parallel sanitize     on the GPU machine, call 1
 #   scripts/gpu-check.sh run bench                              on the GPU machine, call 2
+#   scripts/gpu-check.sh run bench --bench-models t5-small,t5-base,t5-large          call 3: T5
 #   scripts/gpu-check.sh report DIR...            here: the report into docs/benchmarks-gpu.md
 #   scripts/gpu-check.sh --check                  here and in CI: every part on the CPU
 #
@@ -51,8 +52,9 @@ options:
   --budget S       run: seconds for all its steps (default $budget); a step past it is
                    recorded as incomplete
   --curve-steps N  run: steps of each loss curve (default $curve_steps)
-  --bench-models L run: the bench step's models (default $bench_models); the report adds up
-                   the bench results of several calls
+  --bench-models L run: the bench step's models (default $bench_models; T5 in a call of
+                   its own: t5-small,t5-base,t5-large); the report adds up the bench results
+                   of several calls
   --python PATH    the Python with PyTorch (default \$PYTHON, else the first of python3 and
                    /usr/bin/python3 that has torch)
   --output FILE    report: write the report here instead of into docs/benchmarks-gpu.md
@@ -574,17 +576,17 @@ step_parallel() {
 step_bench() {
   step_begin bench
   local rc=0
-  # T5 (issue 15) goes here once ax has it: add t5-small,t5-base,t5-large to bench_models (both
-  # ax-train-bench --worker and bench/torch_gpu_peer.py must know them) and rewrite the report's
-  # T5 section (scripts/gpu_check.py). Nothing measures T5 yet.
+  # T5 (issue 15): --bench-models t5-small,t5-base,t5-large, a call of its own (ax, eager and
+  # torch.compile of the three fill the 10 minutes as Pile126M and fuji-1B-v2 do); the report's
+  # T5 section (scripts/gpu_check.py) states T5x's published figures beside its rows.
   if [[ "$device" == cuda ]]; then
     bash "$root/bench/gpu_bench.sh" --bench "$bundle/bin/ax-train-bench" \
       --models "$bench_models" --out "$step_dir/bench" --budget "$(cap 570)" --python "$python" \
       >"$step_dir/bench.log" 2>&1 || rc=$?
   else
-    note "--check: bench/gpu_bench.sh --check on tiny-gpt (CPU, no parameter counts);" \
-      "the GPU run measures $bench_models"
-    bash "$root/bench/gpu_bench.sh" --check --count-models none --models tiny-gpt \
+    note "--check: bench/gpu_bench.sh --check on tiny-gpt and tiny-t5 (CPU; parameter counts" \
+      "of t5-small only); the GPU run measures $bench_models"
+    bash "$root/bench/gpu_bench.sh" --check --count-models t5-small --models tiny-gpt,tiny-t5 \
       --bench "$bundle/bin/ax-train-bench" --out "$step_dir/bench" --python "$python" \
       >"$step_dir/bench.log" 2>&1 || rc=$?
   fi

@@ -257,7 +257,8 @@ def bench_run_check(path):
     if "error" in r:
         return name, ("skipped" if "has no torch.compile" in r["error"] else "failed"), r["error"]
     s = statistics.median(r["step_seconds"])
-    return name, "passed", (f"batch {r['batch']}: {1e3 * s:.0f} ms/step, "
+    rows = f"{r['batch'] / s:,.1f} sequences/s, " if r.get("encoder_seq") else ""  # T5
+    return name, "passed", (f"batch {r['batch']}: {1e3 * s:.0f} ms/step, {rows}"
                             f"{r['batch'] * r['seq'] / s:,.0f} tokens/s, loss "
                             f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}")
 
@@ -414,13 +415,32 @@ def report_markdown(results, peer, generated):
             md += bench_table(directory, peer)
     md += ["", "### T5", "",
            "The sanitize and curves steps train tiny-t5 (span corruption on the bundle's "
-           "tokenizer with 100 sentinels). T5 throughput on the GPU is not measured yet: "
-           "`ax-train-bench --worker` takes t5 experiments, but bench/torch_gpu_peer.py builds "
-           "only the gpt and llama families; the T5 peer to wire in is bench/torch_t5_peer.py "
-           "(`--device cuda`). T5x's published H100 t5-large figure, 174 seq/s/GPU with FP8, is "
-           "the anchor.",
+           "tokenizer with 100 sentinels). " + t5_throughput(results),
            "", END]
     return "\n".join(md) + "\n"
+
+
+T5_MODELS = ("t5-small", "t5-base", "t5-large")
+
+
+def t5_throughput(results):
+    """What the report says of T5 training throughput: where its rows are, or that no call
+    measured them; T5x's published figure beside it either way."""
+    anchor = ("T5x's published anchor, not measured here: t5-large 174.1 seq/s/GPU on H100 with "
+              "TE FP8 (64 GPUs, batch 32/GPU, ENC_SL 512 / DEC_SL 128; JAX-Toolbox's T5x table), "
+              "not like for like: ax and PyTorch run bf16 on one GPU.")
+    measured = []
+    if "bench" in results:
+        names = {os.path.basename(p).rsplit(".", 2)[0] for p in
+                 glob.glob(os.path.join(results["bench"][1], "bench", "*.*.json"))}
+        measured = [m for m in T5_MODELS if m in names]
+    if measured:
+        return (f"T5 training throughput ({', '.join(measured)}; sequences/s per GPU, ENC_SL 512 "
+                "/ DEC_SL 128, span-corruption-shaped rows, the same on both sides) is in the "
+                "benchmark table above, ax beside PyTorch's T5 of the same config. " + anchor)
+    return ("T5 training throughput on the GPU is not measured yet: no call ran `gpu-check.sh run "
+            "bench --bench-models t5-small,t5-base,t5-large` (ax against bench/torch_t5_peer.py's "
+            "T5, eager and torch.compile, in the same call). " + anchor)
 
 
 REQUIRED = ["## Results", "### Acceptance"] + [f"### {h}" for _, h, _ in STEPS] + ["### T5"]

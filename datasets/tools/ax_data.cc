@@ -1,5 +1,5 @@
 // ax-data: train a tokenizer, tokenize text into shards (alone or as the tasks of a job, then
-// merge), follow a job's progress, verify and inspect shard sets.
+// merge), follow a job's progress, verify and inspect shard sets, convert task files to jsonl.
 // Exit status: 0 done, 1 the work failed (the message says why), 2 the command line is wrong,
 // 75 tokenize was stopped by a signal (run it again to go on).
 #include <signal.h>
@@ -25,6 +25,7 @@
 #include "ax/datasets/dataset_index.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/span_corruption.h"
+#include "ax/datasets/task_convert.h"
 #include "ax/datasets/tokenize.h"
 #include "ax/datasets/tokenize_job.h"
 #include "ax/datasets/tokenizer.h"
@@ -487,6 +488,54 @@ int run_inspect(const CLI::App& cmd, const ShardSetArgs& a) {
   return 0;
 }
 
+// --- convert-task ----------------------------------------------------------------------------
+
+constexpr const char* kConvertTaskHelp =
+    "Turns a task's official file into jsonl for 'ax-data tokenize' (docs/evaluation.md):\n"
+    "  mnli     GLUE's MNLI tsv or MultiNLI's jsonl -> inputs 'mnli hypothesis: .. premise: ..',\n"
+    "           targets entailment|neutral|contradiction (pairs without a gold label skipped)\n"
+    "  squad    SQuAD v1.1 JSON -> inputs 'question: .. context: ..', targets the first answer\n"
+    "           (T5's punctuation padding), with id, answers and raw_answers for evaluation\n"
+    "  lambada  the OpenAI jsonl or LAMBADA plain text -> text, context, last_word\n"
+    "Then: ax-data tokenize --format seq2seq (mnli, squad) or --format text (lambada).";
+
+struct ConvertTaskArgs {
+  ConvertTaskOptions o;
+  std::string task;
+};
+
+void add_convert_task(CLI::App& app, ConvertTaskArgs* a) {
+  cli::one_of(app.add_option("--task", a->task, "which task the file holds")->required(),
+              {"mnli", "squad", "lambada"});
+  app.add_option("--input", a->o.input, "the official file")->type_name("FILE")->required();
+  app.add_option("--output", a->o.output, "jsonl to write (replaced atomically)")
+      ->type_name("OUT.jsonl")
+      ->required();
+  app.add_flag("--ascii-quotes", a->o.ascii_quotes,
+               "lambada: curly quotes become ASCII first, as Pax's Lambada reader does");
+}
+
+int run_convert_task(const CLI::App& cmd, const ConvertTaskArgs& a) {
+  ConvertTaskOptions o = a.o;
+  o.task = a.task == "squad"     ? TaskName::kSquad
+           : a.task == "lambada" ? TaskName::kLambada
+                                 : TaskName::kMnli;
+  if (o.ascii_quotes && o.task != TaskName::kLambada) {
+    return cli::usage_error(cmd, "--ascii-quotes goes only with --task lambada");
+  }
+  StatusOr<ConvertTaskSummary> r = convert_task(o);
+  if (!r.ok()) return failed(cmd, r.status());
+  std::cout << o.output << ": " << r->written << " examples from " << o.input << " ("
+            << r->input_format << ")";
+  if (r->skipped > 0) {
+    std::cout << "; " << r->skipped
+              << (o.task == TaskName::kSquad ? " questions without answers skipped"
+                                             : " pairs without a gold label skipped");
+  }
+  std::cout << "\n";
+  return 0;
+}
+
 // --- main ------------------------------------------------------------------------------------
 
 // The shard-set commands' options: DIR, and the tokenizer the set was made with.
@@ -515,7 +564,8 @@ void add_inspect_options(CLI::App& inspect, ShardSetArgs* a) {
 int main_impl(int argc, char** argv) {
   CLI::App app{
       "Trains tokenizers, tokenizes text into shard sets (alone or as the tasks of a job), and\n"
-      "follows, verifies and inspects them. 'ax-data COMMAND --help' describes a command.",
+      "follows, verifies and inspects them; converts task files (MNLI, SQuAD, Lambada) to jsonl.\n"
+      "'ax-data COMMAND --help' describes a command.",
       "ax-data"};
   cli::configure(app);
   app.footer(
@@ -568,6 +618,10 @@ int main_impl(int argc, char** argv) {
       &shard_set, "decode sample documents with this model");
   add_inspect_options(*inspect_cmd, &shard_set);
 
+  ConvertTaskArgs convert_task;
+  CLI::App* convert_task_cmd = app.add_subcommand("convert-task", kConvertTaskHelp);
+  add_convert_task(*convert_task_cmd, &convert_task);
+
   if (argc < 2) {
     std::cerr << app.help();
     return cli::kExitUsage;
@@ -584,9 +638,10 @@ int main_impl(int argc, char** argv) {
   if (progress_cmd->parsed()) return run_progress(*progress_cmd, job_dir, watch);
   if (verify_cmd->parsed()) return run_verify(*verify_cmd, shard_set);
   if (inspect_cmd->parsed()) return run_inspect(*inspect_cmd, shard_set);
+  if (convert_task_cmd->parsed()) return run_convert_task(*convert_task_cmd, convert_task);
   return cli::usage_error(app,
                           "a command is needed: train-tokenizer, tokenize, merge, progress, "
-                          "verify or inspect");
+                          "verify, inspect or convert-task");
 }
 
 }  // namespace

@@ -243,4 +243,25 @@ cmp -s "$shard" shards/val/shard-00000.axs && fail "the shard was not modified"
 pass
 expect_fail 1 verify "shard-00000.axs" shards/corrupt
 
+# --- convert-task: a GLUE MNLI tsv into jsonl, then into seq2seq shards -------------------------
+printf 'index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label\n' >mnli.tsv
+printf '0\t1\t1e\tfiction\tThe door was locked.\tNobody could get in.\tentailment\tentailment\n' \
+  >>mnli.tsv
+printf '1\t2\t2n\tfiction\tIt rained all day.\tThe game was cancelled.\tneutral\t-\n' >>mnli.tsv
+run_ok convert-mnli "$ax_data" convert-task --task mnli --input mnli.tsv --output ft/mnli.jsonl
+expect_in convert-mnli.out "ft/mnli.jsonl: 1 examples from mnli.tsv (GLUE tsv); 1 pairs without a gold label skipped"
+expect_in ft/mnli.jsonl '"inputs":"mnli hypothesis: Nobody could get in. premise: The door was locked."'
+run_ok tok-mnli "$ax_data" tokenize --tokenizer tok/spm.model --input ft/mnli.jsonl \
+  --output shards/mnli --format seq2seq
+expect_in tok-mnli.out "1 shard(s), 2 docs"
+expect_fail 2 convert-task "--task: expected mnli|squad|lambada, got 'qqp'" --task qqp \
+  --input mnli.tsv --output x.jsonl
+expect_fail 2 convert-task "--ascii-quotes goes only with --task lambada" --task mnli \
+  --input mnli.tsv --output x.jsonl --ascii-quotes
+printf '{"text": "alone"}\n' >one-word.jsonl
+expect_fail 1 convert-task "one-word.jsonl:1: the text 'alone' is one word" --task lambada \
+  --input one-word.jsonl --output x.jsonl
+[[ ! -e x.jsonl ]] || fail "a failed convert-task wrote its output"
+pass
+
 echo "ax_data_cli: $checks checks passed"

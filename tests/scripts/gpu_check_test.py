@@ -394,6 +394,46 @@ class Report(unittest.TestCase):
         self.assertIn("| Pile126M | torch.compile | 64 | 2048 | 131072 | 380 |", md)
         self.assertIn("| Pile126M | PyTorch eager | 32 |", md)
 
+    def test_t5_rows_give_sequences_per_second_beside_t5x(self):
+        """A call with --bench-models t5-large: its rows count encoder + decoder tokens and give
+        sequences/s; the T5 section points at them and states T5x's published figure."""
+        with tempfile.TemporaryDirectory() as d:
+            calls = fixture(d)
+            call3 = os.path.join(d, "call3")
+            work = os.path.join(call3, "work")
+            os.makedirs(work)
+            s = step(work, "bench", "passed", 400, [check("t5-large ax", "passed", "batch 64")],
+                     finished="2026-12-01T11:00:00+00:00")
+            common = {"seq": 640, "encoder_seq": 512, "targets_per_row": 114,
+                      "flops_per_token": 2164732723.2, "params": 783150080, "batch": 64,
+                      "losses": [10.9, 10.5]}
+            write(os.path.join(s, "bench", "t5-large.ax.json"), json.dumps(dict(
+                common, step_seconds=[0.4] * 3, peak_flops=989.4e12, backend="cuda:0")) + "\n")
+            write(os.path.join(s, "bench", "t5-large.eager.json"), json.dumps(dict(
+                common, step_seconds=[0.8] * 3, targets_per_row=113)) + "\n")
+            with tarfile.open(os.path.join(call3, "bench.tgz"), "w:gz") as t:
+                t.add(s, arcname="bench")
+            with tempfile.TemporaryDirectory() as root:
+                results = gpu_check.load_results(calls + [call3], root)
+                md = gpu_check.report_markdown(results, PEER, "2026-12-01")
+        # 64 rows of 512 + 128 tokens in 0.4 s: 160 sequences/s, 102,400 tokens/s.
+        self.assertIn("| t5-large | ax | 64 | 512+128 | 40960 | 400 | 160.0 | 102,400 |", md)
+        self.assertIn("| t5-large | PyTorch eager | 64 | 512+128 | 40960 | 800 | 80.0 |", md)
+        self.assertIn("t5-large: ax/PyTorch eager = 2.00x", md)
+        self.assertIn("disagree on the real targets a row", md)  # 114 against 113
+        self.assertIn("174.1 seq/s/GPU on H100, TE FP8", md)
+        t5 = md[md.index("### T5"):]
+        self.assertIn("(t5-large; sequences/s per GPU", t5)
+        self.assertIn("174.1 seq/s/GPU on H100 with TE FP8", t5)
+
+    def test_without_t5_rows_the_t5_section_says_not_measured(self):
+        with tempfile.TemporaryDirectory() as d:
+            md = self.make(d)
+        t5 = md[md.index("### T5"):]
+        self.assertIn("T5 training throughput on the GPU is not measured yet", t5)
+        self.assertIn("--bench-models t5-small,t5-base,t5-large", t5)
+        self.assertIn("t5-large 174.1 seq/s/GPU on H100 with TE FP8", t5)
+
     def test_validate_names_a_missing_section_and_status(self):
         with tempfile.TemporaryDirectory() as d:
             md = self.make(d)

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ax/trainer/dropout_mask.h"
 #include "ax/trainer/op_checks.h"
 #include "backend_test_util.h"
 
@@ -201,6 +202,73 @@ TEST(CpuRope, InPlaceGivesTheSameBits) {
   be->rope_forward(out, inp, NH, KVH, 10000.0f);
   be->rope_forward(inp, inp, NH, KVH, 10000.0f);
   EXPECT_EQ(buf.read(inp), buf.read(out));
+}
+
+// Dropout's masks: the dropped fraction is the rate (within 6 binomial standard deviations),
+// kept elements are scaled by 1 / (1 - rate), a tensor-parallel rank's columns (its feature
+// offset) get the whole axis's mask there, in place equals out of place, and another seed, row
+// key or site gives another mask.
+TEST(CpuDropout, RateScaleFeatureOffsetAndInPlace) {
+  std::mt19937 rng(17);
+  auto be = make_cpu_backend(2);
+  Buffers buf(*be);
+  const int64_t N = 512, F = 384;
+  const std::vector<float> x = testing::normal(rng, N * F);
+  std::vector<int32_t> keys(N);
+  for (int32_t& k : keys) k = static_cast<int32_t>(rng());
+  Tensor inp = buf.f32({N, F}, x), out = buf.f32({N, F}), row_keys = buf.i32({N}, keys);
+  for (double rate : {0.0, 0.1, 0.5, 0.9}) {
+    const DropoutSpec spec{.seed = 0x1234abcd5678ULL,
+                           .threshold = dropout_threshold(rate),
+                           .scale = static_cast<float>(1 / (1 - rate)),
+                           .feature_offset = 0};
+    be->dropout_forward(out, inp, row_keys, spec);
+    const std::vector<float> y = buf.read(out);
+    int64_t dropped = 0;
+    for (int64_t i = 0; i < N * F; ++i) {
+      if (y[i] == 0.0f) {
+        ++dropped;
+      } else {
+        ASSERT_EQ(y[i], x[i] * spec.scale) << "rate " << rate << " element " << i;
+      }
+    }
+    const double n = static_cast<double>(N * F);
+    EXPECT_NEAR(static_cast<double>(dropped) / n, rate, 6 * std::sqrt(rate * (1 - rate) / n))
+        << "rate " << rate;
+
+    // Columns [64, 64 + 128) as a rank holding them: the same elements of the whole axis.
+    const int64_t lo = 64, cols = 128;
+    std::vector<float> part_x(static_cast<size_t>(N * cols));
+    for (int64_t r = 0; r < N; ++r) {
+      for (int64_t c = 0; c < cols; ++c) part_x[r * cols + c] = x[r * F + lo + c];
+    }
+    Tensor part = buf.f32({N, cols}, part_x);
+    DropoutSpec rank_spec = spec;
+    rank_spec.feature_offset = lo;
+    be->dropout_forward(part, part, row_keys, rank_spec);  // in place
+    const std::vector<float> part_y = buf.read(part);
+    for (int64_t r = 0; r < N; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(part_y[r * cols + c], y[r * F + lo + c]) << "row " << r << " column " << c;
+      }
+    }
+  }
+  // Another seed, or other row keys, drop other elements (a tenth of them, independently).
+  const DropoutSpec a{.seed = 1, .threshold = dropout_threshold(0.5), .scale = 2};
+  DropoutSpec b = a;
+  b.seed = 2;
+  int64_t same = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    for (uint32_t f = 0; f < F; ++f) {
+      const auto key = static_cast<uint32_t>(keys[i]);
+      same +=
+          dropout_keep(a.seed, key, f, a.threshold) == dropout_keep(b.seed, key, f, b.threshold);
+      same += dropout_keep(a.seed, key, f, a.threshold) ==
+              dropout_keep(a.seed, key + 1, f, a.threshold);
+    }
+  }
+  const double pairs = 2.0 * N * F;
+  EXPECT_NEAR(static_cast<double>(same) / pairs, 0.5, 6 * std::sqrt(0.25 / pairs));
 }
 
 // ax's reference rounding for AdamW (what the CUDA kernel computes): every float operation

@@ -100,6 +100,8 @@ inline constexpr OutputSpec kOutputs[] = {
     {"glu_backward swiglu", Compare::kRounded, "expf"},
     {"glu_forward geglu", Compare::kRounded, "tanhf"},
     {"glu_backward geglu", Compare::kRounded, "tanhf"},
+    {"dropout_forward", Compare::kSame, "the same hash and one f32 multiply, rounded once"},
+    {"dropout_backward", Compare::kRounded, "a multiply-add nvcc may fuse into one FMA"},
     {"add_forward", Compare::kSame, "one f32 add, rounded once"},
     {"add_forward f32", Compare::kSame, "one f32 add (FSDP's gradient shards)"},
     {"position_bias_forward", Compare::kSame, "a gather moves the table's values"},

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "ax/trainer/dropout_mask.h"
+
 namespace ax::train::optable {
 namespace {
 
@@ -201,6 +203,24 @@ Want glu_reference(int64_t N, int64_t F, Glu glu, const Host& h) {
       w["out"][n * F + f] = act * b;
       w["dinp"][n * 2 * F + f] = g * b * dact;
       w["dinp"][n * 2 * F + F + f] = g * act;
+    }
+  }
+  return w;
+}
+
+Want dropout_reference(int64_t N, int64_t F, const DropoutSpec& spec, const Host& h) {
+  // The mask is the backend's own function (dropout_mask.h; its statistics are tested in
+  // cpu_ops_test.cc); this checks which key, feature and scale each element gets.
+  const auto &x = h["inp"], &dy = h["dout"];
+  const auto& keys = h.ids("row_keys");
+  Want w{{"out", zeros(N * F)}, {"dinp", zeros(N * F)}};
+  for (int64_t n = 0; n < N; ++n) {
+    const auto key = static_cast<uint32_t>(keys[n]);
+    for (int64_t f = 0; f < F; ++f) {
+      const auto feature = static_cast<uint32_t>(spec.feature_offset + f);
+      if (!dropout_keep(spec.seed, key, feature, spec.threshold)) continue;
+      w["out"][n * F + f] = static_cast<double>(x[n * F + f]) * spec.scale;
+      w["dinp"][n * F + f] = static_cast<double>(dy[n * F + f]) * spec.scale;
     }
   }
   return w;

@@ -54,6 +54,7 @@ Want attention_reference(const AttentionShape& s, const Host& h);
 
 Want gelu_reference(const Host& h);
 Want glu_reference(int64_t N, int64_t F, Glu glu, const Host& h);
+Want dropout_reference(int64_t N, int64_t F, const DropoutSpec& spec, const Host& h);
 Want add_reference(const Host& h);
 
 struct PositionBiasShape {

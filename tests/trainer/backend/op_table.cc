@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "ax/common/check.h"
+#include "ax/trainer/dropout_mask.h"
 #include "op_reference.h"
 
 namespace ax::train::optable {
@@ -262,6 +264,35 @@ OpCase add(int64_t N, int64_t F, bool f32, bool in_place) {
   return c;
 }
 
+// ---- Dropout: linear in its input once the mask is drawn; any 32-bit row keys (negative i32
+// included), a feature offset as a tensor-parallel rank has, and rates from none to most. ----
+OpCase dropout(int64_t N, int64_t F, double rate, int64_t feature_offset, uint64_t seed,
+               std::vector<int32_t> keys) {
+  OpCase c;
+  c.name = "dropout" + dims({{"N", N}, {"F", F}, {"offset", feature_offset}}) + "_rate" +
+           std::to_string(static_cast<int>(rate * 100));
+  const DropoutSpec spec{.seed = seed,
+                         .threshold = dropout_threshold(rate),
+                         .scale = static_cast<float>(1.0 / (1.0 - rate)),
+                         .feature_offset = feature_offset};
+  c.inputs = {{.name = "row_keys", .shape = {N}, .kind = K::kI32, .ids = std::move(keys)},
+              {.name = "inp",
+               .shape = {N, F},
+               .grad = Grad::kAct,
+               .grad_tol = 2e-7,
+               .grad_parity = "dropout_backward"}};
+  c.outputs = {{.name = "out", .shape = {N, F}, .tol = 2e-7, .parity = "dropout_forward"}};
+  c.forward = [spec](Backend& be, Env& e) {
+    be.dropout_forward(e["out"], e["inp"], e["row_keys"], spec);
+  };
+  c.backward = [spec](Backend& be, Env& e) {
+    be.dropout_backward(e["dinp"], e["dout"], e["row_keys"], spec);
+  };
+  c.reference = [N, F, spec](const Host& h) { return dropout_reference(N, F, spec, h); };
+  c.fd = FiniteDiff{1e-2, 2e-4, 1e-3};
+  return c;
+}
+
 // ---- T5's relative position bias: a gather (the table's values exactly), and the table's
 // gradient summed per bucket; linear. ----
 OpCase position_bias(PositionBiasShape s, std::vector<int32_t> buckets) {
@@ -507,8 +538,17 @@ void add_pointwise_cases(std::vector<OpCase>& t) {
     for (bool f32 : {false, true}) t.push_back(uniform(add(N, F, f32, false)));
   }
 
-  // Buckets shared by many positions; in the first four, one (the last) used by none.
   std::mt19937 rng(72);
+  for (auto [N, F, rate, offset] : {std::tuple<int64_t, int64_t, double, int64_t>{5, 7, 0.1, 0},
+                                    {9, 33, 0.5, 66},
+                                    {3, 130, 0.9, 0},
+                                    {1, 1, 0.0, 0},
+                                    {64, 512, 0.1, 1536}}) {
+    std::vector<int32_t> keys(static_cast<size_t>(N));
+    for (int32_t& k : keys) k = static_cast<int32_t>(rng());
+    t.push_back(dropout(N, F, rate, offset, rng() * 0x100000001ULL, std::move(keys)));
+  }
+  // Buckets shared by many positions; in the first four, one (the last) used by none.
   for (PositionBiasShape s :
        {PositionBiasShape{1, 4, 9, 9, 32}, {3, 2, 5, 7, 6}, {2, 3, 70, 66, 32}, {1, 1, 1, 1, 2}}) {
     t.push_back(position_bias(s, random_ids(rng, s.Bb * s.Tq * s.Tk, s.K - 1)));

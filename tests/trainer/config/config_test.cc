@@ -426,7 +426,7 @@ TEST(ConfigValidate, CrossFieldErrorsNameTheKeysAndNumbers) {
       {{"model.num_kv_heads=8"}, {"model.num_heads (4)", "model.num_kv_heads (8)"}},
       {{"model.position=rope", "model.model_dim=36", "model.num_heads=4"},
        {"model.position=rope", "it is 9", "model.model_dim (36)"}},
-      {{"model.dropout=0.1"}, {"model.dropout=0.1", "not implemented"}},
+      {{"model.dropout=0.1"}, {"model.dropout=0.1", "model.family=t5 only", "use 0 for gpt"}},
       {{"model.family=t5"}, {"model.position=relative", "model.family=t5"}},
       {{"model.position=relative"}, {"model.family=gpt"}},
       {{"model.family=t5", "model.position=relative"}, {"train.encoder_seq_len"}},

@@ -77,11 +77,15 @@ std::vector<float> random_values(const ParamSpec& spec, std::mt19937_64& rng) {
   return v;
 }
 
-// Writes the oracle's input directory for `experiment` (t5: `packed` adds segment ids).
-void dump_model(const std::string& experiment, const fs::path& dir, bool packed = false) {
+// Writes the oracle's input directory for `experiment` (t5: `packed` adds segment ids,
+// `dropout` trains with model.dropout = 0.1, and the oracle draws the masks from the documented
+// hash, sites and keys).
+void dump_model(const std::string& experiment, const fs::path& dir, bool packed = false,
+                bool dropout = false) {
   StatusOr<Config> config = make_experiment(experiment);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   const bool t5 = config->model.family == ModelFamily::kT5;
+  if (dropout) config->model.dropout = 0.1;
   config->train.z_loss = t5 ? 0.01 : 0;  // large enough for its term to show in every gradient
   auto backend = make_cpu_backend(2);
   ModelOptions options;
@@ -117,6 +121,13 @@ void dump_model(const std::string& experiment, const fs::path& dir, bool packed 
     write_raw(dir / "encoder_segments.i32", encoder_segments);
   }
   if (t5) write_raw(dir / "encoder_tokens.i32", encoder_tokens);
+  // Sample ids far apart (the keys hash them), and a step seed.
+  const std::vector<uint64_t> row_ids = {7, 123456789012345ULL, 42};
+  constexpr uint64_t kDropoutSeed = 0x0123456789abcdefULL;
+  if (dropout) {
+    batch.row_ids = row_ids;
+    batch.dropout_seed = kDropoutSeed;
+  }
 
   model.zero_grad();
   const float loss = model.forward(batch);
@@ -145,7 +156,14 @@ void dump_model(const std::string& experiment, const fs::path& dir, bool packed 
                    {"loss", loss},
                    {"num_targets", model.num_targets()},
                    {"tensors", tensors}};
-  if (t5 && !packed) {
+  if (dropout) {
+    // As decimal strings: JSON readers need not hold 64-bit integers exactly.
+    Json ids = Json::array();
+    for (uint64_t id : row_ids) ids.push_back(std::to_string(id));
+    manifest["dropout"] = {
+        {"rate", config->model.dropout}, {"seed", std::to_string(kDropoutSeed)}, {"row_ids", ids}};
+  }
+  if (t5 && !packed && !dropout) {
     // The Hugging Face export of the same weights: the oracle runs it with Hugging Face's T5
     // semantics (no 1/sqrt(d_kv) on the logits, its names) and expects the same loss.
     CheckpointState state;
@@ -174,12 +192,13 @@ int run(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-void check_against_torch(const std::string& experiment, bool packed = false) {
+void check_against_torch(const std::string& experiment, bool packed = false, bool dropout = false) {
   ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
                                    << "python3-torch: run `" << kSetup << "`";
-  const fs::path dir = data::testing::temp_dir("oracle-" + experiment + (packed ? "-packed" : ""));
+  const fs::path dir = data::testing::temp_dir("oracle-" + experiment + (packed ? "-packed" : "") +
+                                               (dropout ? "-dropout" : ""));
   fs::create_directories(dir);
-  dump_model(experiment, dir, packed);
+  dump_model(experiment, dir, packed, dropout);
   if (::testing::Test::HasFatalFailure()) return;
   std::string output;
   const int status =
@@ -255,6 +274,9 @@ TEST(TorchOracle, TinyGpt) { check_against_torch("tiny-gpt"); }
 TEST(TorchOracle, TinyLlama) { check_against_torch("tiny-llama"); }
 TEST(TorchOracle, TinyT5) { check_against_torch("tiny-t5"); }
 TEST(TorchOracle, TinyT5Packed) { check_against_torch("tiny-t5", /*packed=*/true); }
+TEST(TorchOracle, TinyT5PackedDropout) {
+  check_against_torch("tiny-t5", /*packed=*/true, /*dropout=*/true);
+}
 
 }  // namespace
 }  // namespace ax::train

@@ -18,7 +18,8 @@ DIR is written by oracle_test.cc:
   tokens.i32      (B, T) int32 little-endian (t5: the decoder's input)
   targets.i32     (B, T) int32, < 0 = ignored
   t5 only: "encoder_seq_len": Te in the manifest, encoder_tokens.i32 (B, Te), and for a packed
-  batch ("packed": true) segments.i32 (B, T) and encoder_segments.i32 (B, Te)
+  batch ("packed": true) segments.i32 (B, T) and encoder_segments.i32 (B, Te); with dropout,
+  "dropout": {"rate": p, "seed": step seed, "row_ids": [sample id per row]} (decimal strings)
   params/NAME.f32 the parameter, float32 row-major, shape from the manifest
   grads/NAME.f32  ax's gradient of the mean loss with respect to it
 
@@ -49,6 +50,11 @@ except ImportError as e:
     print(f"torch_oracle: {sys.executable} cannot import PyTorch/NumPy ({e}); "
           f"install them with `{SETUP}`", file=sys.stderr)
     sys.exit(1)
+
+# T5's relative position buckets, shared with the benchmark's PyTorch T5 (bench/torch_t5_peer.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "bench"))
+from t5_buckets import relative_position_buckets  # noqa: E402
 
 
 def layer_norm(x, w, b, eps):
@@ -124,24 +130,9 @@ def mlp(x, p, i, m):
 # ---- T5 v1.1 (docs/t5.md; Hugging Face's modeling_t5.py semantics, logits scaled by
 # 1/sqrt(d_kv) as T5x's GPU recipe does) ----
 
-def t5_buckets(Tq, Tk, bidirectional, num_buckets, max_distance):
-    rel = torch.arange(Tk)[None, :] - torch.arange(Tq)[:, None]  # key - query
-    n, ret = num_buckets, torch.zeros(Tq, Tk, dtype=torch.long)
-    if bidirectional:
-        n //= 2
-        ret = (rel > 0).long() * n
-        rel = rel.abs()
-    else:
-        rel = (-rel).clamp(min=0)
-    max_exact = n // 2
-    large = max_exact + (torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)
-                         * (n - max_exact)).long()
-    large = large.clamp(max=n - 1)
-    return ret + torch.where(rel < max_exact, rel, large)
-
-
 def t5_position_bias(table, Tq, Tk, bidirectional, m):
-    b = t5_buckets(Tq, Tk, bidirectional, m["relative_buckets"], m["relative_max_distance"])
+    b = relative_position_buckets(Tq, Tk, bidirectional, m["relative_buckets"],
+                                  m["relative_max_distance"])
     return table[b].permute(2, 0, 1)[None]  # (1, NH, Tq, Tk)
 
 
@@ -161,12 +152,64 @@ def t5_attend(q, k, v, bias, mask, NH, HD):
     return y.transpose(1, 2).reshape(B, Tq, NH * HD)
 
 
-def t5_mlp(x, p, prefix):
+def t5_mlp(x, p, prefix, drop_hidden=lambda h: h):
     gate, up = (x @ p[prefix + ".fc.weight"].T).chunk(2, dim=-1)  # wi_0, then wi_1
-    return (gelu_tanh(gate) * up) @ p[prefix + ".proj.weight"].T
+    return drop_hidden(gelu_tanh(gate) * up) @ p[prefix + ".proj.weight"].T
 
 
-def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab):
+# ---- Dropout's masks, from docs/t5.md "Dropout": element (row key, feature) of site s is kept
+# when the high 32 bits of SplitMix64's mixer over seed_s + (key << 32 | feature) are at least
+# round(rate · 2^32), seed_s = mix64(step seed ^ mix64(s)); a row's key is the low 32 bits of
+# mix64(sample id) (or, per position t, of mix64(mix64(sample id) + 1 + t)). ----
+
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def mix64_np(x):
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class Dropout:
+    def __init__(self, spec, T, Te):
+        self.rate = spec["rate"]
+        self.seed = int(spec["seed"])
+        rows = [mix64(int(r)) for r in spec["row_ids"]]
+        self.threshold = min(round(self.rate * 2**32), 2**32 - 1)
+        # keys[name]: (B, length) uint64 holding 32-bit keys
+        self.keys = {
+            "dec": np.array([[r & 0xFFFFFFFF] * T for r in rows], np.uint64),
+            "enc": np.array([[r & 0xFFFFFFFF] * Te for r in rows], np.uint64),
+            "enc_positions": np.array(
+                [[mix64((r + 1 + t) & M64) & 0xFFFFFFFF for t in range(Te)] for r in rows],
+                np.uint64),
+        }
+
+    def __call__(self, x, site, keys):
+        seed = mix64(self.seed ^ mix64(site))
+        k = self.keys[keys][:, :, None]
+        f = np.arange(x.shape[-1], dtype=np.uint64)[None, None, :]
+        with np.errstate(over="ignore"):
+            bits = mix64_np(np.uint64(seed) + ((k << np.uint64(32)) | f)) >> np.uint64(32)
+        keep = torch.from_numpy(bits >= np.uint64(self.threshold)).to(x.dtype)
+        return x * keep / (1 - self.rate)
+
+
+def no_dropout(x, site, keys):
+    return x
+
+
+def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab, drop=no_dropout):
     NH, HD, eps = m["num_heads"], m["kv_channels"], m["norm_eps"]
     B, Td = tokens.shape
     Te = enc_tokens.shape[1]
@@ -181,25 +224,36 @@ def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab):
         q, k, v = (x @ p[prefix + ".qkv.weight"].T).split(NH * HD, dim=-1)
         return t5_attend(q, k, v, bias, mask, NH, HD) @ p[prefix + ".proj.weight"].T
 
-    x = p["wte"][enc_tokens]
+    # Dropout sites: 0-3 the stacks' embeddings and final norms; layer unit u (encoder layer i:
+    # 1 + i, decoder layer j: 1 + E + j) has 4u + (0 attention, 1 cross-attention, 2 MLP
+    # hidden units, 3 MLP output).
+    E = m["num_layers"]
+    x = drop(p["wte"][enc_tokens], 0, "enc")
     bias = t5_position_bias(p["enc.rel_bias.weight"], Te, Te, True, m)
-    for i in range(m["num_layers"]):
-        h = f"enc.h.{i}"
-        x = x + self_attention(rms_norm(x, p[h + ".ln1.weight"], eps), h + ".attn", bias, enc_mask)
-        x = x + t5_mlp(rms_norm(x, p[h + ".ln2.weight"], eps), p, h + ".mlp")
-    memory = rms_norm(x, p["enc.lnf.weight"], eps)
+    for i in range(E):
+        h, u = f"enc.h.{i}", 4 * (1 + i)
+        y = self_attention(rms_norm(x, p[h + ".ln1.weight"], eps), h + ".attn", bias, enc_mask)
+        x = x + drop(y, u, "enc")
+        y = t5_mlp(rms_norm(x, p[h + ".ln2.weight"], eps), p, h + ".mlp",
+                   lambda a, u=u: drop(a, u + 2, "enc"))
+        x = x + drop(y, u + 3, "enc")
+    memory = drop(rms_norm(x, p["enc.lnf.weight"], eps), 1, "enc_positions")
 
-    x = p["wte"][tokens]
+    x = drop(p["wte"][tokens], 2, "dec")
     bias = t5_position_bias(p["dec.rel_bias.weight"], Td, Td, False, m)
-    for i in range(m["num_decoder_layers"] or m["num_layers"]):
-        h = f"dec.h.{i}"
-        x = x + self_attention(rms_norm(x, p[h + ".ln1.weight"], eps), h + ".attn", bias, dec_mask)
+    for i in range(m["num_decoder_layers"] or E):
+        h, u = f"dec.h.{i}", 4 * (1 + E + i)
+        y = self_attention(rms_norm(x, p[h + ".ln1.weight"], eps), h + ".attn", bias, dec_mask)
+        x = x + drop(y, u, "dec")
         y = rms_norm(x, p[h + ".ln_cross.weight"], eps)
         q = y @ p[h + ".cross.q.weight"].T
         k, v = (memory @ p[h + ".cross.kv.weight"].T).chunk(2, dim=-1)
-        x = x + t5_attend(q, k, v, None, cross_mask, NH, HD) @ p[h + ".cross.proj.weight"].T
-        x = x + t5_mlp(rms_norm(x, p[h + ".ln2.weight"], eps), p, h + ".mlp")
-    x = rms_norm(x, p["dec.lnf.weight"], eps)
+        y = t5_attend(q, k, v, None, cross_mask, NH, HD) @ p[h + ".cross.proj.weight"].T
+        x = x + drop(y, u + 1, "dec")
+        y = t5_mlp(rms_norm(x, p[h + ".ln2.weight"], eps), p, h + ".mlp",
+                   lambda a, u=u: drop(a, u + 2, "dec"))
+        x = x + drop(y, u + 3, "dec")
+    x = drop(rms_norm(x, p["dec.lnf.weight"], eps), 3, "dec")
     logits = (x @ p["lm_head.weight"].T)[..., :vocab].reshape(-1, vocab)
     flat = targets.reshape(-1)
     keep = flat >= 0
@@ -544,10 +598,10 @@ def mean_loss(p, tokens, targets, m, vocab):
     return -logp.gather(1, flat[keep][:, None]).mean()
 
 
-def run_torch(weights, tokens, targets, m, vocab, dtype, t5=None):
+def run_torch(weights, tokens, targets, m, vocab, dtype, t5=None, drop=no_dropout):
     p = {n: torch.tensor(w, dtype=dtype, requires_grad=True) for n, w in weights.items()}
     if t5 is not None:
-        loss = t5_mean_loss(p, tokens, targets, *t5, m, vocab)
+        loss = t5_mean_loss(p, tokens, targets, *t5, m, vocab, drop)
     else:
         loss = mean_loss(p, tokens, targets, m, vocab)
     loss.backward()
@@ -579,7 +633,7 @@ def main():
     tokens = torch.from_numpy(np.fromfile(os.path.join(d, "tokens.i32"), "<i4").reshape(B, T))
     targets = torch.from_numpy(np.fromfile(os.path.join(d, "targets.i32"), "<i4").reshape(B, T))
     tokens, targets = tokens.long(), targets.long()
-    t5, grad_tol = None, GRAD_TOL
+    t5, grad_tol, drop = None, GRAD_TOL, no_dropout
     if m["family"] == "t5":
         # The T5 issue's bar: every gradient within 1e-5 as well.
         grad_tol = LOSS_TOL
@@ -592,6 +646,7 @@ def main():
         enc = ids("encoder_tokens.i32", B, Te)
         seg = ids("segments.i32", B, T) if man.get("packed") else None
         enc_seg = ids("encoder_segments.i32", B, Te) if man.get("packed") else None
+        drop = Dropout(man["dropout"], T, Te) if "dropout" in man else no_dropout
         t5 = (enc, seg, enc_seg)
         m = dict(m, z_loss=man["config"]["train"]["z_loss"])
 
@@ -602,8 +657,8 @@ def main():
         ax_grads[name] = np.fromfile(os.path.join(d, "grads", name + ".f32"), "<f4").reshape(shape)
 
     torch.set_num_threads(2)
-    loss64, grads64 = run_torch(weights, tokens, targets, m, vocab, torch.float64, t5)
-    loss32, grads32 = run_torch(weights, tokens, targets, m, vocab, torch.float32, t5)
+    loss64, grads64 = run_torch(weights, tokens, targets, m, vocab, torch.float64, t5, drop)
+    loss32, grads32 = run_torch(weights, tokens, targets, m, vocab, torch.float32, t5, drop)
     n_targets = int((targets >= 0).sum())
 
     print(f"oracle: {man['config']['experiment']} ({m['family']}: {m['norm']}, {m['activation']}, "

@@ -259,9 +259,11 @@ TEST(ShardedZLoss, TensorParallelLayoutsTrainTheLossesOfOneProcess) {
 
 // Stopped after 3 steps on one layout (a checkpoint is written), resumed on others: steps 4-6
 // match an uninterrupted run.
-void expect_resume_on(const std::string& experiment, const std::vector<Layout>& layouts) {
+void expect_resume_on(const std::string& experiment, const std::vector<Layout>& layouts,
+                      const std::vector<std::string>& extra = {}) {
   std::vector<std::string> o = base_overrides(experiment);
   o.push_back("train.max_steps=6");
+  o.insert(o.end(), extra.begin(), extra.end());
   const Config config = corpus_config(experiment, o);
   const std::string root = data::testing::temp_dir("reshard-" + experiment);
   RunResult reference = run_ranks(config, {1, 1, 1}, root + "/reference");
@@ -291,6 +293,46 @@ TEST(ShardedCheckpoint, ResumesOnAnotherLayoutWithTheSameLosses) {
 
 TEST(ShardedCheckpoint, T5ResumesOnAnotherLayoutWithTheSameLosses) {
   expect_resume_on("tiny-t5", {{1, 1, 4}});
+}
+
+// Dropout's masks are keyed by the step and each row's sample id, and split features by their
+// index in the whole axis: data-, FSDP- and tensor-parallel layouts drop the same elements as
+// one process, so they train its losses (which differ from those without dropout), and a run
+// stopped on one layout resumes on another with the uninterrupted losses.
+TEST(ShardedDropout, T5LayoutsAndResumeTrainTheLossesOfOneProcess) {
+  std::vector<std::string> o = base_overrides("tiny-t5");
+  const Config plain = corpus_config("tiny-t5", o);
+  o.push_back("model.dropout=0.1");
+  const Config config = corpus_config("tiny-t5", o);
+  const std::string root = data::testing::temp_dir("sharded-dropout");
+  RunResult without = run_ranks(plain, {1, 1, 1}, root + "/without");
+  RunResult one = run_ranks(config, {1, 1, 1}, root + "/one");
+  ASSERT_EQ(one.exit_codes[0], 0) << one.errs[0];
+  ASSERT_EQ(one.losses.size(), 5u);
+  ASSERT_EQ(without.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_GT(std::abs(one.losses[i] - without.losses[i]), 1e-4 * without.losses[i])
+        << "step " << i + 1 << ": dropout changes the loss";
+  }
+  for (const Layout& layout : std::vector<Layout>{{2, 1, 2}, {1, 2, 2}}) {
+    RunResult r = run_ranks(config, layout, root + "/" + layout.name());
+    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
+    }
+    EXPECT_EQ(r.losses.size(), 5u) << layout.name();
+    expect_same_losses(r.losses, one.losses, 0, "dropout " + layout.name());
+  }
+  // The CUDA backend's dtype plan: the same masks. Measured: layouts differ by up to 3e-4
+  // (bf16 noise; dropout's 1/(1 - p) scales it a little above kBf16LayoutTolerance), while
+  // dropout moves these losses by 1-3 % and a tensor rank that drew the wrong mask for its
+  // hidden units by over 1e-3 from step 1.
+  constexpr double kBf16DropoutTolerance = 1e-3;
+  RunResult bf16 = run_ranks(config, {1, 1, 1}, root + "/bf16_one", {}, "cpu-bf16");
+  RunResult bf16_tp = run_ranks(config, {1, 2, 2}, root + "/bf16_d1f2t2", {}, "cpu-bf16");
+  ASSERT_EQ(bf16.losses.size(), 5u) << bf16.errs[0];
+  expect_same_losses(bf16_tp.losses, bf16.losses, 0, "dropout cpu-bf16 data1_fsdp2_tensor2",
+                     kBf16DropoutTolerance);
+  expect_resume_on("tiny-t5", {{1, 1, 4}}, {"model.dropout=0.1"});
 }
 
 // --init-from on a sharded mesh: each rank reads only its own parts of the logical tensors (FSDP

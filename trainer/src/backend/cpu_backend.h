@@ -60,6 +60,9 @@ class CpuBackend final : public Backend {
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void glu_forward(Tensor out, Tensor inp, Glu glu) override;
   void glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) override;
+  void dropout_forward(Tensor out, Tensor inp, Tensor row_keys, const DropoutSpec& spec) override;
+  void dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
+                        const DropoutSpec& spec) override;
   void add_forward(Tensor out, Tensor a, Tensor b) override;
   void position_bias_forward(Tensor bias, Tensor table, Tensor buckets) override;
   void position_bias_backward(Tensor dtable, Tensor dbias, Tensor buckets) override;

@@ -206,6 +206,21 @@ class CpuBf16Backend final : public Backend {
     f32_->glu_backward(di, w.of(dout), w.of(inp), glu);
     w.store(dinp, di);
   }
+  void dropout_forward(Tensor out, Tensor inp, Tensor row_keys, const DropoutSpec& spec) override {
+    check_dropout_forward(kBf16, out, inp, row_keys, spec);
+    Widened w(*f32_);
+    Tensor o = w.like(out);
+    f32_->dropout_forward(o, w.of(inp), row_keys, spec);
+    w.store(out, o);
+  }
+  void dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
+                        const DropoutSpec& spec) override {
+    check_dropout_backward(kBf16, dinp, dout, row_keys, spec);
+    Widened w(*f32_);
+    Tensor di = w.of(dinp);
+    f32_->dropout_backward(di, w.of(dout), row_keys, spec);
+    w.store(dinp, di);
+  }
   void add_forward(Tensor out, Tensor a, Tensor b) override {
     check_add(kBf16, out, a, b);
     Widened w(*f32_);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "ax/trainer/dropout_mask.h"
 #include "cpu_backend.h"
 #include "cpu_math.h"
 
@@ -203,6 +204,41 @@ void CpuBackend::glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) {
       swiglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
     } else {
       geglu_backward_rows(dinp.as<float>(), dout.as<float>(), inp.as<float>(), n0, n1, F);
+    }
+  });
+}
+
+void CpuBackend::dropout_forward(Tensor out, Tensor inp, Tensor row_keys, const DropoutSpec& spec) {
+  // out, inp (N, F), row_keys (N) i32.
+  auto [N, F] = check_dropout_forward(kPlan, out, inp, row_keys, spec);
+  const auto* keys = row_keys.as<int32_t>();
+  pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const auto key = static_cast<uint32_t>(keys[n]);
+      const float* x = inp.as<float>() + n * F;
+      float* y = out.as<float>() + n * F;
+      for (int64_t f = 0; f < F; ++f) {
+        const auto feature = static_cast<uint32_t>(spec.feature_offset + f);
+        y[f] = dropout_keep(spec.seed, key, feature, spec.threshold) ? x[f] * spec.scale : 0.0f;
+      }
+    }
+  });
+}
+
+void CpuBackend::dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
+                                  const DropoutSpec& spec) {
+  // dinp, dout (N, F), row_keys (N) i32.
+  auto [N, F] = check_dropout_backward(kPlan, dinp, dout, row_keys, spec);
+  const auto* keys = row_keys.as<int32_t>();
+  pool_.parallel_for(N, rows_per_chunk(F), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const auto key = static_cast<uint32_t>(keys[n]);
+      const float* dy = dout.as<float>() + n * F;
+      float* dx = dinp.as<float>() + n * F;
+      for (int64_t f = 0; f < F; ++f) {
+        const auto feature = static_cast<uint32_t>(spec.feature_offset + f);
+        if (dropout_keep(spec.seed, key, feature, spec.threshold)) dx[f] += dy[f] * spec.scale;
+      }
     }
   });
 }

@@ -284,6 +284,39 @@ RowDims check_gelu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
 
 namespace {
 
+void expect_dropout(const Tensor& row_keys, int64_t N, int64_t F, const DropoutSpec& spec,
+                    const char* op) {
+  AX_CHECK(row_keys.dtype == DType::kI32 && row_keys.numel() == N)
+      << op << ": row_keys must be i32 with one key per row (" << N << ")";
+  AX_CHECK(spec.feature_offset >= 0 && spec.feature_offset + F <= (int64_t{1} << 32))
+      << op << ": feature indices " << spec.feature_offset << " + " << F
+      << " do not fit in 32 bits";
+}
+
+}  // namespace
+
+RowDims check_dropout_forward(DTypePlan p, const Tensor& out, const Tensor& inp,
+                              const Tensor& row_keys, const DropoutSpec& spec) {
+  constexpr const char* kOp = "dropout_forward";
+  const int64_t N = inp.rows(), F = inp.cols();
+  expect_matrix(inp, p.act, N, F, kOp, "inp");
+  expect_matrix(out, p.act, N, F, kOp, "out");
+  expect_dropout(row_keys, N, F, spec, kOp);
+  return {N, F};
+}
+
+RowDims check_dropout_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
+                               const Tensor& row_keys, const DropoutSpec& spec) {
+  constexpr const char* kOp = "dropout_backward";
+  const int64_t N = dout.rows(), F = dout.cols();
+  expect_matrix(dout, p.act, N, F, kOp, "dout");
+  expect_matrix(dinp, p.act, N, F, kOp, "dinp");
+  expect_dropout(row_keys, N, F, spec, kOp);
+  return {N, F};
+}
+
+namespace {
+
 void expect_glu(Glu glu, const char* op) {
   AX_CHECK(glu == Glu::kSwiGlu || glu == Glu::kGeGlu)
       << op << ": no gated linear unit " << static_cast<int>(glu);

@@ -68,6 +68,20 @@ void glu_forward(Act* out, const Act* inp, int64_t N, int64_t F, bool gelu, cuda
 template <typename Act>
 void glu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t F, bool gelu,
                   cudaStream_t stream);
+// Dropout (Backend::dropout_forward / dropout_backward, DropoutSpec): out (N,F) = inp · keep ·
+// scale, out may be inp; dinp (N,F) += dout · keep · scale; row_keys (N).
+struct DropoutArgs {
+  uint64_t seed;
+  uint32_t threshold;
+  float scale;
+  int64_t feature_offset;
+};
+template <typename Act>
+void dropout_forward(Act* out, const Act* inp, const int32_t* row_keys, int64_t N, int64_t F,
+                     DropoutArgs args, cudaStream_t stream);
+template <typename Act>
+void dropout_backward(Act* dinp, const Act* dout, const int32_t* row_keys, int64_t N, int64_t F,
+                      DropoutArgs args, cudaStream_t stream);
 // The residual stream (Act) and FSDP's reduce-scattered f32 gradient shards.
 template <typename Act>
 void add_forward(Act* out, const Act* a, const Act* b, int64_t n, cudaStream_t stream);

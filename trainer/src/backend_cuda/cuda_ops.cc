@@ -286,6 +286,28 @@ void CudaBackend::glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) {
   });
 }
 
+void CudaBackend::dropout_forward(Tensor out, Tensor inp, Tensor row_keys,
+                                  const DropoutSpec& spec) {
+  // out, inp (N, F), row_keys (N) i32.
+  auto [N, F] = check_dropout_forward(plan_, out, inp, row_keys, spec);
+  const cuda::DropoutArgs args{spec.seed, spec.threshold, spec.scale, spec.feature_offset};
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::dropout_forward(ptr<Act>(out), ptr<Act>(inp), row_keys.as<int32_t>(), N, F, args,
+                          stream_);
+  });
+}
+
+void CudaBackend::dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
+                                   const DropoutSpec& spec) {
+  // dinp, dout (N, F), row_keys (N) i32.
+  auto [N, F] = check_dropout_backward(plan_, dinp, dout, row_keys, spec);
+  const cuda::DropoutArgs args{spec.seed, spec.threshold, spec.scale, spec.feature_offset};
+  with_act(plan_.act, [&]<typename Act>() {
+    cuda::dropout_backward(ptr<Act>(dinp), ptr<Act>(dout), row_keys.as<int32_t>(), N, F, args,
+                           stream_);
+  });
+}
+
 void CudaBackend::add_forward(Tensor out, Tensor a, Tensor b) {
   // The residual stream (the activation dtype) or FSDP's f32 gradient shards.
   check_add(plan_, out, a, b);

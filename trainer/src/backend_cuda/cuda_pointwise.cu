@@ -3,6 +3,7 @@
 // kernels are grid-stride loops; row-wise ones (the cross-entropy) take one block per row and an
 // online max/sum, so the logits are read twice (statistics, then the gradient written in place) and
 // never copied.
+#include "ax/trainer/dropout_mask.h"
 #include "cuda_common.cuh"
 
 namespace ax::train::cuda {
@@ -297,6 +298,30 @@ void cast_bf16_to_f32(float* dst, const bf16* src, int64_t n, cudaStream_t strea
 }
 
 template <typename Act>
+__global__ void dropout_forward_kernel(Act* out, const Act* inp, const int32_t* row_keys, int64_t N,
+                                       int64_t F, DropoutArgs a) {
+  AX_GRID_STRIDE(i, N * F) {
+    const int64_t n = i / F, f = i % F;
+    const auto feature = static_cast<uint32_t>(a.feature_offset + f);
+    const bool keep =
+        dropout_keep(a.seed, static_cast<uint32_t>(row_keys[n]), feature, a.threshold);
+    store(&out[i], keep ? to_f32(inp[i]) * a.scale : 0.0f);
+  }
+}
+
+template <typename Act>
+__global__ void dropout_backward_kernel(Act* dinp, const Act* dout, const int32_t* row_keys,
+                                        int64_t N, int64_t F, DropoutArgs a) {
+  AX_GRID_STRIDE(i, N * F) {
+    const int64_t n = i / F, f = i % F;
+    const auto feature = static_cast<uint32_t>(a.feature_offset + f);
+    if (dropout_keep(a.seed, static_cast<uint32_t>(row_keys[n]), feature, a.threshold)) {
+      add_to(&dinp[i], to_f32(dout[i]) * a.scale);
+    }
+  }
+}
+
+template <typename Act>
 void gelu_forward(Act* out, const Act* inp, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
@@ -332,6 +357,24 @@ void glu_backward(Act* dinp, const Act* dout, const Act* inp, int64_t N, int64_t
   } else {
     glu_backward_kernel<false><<<grid, kThreads, 0, stream>>>(dinp, dout, inp, N, F);
   }
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Act>
+void dropout_forward(Act* out, const Act* inp, const int32_t* row_keys, int64_t N, int64_t F,
+                     DropoutArgs args, cudaStream_t stream) {
+  if (N * F == 0) return;
+  dropout_forward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(out, inp, row_keys, N,
+                                                                             F, args);
+  AX_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Act>
+void dropout_backward(Act* dinp, const Act* dout, const int32_t* row_keys, int64_t N, int64_t F,
+                      DropoutArgs args, cudaStream_t stream) {
+  if (N * F == 0) return;
+  dropout_backward_kernel<<<grid_for(N * F, kThreads), kThreads, 0, stream>>>(dinp, dout, row_keys,
+                                                                              N, F, args);
   AX_CUDA_CHECK_LAUNCH();
 }
 
@@ -436,6 +479,10 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
   template void gelu_backward(Act*, const Act*, const Act*, int64_t, cudaStream_t);               \
   template void glu_forward(Act*, const Act*, int64_t, int64_t, bool, cudaStream_t);              \
   template void glu_backward(Act*, const Act*, const Act*, int64_t, int64_t, bool, cudaStream_t); \
+  template void dropout_forward(Act*, const Act*, const int32_t*, int64_t, int64_t, DropoutArgs,  \
+                                cudaStream_t);                                                    \
+  template void dropout_backward(Act*, const Act*, const int32_t*, int64_t, int64_t, DropoutArgs, \
+                                 cudaStream_t);                                                   \
   template void add_forward(Act*, const Act*, const Act*, int64_t, cudaStream_t);                 \
   template void rope_forward(Act*, const Act*, const float*, int64_t, int64_t, int64_t, int64_t,  \
                              int64_t, cudaStream_t);                                              \

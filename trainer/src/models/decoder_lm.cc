@@ -20,10 +20,6 @@ class DecoderLm final : public Model {
   DecoderLm(const ModelConfig& config, int64_t vocab, int64_t batch, int64_t seq_len,
             Backend* backend)
       : Model(config, vocab, batch, seq_len, backend) {}
-  ~DecoderLm() override {
-    if (acts_base != nullptr) be->free(acts_base);
-  }
-
   std::vector<float> logits(int64_t b, int64_t t) const override;
   double flops_per_row() const override {
     return static_cast<double>(T) * flops_per_token(logical_matmul_parameters(layout()),
@@ -35,15 +31,8 @@ class DecoderLm final : public Model {
 
   // The store over the declared layout, the views, and the activations planned and allocated.
   Status build() {
-    AX_ASSIGN_OR_RETURN(store_, ParamStore::create(declare(), be, par));
-    bind();
-    Arena dry_run;
-    plan(&dry_run);
-    activation_bytes_ = dry_run.used();
-    AX_ASSIGN_OR_RETURN(acts_base, be->alloc(activation_bytes_));
-    Arena arena(acts_base, activation_bytes_);
-    plan(&arena);
-    return Status::Ok();
+    return Model::build(
+        declare(), par, [this] { bind(); }, [this](Arena* arena) { plan(arena); });
   }
 
   const ModelConfig& config = config_;
@@ -54,7 +43,6 @@ class DecoderLm final : public Model {
   layers::TensorGroup tp;
   layers::VocabShard vocab;  // this rank's rows of the padded table
   layers::LmLoss loss;
-  void* acts_base = nullptr;
 
   // Blocks.
   ParamViews wte, wpe, lm_head;  // wpe empty with RoPE; lm_head = wte when tied

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ax/common/rng.h"
 #include "ax/trainer/model.h"
 #include "layers.h"
 #include "lm_loss.h"
@@ -30,6 +31,10 @@ struct Stack {
   Tensor embedded;  // (N, C) the residual stream into layer 0
   Tensor dres;      // (N, C) its gradient
   int first_unit = 1;
+  // Dropout: the rows' keys at every position, the keys of each position (the encoder's final
+  // norm drops per position, as T5x does), this stack's sites for the embedding and final norm.
+  Tensor drop_keys, drop_position_keys;
+  uint32_t embed_site = 0, final_site = 0;
 
   Tensor residual_into(size_t i) const { return i == 0 ? embedded : acts[i - 1].res_out; }
   Tensor output() const { return residual_into(layers.size()); }
@@ -40,9 +45,6 @@ class EncoderDecoder final : public Model {
   EncoderDecoder(const ModelConfig& config, int64_t vocab, int64_t batch, int64_t seq_len,
                  Backend* backend)
       : Model(config, vocab, batch, seq_len, backend) {}
-  ~EncoderDecoder() override {
-    if (acts_base != nullptr) be->free(acts_base);
-  }
 
   std::vector<float> logits(int64_t b, int64_t t) const override;
   // 6 FLOPs per matmul parameter per token of its stack (the head on the decoder's tokens), and
@@ -63,14 +65,8 @@ class EncoderDecoder final : public Model {
   void backward_impl(float dloss) override;
 
   Status build() {
-    AX_ASSIGN_OR_RETURN(store_, ParamStore::create(declare(), be, par));
-    bind();
-    Arena dry_run;
-    plan(&dry_run);
-    activation_bytes_ = dry_run.used();
-    AX_ASSIGN_OR_RETURN(acts_base, be->alloc(activation_bytes_));
-    Arena arena(acts_base, activation_bytes_);
-    plan(&arena);
+    AX_RETURN_IF_ERROR(Model::build(
+        declare(), par, [this] { bind(); }, [this](Arena* arena) { plan(arena); }));
     enc.bias.upload(*be, /*bidirectional=*/true, config.relative_buckets,
                     config.relative_max_distance);
     dec.bias.upload(*be, /*bidirectional=*/false, config.relative_buckets,
@@ -85,7 +81,6 @@ class EncoderDecoder final : public Model {
   layers::TensorGroup tp;
   layers::VocabShard vocab;
   layers::LmLoss loss;
-  void* acts_base = nullptr;
 
   ParamViews wte, lm_head;
   Stack enc, dec;
@@ -94,6 +89,7 @@ class EncoderDecoder final : public Model {
   Tensor denc;     // (B·Te, C) gradient of the encoder's output (the memory)
   DecoderLayer::Scratch enc_scratch, dec_scratch;
   bool use_segments = false;
+  layers::Dropout dropout;
 
   ParamLayout declare() {
     ParamLayout layout;
@@ -117,16 +113,28 @@ class EncoderDecoder final : public Model {
     dec.layers.resize(static_cast<size_t>(num_dec));
     enc.first_unit = 1;
     dec.first_unit = 1 + num_enc;
+    // Dropout sites: unit u's layer has sites u·kDropSites + kind; unit 0 holds the stacks'.
+    enc.embed_site = 0;
+    enc.final_site = 1;
+    dec.embed_site = 2;
+    dec.final_site = 3;
+    static_assert(DecoderLayer::kDropSites >= 4);
+    const auto set_dropout = [&](DecoderLayer& l, int unit) {
+      l.dropout = dropout.rate > 0;
+      l.dropout_site = static_cast<uint32_t>(unit) * DecoderLayer::kDropSites;
+    };
     for (int i = 0; i < num_enc; ++i) {
       layout.set_unit(enc.first_unit + i);
       DecoderLayer& l = enc.layers[static_cast<size_t>(i)];
       l.declare(&layout, "enc.h." + std::to_string(i), o, tp);
       l.attn.causal = false;
+      set_dropout(l, enc.first_unit + i);
     }
     for (int i = 0; i < num_dec; ++i) {
       layout.set_unit(dec.first_unit + i);
-      dec.layers[static_cast<size_t>(i)].declare(&layout, "dec.h." + std::to_string(i), o, tp,
-                                                 /*cross_attention=*/true);
+      DecoderLayer& l = dec.layers[static_cast<size_t>(i)];
+      l.declare(&layout, "dec.h." + std::to_string(i), o, tp, /*cross_attention=*/true);
+      set_dropout(l, dec.first_unit + i);
     }
     return layout;
   }
@@ -154,6 +162,34 @@ class EncoderDecoder final : public Model {
     }
     s->bias.plan(arena, dt, T);
     s->final_norm.plan(arena, dt, B * T, C, &s->final_acts);
+    if (dropout.rate > 0) {
+      s->drop_keys = arena->take(DType::kI32, {B * T});
+      s->drop_position_keys = arena->take(DType::kI32, {B * T});
+    }
+  }
+
+  // The dropout keys of a stack's rows: a row's from its place in the data, the same at every
+  // position (T5x drops with broadcast_dims=(-2,): one mask per sequence), and one per position.
+  void upload_dropout_keys(Stack* s, std::span<const uint64_t> row_ids) {
+    const int64_t T = s->tokens.shape[1];
+    std::vector<int32_t> rows(static_cast<size_t>(B * T)), positions(rows.size());
+    for (int64_t b = 0; b < B; ++b) {
+      const uint64_t row = mix64(row_ids[static_cast<size_t>(b)]);
+      for (int64_t t = 0; t < T; ++t) {
+        const auto i = static_cast<size_t>(b * T + t);
+        rows[i] = static_cast<int32_t>(static_cast<uint32_t>(row));
+        positions[i] = static_cast<int32_t>(static_cast<uint32_t>(mix64(row + 1 + t)));
+      }
+    }
+    be->copy_from_host(s->drop_keys, rows.data());
+    be->copy_from_host(s->drop_position_keys, positions.data());
+  }
+
+  layers::DropSite embed_drop(const Stack& s) const {
+    return {&dropout, s.drop_keys, s.embed_site};
+  }
+  layers::DropSite final_drop(const Stack& s) const {
+    return {&dropout, &s == &enc ? s.drop_position_keys : s.drop_keys, s.final_site};
   }
 
   void plan(Arena* arena) {
@@ -173,6 +209,8 @@ class EncoderDecoder final : public Model {
     if (use_segments) ctx.segments = s.segments;
     ctx.bias = s.bias.bias;
     ctx.dbias = s.bias.dbias;
+    ctx.dropout = &dropout;
+    ctx.dropout_keys = s.drop_keys;
     if (with_memory) {
       ctx.memory = enc.final_acts.out;
       ctx.dmemory = denc;
@@ -189,6 +227,7 @@ class EncoderDecoder final : public Model {
     const int64_t T = s->tokens.shape[1];
     be->embedding_forward(s->embedded.view({B, T, C}), s->tokens, wte.w, Tensor());
     tp.all_reduce(s->embedded);
+    embed_drop(*s).forward(*be, s->embedded);
     s->bias.forward(*be);
     const LayerContext ctx = context(*s, with_memory);
     for (size_t i = 0; i < s->layers.size(); ++i) {
@@ -198,6 +237,7 @@ class EncoderDecoder final : public Model {
       s->layers[i].forward(*be, s->residual_into(i), s->acts[i], scratch, ctx);
     }
     s->final_norm.forward(*be, s->final_acts, s->output());
+    final_drop(*s).forward(*be, s->final_acts.out);
   }
 
   // On entry the stack's final-norm output gradient is in `dout`; accumulates into the
@@ -205,8 +245,15 @@ class EncoderDecoder final : public Model {
   void backward_stack(Stack* s, Tensor dout, const DecoderLayer::Scratch& scratch,
                       bool with_memory) {
     ParamStore& ps = *store_;
+    // With dropout, the gradient through a mask lands in `branch` (free outside the layers).
+    const auto through = [&](const layers::DropSite& drop, Tensor g) {
+      if (!drop.on()) return g;
+      be->zero(scratch.branch);
+      drop.backward(*be, scratch.branch, g);
+      return scratch.branch;
+    };
     be->zero(s->dres);
-    s->final_norm.backward(*be, s->dres, dout, s->output(), s->final_acts);
+    s->final_norm.backward(*be, s->dres, through(final_drop(*s), dout), s->output(), s->final_acts);
     be->zero(s->bias.dbias);
     const LayerContext ctx = context(*s, with_memory);
     for (size_t i = s->layers.size(); i-- > 0;) {
@@ -218,7 +265,8 @@ class EncoderDecoder final : public Model {
     }
     s->bias.backward(*be);
     const int64_t T = s->tokens.shape[1];
-    be->embedding_backward(wte.dw, Tensor(), s->dres.view({B, T, C}), s->tokens);
+    be->embedding_backward(wte.dw, Tensor(), through(embed_drop(*s), s->dres).view({B, T, C}),
+                           s->tokens);
   }
 };
 
@@ -248,6 +296,7 @@ StatusOr<std::unique_ptr<Model>> make_encoder_decoder(const ModelConfig& config,
   m->loss.vocab = m->vocab;
   m->loss.tp = m->tp;
   m->loss.z_loss = options.z_loss;
+  m->dropout.rate = config.dropout;
   AX_RETURN_IF_ERROR(m->build());
   return std::unique_ptr<Model>(std::move(m));
 }
@@ -262,6 +311,12 @@ double EncoderDecoder::forward_impl(const Batch& batch) {
     AX_CHECK_EQ(static_cast<int64_t>(batch.encoder_segment_ids.size()), B * Te);
     be->copy_from_host(enc.segments, batch.encoder_segment_ids.data());
     be->copy_from_host(dec.segments, batch.segment_ids.data());
+  }
+  dropout.active = dropout.rate > 0 && !batch.row_ids.empty();
+  if (dropout.active) {
+    dropout.seed = batch.dropout_seed;
+    upload_dropout_keys(&enc, batch.row_ids);
+    upload_dropout_keys(&dec, batch.row_ids);
   }
   store_->gather(0);
   forward_stack(&enc, batch.encoder_tokens, enc_scratch, /*with_memory=*/false);

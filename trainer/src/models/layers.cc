@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "ax/common/rng.h"
 #include "ax/trainer/comm/communicator.h"
+#include "ax/trainer/dropout_mask.h"
 #include "position_buckets.h"
 
 namespace ax::train::layers {
@@ -331,6 +333,24 @@ void RelativeBias::backward(Backend& be) const {
   be.position_bias_backward(table.dw, dbias, buckets);
 }
 
+// ---- Dropout ----
+
+DropoutSpec Dropout::spec(uint32_t site, int64_t feature_offset) const {
+  return {.seed = mix64(seed ^ mix64(site)),
+          .threshold = dropout_threshold(rate),
+          .scale = static_cast<float>(1.0 / (1.0 - rate)),
+          .feature_offset = feature_offset};
+}
+
+void DropSite::forward(Backend& be, Tensor t) const {
+  if (on()) be.dropout_forward(t, t, keys, dropout->spec(site, feature_offset));
+}
+
+void DropSite::backward(Backend& be, Tensor dinp, Tensor dout) const {
+  AX_CHECK(on());
+  be.dropout_backward(dinp, dout, keys, dropout->spec(site, feature_offset));
+}
+
 // ---- Mlp ----
 
 void Mlp::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
@@ -356,30 +376,40 @@ void Mlp::plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const {
   acts->act = arena->take(dtype, {rows, hidden});
 }
 
-void Mlp::plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const {
+void Mlp::plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch,
+                       bool dropout) const {
   scratch->dfch = arena->take(dtype, {rows, glu ? 2 * hidden : hidden});
   scratch->dact = arena->take(dtype, {rows, hidden});
+  if (dropout) scratch->ddrop = arena->take(dtype, {rows, hidden});
 }
 
-void Mlp::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const {
+void Mlp::forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
+                  const DropSite& drop) const {
   fc.forward(be, acts.fch, inp);
   if (glu) {
     be.glu_forward(acts.act, acts.fch, *glu);
   } else {
     be.gelu_forward(acts.act, acts.fch);
   }
+  drop.forward(be, acts.act);
   proj.forward(be, out, acts.act);
 }
 
 void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                   const Scratch& scratch) const {
+                   const Scratch& scratch, const DropSite& drop) const {
   be.zero(scratch.dact);
   proj.backward(be, scratch.dact, dout, acts.act);
+  Tensor dact = scratch.dact;
+  if (drop.on()) {
+    be.zero(scratch.ddrop);
+    drop.backward(be, scratch.ddrop, scratch.dact);
+    dact = scratch.ddrop;
+  }
   be.zero(scratch.dfch);
   if (glu) {
-    be.glu_backward(scratch.dfch, scratch.dact, acts.fch, *glu);
+    be.glu_backward(scratch.dfch, dact, acts.fch, *glu);
   } else {
-    be.gelu_backward(scratch.dfch, scratch.dact, acts.fch);
+    be.gelu_backward(scratch.dfch, dact, acts.fch);
   }
   fc.backward(be, dinp, scratch.dfch, inp);
 }
@@ -433,27 +463,43 @@ void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_
   scratch->dln = arena->take(dtype, {batch * seq, dim});
   attn.plan_scratch(arena, dtype, batch, seq, &scratch->attn);
   if (has_cross) cross.plan_scratch(arena, dtype, batch, seq, memory_seq, &scratch->cross);
-  mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp);
+  mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp, dropout);
 }
+
+namespace {
+
+// Dropout site `kind` of a layer: the rows keyed as the context says; MLP hidden units are split
+// over the tensor group, so a rank's first column is its offset in the whole axis.
+DropSite drop_site(const DecoderLayer& l, const LayerContext& ctx, uint32_t kind) {
+  DropSite d{ctx.dropout, ctx.dropout_keys, l.dropout_site + kind};
+  if (kind == DecoderLayer::kDropHidden) d.feature_offset = l.tp.rank * l.mlp.hidden;
+  return d;
+}
+
+}  // namespace
 
 void DecoderLayer::forward(Backend& be, Tensor res_in, const Acts& acts, const Scratch& scratch,
                            const LayerContext& ctx) const {
   // Tensor parallelism: each branch ends in a row-parallel projection whose partial outputs are
   // summed over the group before the residual add (Megatron's g).
+  // Dropout (T5x's order): a branch's summed output is dropped before its residual add.
   ln1.forward(be, acts.ln1, res_in);
   attn.forward(be, scratch.branch, acts.ln1.out, acts.attn, scratch.attn, ctx);
   tp.all_reduce(scratch.branch);
+  drop_site(*this, ctx, kDropAttn).forward(be, scratch.branch);
   be.add_forward(acts.res_mid, res_in, scratch.branch);
   if (has_cross) {
     ln_cross.forward(be, acts.ln_cross, acts.res_mid);
     cross.forward(be, scratch.branch, acts.ln_cross.out, acts.cross, ctx);
     tp.all_reduce(scratch.branch);
+    drop_site(*this, ctx, kDropCross).forward(be, scratch.branch);
     be.add_forward(acts.res_cross, acts.res_mid, scratch.branch);
   }
   const Tensor before_mlp = residual_before_mlp(acts);
   ln2.forward(be, acts.ln2, before_mlp);
-  mlp.forward(be, scratch.branch, acts.ln2.out, acts.mlp);
+  mlp.forward(be, scratch.branch, acts.ln2.out, acts.mlp, drop_site(*this, ctx, kDropHidden));
   tp.all_reduce(scratch.branch);
+  drop_site(*this, ctx, kDropMlp).forward(be, scratch.branch);
   be.add_forward(acts.res_out, before_mlp, scratch.branch);
 }
 
@@ -463,18 +509,30 @@ void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts&
   // norm's backward, which accumulates into dres.
   // Tensor parallelism: a branch starts with a column-parallel projection, whose input gradient
   // is partial on each rank and summed over the group (Megatron's f).
+  // With dropout, a branch's output gradient is dres through the branch's mask (in `branch`,
+  // free in the backward pass).
+  const auto branch_grad = [&](uint32_t kind) {
+    const DropSite drop = drop_site(*this, ctx, kind);
+    if (!drop.on()) return dres;
+    be.zero(scratch.branch);
+    drop.backward(be, scratch.branch, dres);
+    return scratch.branch;
+  };
   be.zero(scratch.dln);
-  mlp.backward(be, scratch.dln, dres, acts.ln2.out, acts.mlp, scratch.mlp);
+  mlp.backward(be, scratch.dln, branch_grad(kDropMlp), acts.ln2.out, acts.mlp, scratch.mlp,
+               drop_site(*this, ctx, kDropHidden));
   tp.all_reduce(scratch.dln);
   ln2.backward(be, dres, scratch.dln, residual_before_mlp(acts), acts.ln2);
   if (has_cross) {
     be.zero(scratch.dln);
-    cross.backward(be, scratch.dln, dres, acts.ln_cross.out, acts.cross, scratch.cross, ctx);
+    cross.backward(be, scratch.dln, branch_grad(kDropCross), acts.ln_cross.out, acts.cross,
+                   scratch.cross, ctx);
     tp.all_reduce(scratch.dln);
     ln_cross.backward(be, dres, scratch.dln, acts.res_mid, acts.ln_cross);
   }
   be.zero(scratch.dln);
-  attn.backward(be, scratch.dln, dres, acts.ln1.out, acts.attn, scratch.attn, ctx);
+  attn.backward(be, scratch.dln, branch_grad(kDropAttn), acts.ln1.out, acts.attn, scratch.attn,
+                ctx);
   tp.all_reduce(scratch.dln);
   ln1.backward(be, dres, scratch.dln, res_in, acts.ln1);
 }

@@ -43,6 +43,33 @@ struct BlockOptions {
   static BlockOptions of(const ModelConfig& config);
 };
 
+// Dropout in a training forward pass (docs/t5.md "Dropout"). Each site of the model (a layer's
+// branch output, MLP hidden units, embeddings, final norms) has a number; its mask is a hash of
+// the step's seed, the site, the row's key and the feature (Backend::dropout_forward), so no
+// mask is stored, the backward pass draws it again, and rows keyed by their place in the data
+// get the same masks on every mesh.
+struct Dropout {
+  double rate = 0;
+  bool active = false;  // this forward pass drops (training, rate > 0)
+  uint64_t seed = 0;    // the step's
+
+  DropoutSpec spec(uint32_t site, int64_t feature_offset) const;
+};
+
+// One site of a forward pass: `keys` (N) i32 key the rows of the tensor it drops from.
+struct DropSite {
+  const Dropout* dropout = nullptr;
+  Tensor keys;
+  uint32_t site = 0;
+  int64_t feature_offset = 0;  // a tensor-parallel rank's first column of a split feature axis
+
+  bool on() const { return dropout != nullptr && dropout->active; }
+  // In place: t (N, F) = dropout(t).
+  void forward(Backend& be, Tensor t) const;
+  // dinp (N, F) += the gradient through the mask of dout.
+  void backward(Backend& be, Tensor dinp, Tensor dout) const;
+};
+
 // What a layer reads besides its residual stream; every field may be empty.
 struct LayerContext {
   Tensor segments{};         // (B, T) i32: tokens of different segments never attend
@@ -52,6 +79,8 @@ struct LayerContext {
   Tensor dmemory{};          // backward: the memory's gradient, accumulated (+=); partial per
                              // tensor rank (the caller sums it over the group once)
   Tensor memory_segments{};  // (B, Te) i32: segments of the memory's rows
+  const Dropout* dropout = nullptr;  // none, or the model's (active or not)
+  Tensor dropout_keys{};             // (B·T) i32: the rows' keys, the same at every position
 };
 
 // How a Linear is split over the tensor group (Megatron): kColumn splits the output features
@@ -199,8 +228,9 @@ struct Mlp {
     Tensor act;  // (N, F)
   };
   struct Scratch {
-    Tensor dfch;  // (N, F or 2F)
-    Tensor dact;  // (N, F)
+    Tensor dfch;   // (N, F or 2F)
+    Tensor dact;   // (N, F)
+    Tensor ddrop;  // (N, F) the gradient before the hidden units' dropout (dropout only)
   };
   std::optional<Glu> glu;  // none: GELU
   int64_t hidden = 0;      // this rank's width (hidden_dim / tensor group size)
@@ -211,10 +241,13 @@ struct Mlp {
                const TensorGroup& tp);
   void bind(const ParamStore& store);
   void plan(Arena* arena, DType dtype, int64_t rows, Acts* acts) const;
-  void plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch) const;
-  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts) const;
+  void plan_scratch(Arena* arena, DType dtype, int64_t rows, Scratch* scratch,
+                    bool dropout = false) const;
+  // `drop`: dropout of the hidden units (act), in place (the projection reads them dropped).
+  void forward(Backend& be, Tensor out, Tensor inp, const Acts& acts,
+               const DropSite& drop = {}) const;
   void backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts& acts,
-                const Scratch& scratch) const;
+                const Scratch& scratch, const DropSite& drop = {}) const;
 };
 
 // A pre-norm transformer layer: x + attn(ln1(x)), then (with cross-attention, T5's decoder)
@@ -242,6 +275,11 @@ struct DecoderLayer {
   bool has_cross = false;
   Mlp mlp;
   TensorGroup tp;
+  // Dropout (ctx.dropout): sites dropout_site + kDrop* of the model's numbering; `dropout` plans
+  // the scratch it needs.
+  bool dropout = false;
+  uint32_t dropout_site = 0;
+  enum : uint32_t { kDropAttn, kDropCross, kDropHidden, kDropMlp, kDropSites };
 
   // With a tensor group, each branch's input gradient and output are summed over the group.
   // cross_attention: the layer attends to a memory (plan's memory_seq rows per example).

@@ -30,7 +30,22 @@ int64_t logical_matmul_parameters(const ParamLayout& layout, std::string_view pr
   return n;
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  if (activations_ != nullptr) backend_->free(activations_);
+}
+
+Status Model::build(ParamLayout layout, const ModelParallel& parallel,
+                    const std::function<void()>& bind, const std::function<void(Arena*)>& plan) {
+  AX_ASSIGN_OR_RETURN(store_, ParamStore::create(std::move(layout), backend_, parallel));
+  bind();
+  Arena dry_run;
+  plan(&dry_run);
+  activation_bytes_ = dry_run.used();
+  AX_ASSIGN_OR_RETURN(activations_, backend_->alloc(activation_bytes_));
+  Arena arena(activations_, activation_bytes_);
+  plan(&arena);
+  return Status::Ok();
+}
 
 StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_t vocab,
                                                int64_t batch, int64_t seq_len, Backend* backend,
@@ -86,6 +101,7 @@ float Model::forward(const Batch& batch) {
   AX_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), N);
   AX_CHECK(batch.targets.empty() || static_cast<int64_t>(batch.targets.size()) == N);
   AX_CHECK(batch.segment_ids.empty() || static_cast<int64_t>(batch.segment_ids.size()) == N);
+  AX_CHECK(batch.row_ids.empty() || static_cast<int64_t>(batch.row_ids.size()) == batch_);
   // Ids are checked here, on the host, for every backend: the CUDA kernels read them on the
   // device unchecked, and a vocabulary split over tensor ranks would drop a target no shard holds.
   for (int32_t t : batch.tokens) {

@@ -23,6 +23,11 @@ Batch StepRows::micro_batch(int64_t first, int64_t count) const {
   b.segment_ids = rows_of(segment_ids, length, first, count);
   b.encoder_tokens = rows_of(encoder_tokens, encoder_length, first, count);
   b.encoder_segment_ids = rows_of(encoder_segment_ids, encoder_length, first, count);
+  if (!row_ids.empty()) {
+    b.row_ids = std::span<const uint64_t>(row_ids).subspan(static_cast<size_t>(first),
+                                                           static_cast<size_t>(count));
+    b.dropout_seed = dropout_seed;
+  }
   return b;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ax/common/file_io.h"
+#include "ax/common/rng.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/token_loader.h"
@@ -26,6 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// Separates the dropout seeds of the steps from the other streams drawn from train.seed.
+constexpr uint64_t kDropoutStream = 0x64726f706f757400ULL;  // "dropout"
 
 // Discards everything: the progress lines of ranks other than 0.
 class NullStream : public std::ostream {
@@ -396,6 +400,12 @@ Status Trainer::step(int64_t step, StepResult* result) {
   AX_RETURN_IF_ERROR(loader_->next(&batch_));
   AX_RETURN_IF_ERROR(check_tokens(batch_));
   AX_ASSIGN_OR_RETURN(StepRows rows, rows_of(batch_));
+  if (config_.model.dropout > 0) {
+    // Masks keyed by the step and each row's sample id: the same on every mesh and on resume.
+    rows.row_ids = batch_.sample_ids;
+    rows.dropout_seed =
+        mix64(config_.train.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step)));
+  }
   const double loss =
       dist_->all_reduce(dist_->groups.replica.get(),
                         forward_backward(model_.get(), rows, global_batch_), comm::ReduceOp::kSum);

@@ -71,6 +71,17 @@ struct AttentionSpec {
   Tensor q_segments, k_segments;
 };
 
+// What dropout_forward / dropout_backward read besides their tensors. Element (n, f) of an
+// (N, F) input is kept when dropout_keep(seed, row_keys[n], feature_offset + f, threshold)
+// (dropout_mask.h), and a kept element is multiplied by `scale`: the mask is a function of these
+// numbers alone, the same on every backend, drawn again by the backward pass instead of stored.
+struct DropoutSpec {
+  uint64_t seed = 0;           // one per step, site and layer (docs/t5.md "Dropout")
+  uint32_t threshold = 0;      // dropout_threshold(rate): drop when the element's bits are below
+  float scale = 1;             // 1 / (1 - rate)
+  int64_t feature_offset = 0;  // the first column's index in the whole (unsplit) feature axis
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -153,6 +164,14 @@ class Backend {
   virtual void glu_forward(Tensor out, Tensor inp, Glu glu) = 0;
   // dinp (N,2F) += the gradients of the gate and of the up projection; dout (N,F).
   virtual void glu_backward(Tensor dinp, Tensor dout, Tensor inp, Glu glu) = 0;
+
+  // Dropout (DropoutSpec): out (N,F) = inp · keep · scale; out may be inp. row_keys (N) i32,
+  // one key per row (its bits, as uint32).
+  virtual void dropout_forward(Tensor out, Tensor inp, Tensor row_keys,
+                               const DropoutSpec& spec) = 0;
+  // dinp (N,F) += dout · keep · scale.
+  virtual void dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
+                                const DropoutSpec& spec) = 0;
 
   // out = a + b (the residual stream), same shapes.
   virtual void add_forward(Tensor out, Tensor a, Tensor b) = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +45,10 @@ struct Batch {
   // Encoder-decoder models: the encoder's input (B, Te) and its segments (or empty).
   std::span<const int32_t> encoder_tokens{};
   std::span<const int32_t> encoder_segment_ids{};
+  // Training with dropout (model.dropout > 0): each row's place in the data (B), which keys its
+  // masks, and the step's seed. Empty (evaluation, sampling): no dropout.
+  std::span<const uint64_t> row_ids{};
+  uint64_t dropout_seed = 0;
 };
 
 // A network over a ParamStore. The factory picks the family from model.family (gpt and llama:
@@ -119,12 +124,18 @@ class Model {
   // its non-ignored targets (num_targets_ of them); backward with d(loss)/d(each token's loss).
   virtual double forward_impl(const Batch& batch) = 0;
   virtual void backward_impl(float dloss) = 0;
+  // A family's build: the store over `layout` (on `parallel`), `bind` to take the parameters'
+  // views, then `plan` the activations twice: a dry run sizes one allocation (freed by ~Model),
+  // the second pass slices it.
+  Status build(ParamLayout layout, const ModelParallel& parallel, const std::function<void()>& bind,
+               const std::function<void(Arena*)>& plan);
 
   ModelConfig config_;  // vocab_size is the padded vocabulary
   Backend* backend_;
   int64_t vocab_, batch_, seq_len_;
   std::unique_ptr<ParamStore> store_;
   size_t activation_bytes_ = 0;
+  void* activations_ = nullptr;
   int64_t num_targets_ = 0;
   bool has_targets_ = false;
   bool logits_valid_ = false;

@@ -93,6 +93,12 @@ AttentionDims check_attention_backward(DTypePlan p, const Tensor& dq, const Tens
 // GELU: every view (rows, cols) alike; returns {rows, cols}.
 RowDims check_gelu_forward(DTypePlan p, const Tensor& out, const Tensor& inp);
 RowDims check_gelu_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+// Dropout: returns {N, F} for out/inp/dinp/dout (N, F), row_keys (N) i32; the features'
+// indices (spec.feature_offset + f) must fit in 32 bits.
+RowDims check_dropout_forward(DTypePlan p, const Tensor& out, const Tensor& inp,
+                              const Tensor& row_keys, const DropoutSpec& spec);
+RowDims check_dropout_backward(DTypePlan p, const Tensor& dinp, const Tensor& dout,
+                               const Tensor& row_keys, const DropoutSpec& spec);
 // Gated linear units: returns {N, F} for out/dout (N, F) and inp/dinp (N, 2F); `glu` is one of
 // the enum's values.
 RowDims check_glu_forward(DTypePlan p, const Tensor& out, const Tensor& inp, Glu glu);

@@ -23,6 +23,10 @@ struct StepRows {
   int64_t targets_per_row = 0;
   std::vector<int32_t> tokens, targets, segment_ids;         // (rows, T); segment ids may be empty
   std::vector<int32_t> encoder_tokens, encoder_segment_ids;  // (rows, Te) or empty
+  // Training with dropout: each row's place in the data (the loader's sample id) and the step's
+  // seed (Batch::row_ids); empty: no dropout.
+  std::vector<uint64_t> row_ids;
+  uint64_t dropout_seed = 0;
 
   // Rows [first, first + count) as a model batch (views into this object).
   Batch micro_batch(int64_t first, int64_t count) const;
