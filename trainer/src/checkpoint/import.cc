@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "ax/trainer/checkpoint.h"
 #include "checkpoint_internal.h"
@@ -96,8 +97,11 @@ class HfFiles {
   };
   // The tensor `name`; GPT-2 files saved from GPT2Model have no "transformer." prefix.
   const Where* find(const std::string& name) const {
+    constexpr std::string_view kGpt2Prefix = "transformer.";
     auto it = where_.find(name);
-    if (it == where_.end() && name.starts_with("transformer.")) it = where_.find(name.substr(12));
+    if (it == where_.end() && name.starts_with(kGpt2Prefix)) {
+      it = where_.find(name.substr(kGpt2Prefix.size()));
+    }
     return it == where_.end() ? nullptr : &it->second;
   }
   const std::map<std::string, Where>& tensors() const { return where_; }
