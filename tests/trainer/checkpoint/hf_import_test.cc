@@ -364,6 +364,10 @@ TEST(HuggingFaceImport, BadDirectoriesNameTheTensorOrKey) {
   });
   EXPECT_NE(e.find("\"rope_scaling\""), std::string::npos) << e;
   EXPECT_NE(e.find("no position scaling"), std::string::npos) << e;
+  e = import_error(llama, [](const std::string& dir) {
+    edit_config(dir, {{"rope_scaling", {{"rope_type", "default"}}}});  // scales nothing
+  });
+  EXPECT_EQ(e, "");
 
   e = import_error(llama, [](const std::string& dir) {
     edit_config(dir, {{"hidden_size", nullptr}});

@@ -249,7 +249,15 @@ StatusOr<ModelConfig> gpt2_model(const HfConfig& c) {
   return m;
 }
 
-StatusOr<ModelConfig> llama_model(const HfConfig& c) {
+// rope_scaling that scales nothing: {"rope_type": "default"} (older files: "type").
+bool no_rope_scaling(const Json& scaling) {
+  if (!scaling.is_object()) return false;
+  const Json& type =
+      scaling.contains("rope_type") ? scaling["rope_type"] : scaling.value("type", Json());
+  return type == "default";
+}
+
+StatusOr<ModelConfig> llama_model(const HfConfig& c, const Json& config) {
   ModelConfig m;
   m.family = ModelFamily::kLlama;
   m.norm = NormKind::kRmsNorm;
@@ -274,10 +282,10 @@ StatusOr<ModelConfig> llama_model(const HfConfig& c) {
                                              attention_bias, ") and mlp_bias"));
   }
   m.bias = attention_bias;
-  if (c.has("rope_scaling")) {
+  if (c.has("rope_scaling") && !no_rope_scaling(config["rope_scaling"])) {
     return c.unsupported("rope_scaling",
                          "ax's RoPE has no position scaling (linear, dynamic, yarn, llama3); "
-                         "only models without rope_scaling import");
+                         "only models without rope_scaling (or rope_type \"default\") import");
   }
   if (c.text("hidden_act", "silu") != "silu") {
     return c.unsupported("hidden_act", "ax's Llama computes SwiGLU with SiLU");
@@ -414,7 +422,7 @@ StatusOr<ModelConfig> model_from_hf_config(const Json& config, const std::string
     return std::find(architectures.begin(), architectures.end(), arch) != architectures.end();
   };
   if (type == "gpt2" || names("GPT2LMHeadModel")) return gpt2_model(c);
-  if (type == "llama" || names("LlamaForCausalLM")) return llama_model(c);
+  if (type == "llama" || names("LlamaForCausalLM")) return llama_model(c, config);
   if (type == "t5" || names("T5ForConditionalGeneration")) return t5_model(c);
   return FailedPrecondition(where,
                             ": \"architectures\" = ", config.value("architectures", Json()).dump(),
