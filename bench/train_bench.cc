@@ -242,7 +242,7 @@ void run_worker(const Options& o) {
               {"batch", rows},
               {"seq", step_rows.encoder_length + step_rows.length},
               {"encoder_seq", step_rows.encoder_length},
-              {"targets_per_row", step_rows.targets_per_row},
+              {"targets_per_row", step_rows.num_targets / step_rows.rows},
               {"peak_flops", backend->peak_flops()},
               {"flops_per_token", model_flops_per_token(config, **model)},
               {"activation_bytes", (*model)->activation_bytes()},

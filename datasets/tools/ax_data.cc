@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "ax/common/rng.h"
 #include "ax/common/status.h"
 #include "ax/common/strings.h"
+#include "ax/datasets/chat_template.h"
 #include "ax/datasets/dataset_index.h"
 #include "ax/datasets/shard_reader.h"
 #include "ax/datasets/span_corruption.h"
@@ -122,6 +124,8 @@ void catch_stop_signals() {
 struct TokenizeArgs {
   TokenizeOptions o;
   std::string format = "text", unit = "line", long_docs = "skip";
+  std::string prompt_field = "prompt", response_field = "response";
+  std::string messages_field = "messages", chat_template = "simple";
   int tasks = 0, task = 0;
   bool plan_only = false;
 };
@@ -138,8 +142,10 @@ void add_tokenize_inputs(CLI::App& app, TokenizeArgs* a) {
       ->type_name("DIR")
       ->required();
   cli::one_of(app.add_option("--format", a->format,
-                             "documents, or (inputs, targets) pairs from jsonl (default text)"),
-              {"text", "seq2seq"});
+                             "documents, or (inputs, targets) / (prompt, response) pairs from\n"
+                             "jsonl, or chat conversations rendered by --template into\n"
+                             "(prompt, response) pairs (default text; docs/fine-tuning.md)"),
+              {"text", "seq2seq", "prompt-response", "chat"});
   app.add_option("--threads", o.threads, "encoder threads (default: all cores)")
       ->type_name("N")
       ->check(cli::in_range(0, 4096));
@@ -151,6 +157,18 @@ void add_tokenize_inputs(CLI::App& app, TokenizeArgs* a) {
   app.add_option("--targets-field", o.source.targets_field,
                  "seq2seq target field (default targets)")
       ->type_name("NAME");
+  app.add_option("--prompt-field", a->prompt_field,
+                 "prompt-response: prompt field (default prompt)")
+      ->type_name("NAME");
+  app.add_option("--response-field", a->response_field,
+                 "prompt-response: response field (default response)")
+      ->type_name("NAME");
+  app.add_option("--messages-field", a->messages_field,
+                 "chat: the list of {role, content} messages (default messages)")
+      ->type_name("NAME");
+  app.add_option("--template", a->chat_template,
+                 "chat: simple | llama3 | a JSON template file (default simple)")
+      ->type_name("NAME|FILE");
   cli::one_of(
       app.add_option("--text-unit", a->unit, "what one document of a text file is (default line)"),
       {"line", "paragraph", "file"});
@@ -197,7 +215,12 @@ void add_tokenize(CLI::App& app, TokenizeArgs* a) {
 // The tokenize options of the command line, with the choices made typed.
 TokenizeOptions tokenize_options(const TokenizeArgs& a) {
   TokenizeOptions o = a.o;
-  o.source.seq2seq = a.format == "seq2seq";
+  // A prompt-response set is a seq2seq set: the pairs are (prompt, response).
+  o.source.seq2seq = a.format != "text";
+  if (a.format == "prompt-response" || a.format == "chat") {
+    o.source.inputs_field = a.prompt_field;
+    o.source.targets_field = a.response_field;
+  }
   o.source.text_unit = a.unit == "paragraph" ? TextUnit::kParagraph
                        : a.unit == "file"    ? TextUnit::kFile
                                              : TextUnit::kLine;
@@ -249,14 +272,51 @@ int run_tokenize_task(const CLI::App& cmd, const TokenizeArgs& a, const Tokenize
   return 0;
 }
 
+// --format chat: each input rendered by the template into DIR/rendered/NNNNN-<name>, a
+// (prompt, response) jsonl kept for inspection, which is what gets tokenized.
+Status render_chat_inputs(const TokenizeArgs& a, TokenizeOptions* o) {
+  AX_ASSIGN_OR_RETURN(ChatTemplate chat, ChatTemplate::load(a.chat_template));
+  if (!o->overwrite && std::filesystem::exists(std::filesystem::path(o->output_dir) / kIndexFile)) {
+    return AlreadyExists(o->output_dir,
+                         " already holds a complete shard set; pass --overwrite to replace it");
+  }
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<TextSource> source, TextSource::open(o->inputs, o->source));
+  const std::filesystem::path dir = std::filesystem::path(o->output_dir) / "rendered";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError(str_cat("create directory ", dir.string()), ec.value());
+  std::vector<std::string> rendered;
+  RenderChatStats stats;
+  for (const std::string& file : source->files()) {
+    char prefix[16];
+    std::snprintf(prefix, sizeof prefix, "%05zu-", rendered.size());
+    const std::string out =
+        (dir / (prefix + std::filesystem::path(file).filename().string())).string();
+    AX_RETURN_IF_ERROR(
+        render_chat_file(file, out, chat, a.messages_field, o->source.skip_bad, &stats));
+    rendered.push_back(out);
+  }
+  std::cout << dir.string() << ": " << stats.records << " conversation(s) rendered with template "
+            << a.chat_template << ", " << stats.skipped_bad << " bad record(s) skipped\n";
+  o->inputs = rendered;
+  return Status::Ok();
+}
+
 int run_tokenize(const CLI::App& cmd, const TokenizeArgs& a) {
   if (cmd.count("--long-docs") > 0 && cmd.count("--max-doc-bytes") == 0) {
     return cli::usage_error(cmd, "--long-docs needs --max-doc-bytes");
   }
-  const TokenizeOptions o = tokenize_options(a);
+  TokenizeOptions o = tokenize_options(a);
+  if (a.format == "chat" && cmd.count("--tasks") > 0) {
+    return cli::usage_error(cmd, "--format chat runs as one task (no --tasks)");
+  }
   if (cmd.count("--tasks") > 0) return run_tokenize_task(cmd, a, o);
   if (cmd.count("--task") > 0 || a.plan_only) {
     return cli::usage_error(cmd, "--task and --plan-only need --tasks");
+  }
+  if (a.format == "chat") {
+    Status s = render_chat_inputs(a, &o);
+    if (!s.ok()) return failed(cmd, s);
   }
   catch_stop_signals();
   StatusOr<DatasetIndex> index = tokenize(o);

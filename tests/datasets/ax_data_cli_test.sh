@@ -186,8 +186,17 @@ expect_fail 2 tokenize "--output needs a value" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output
 expect_fail 2 tokenize "--threads" --tokenizer tok/spm.model --input corpus/kjv-val.txt \
   --output shards/x --threads two
-expect_fail 2 tokenize "--format: expected text|seq2seq, got 'xml'" --tokenizer tok/spm.model \
+expect_fail 2 tokenize "--format: expected text|seq2seq|prompt-response|chat, got 'xml'" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output shards/x --format xml
+printf '{"messages": [{"role": "user", "content": "hi"}]}\n' >chat-bad.jsonl
+expect_fail 2 tokenize "--format chat runs as one task (no --tasks)" --tokenizer tok/spm.model \
+  --input chat-bad.jsonl --output shards/x --format chat --tasks 2 --task 0
+expect_fail 1 tokenize "chat template (a file, or simple or llama3): open nope" \
+  --tokenizer tok/spm.model --input chat-bad.jsonl --output shards/x --format chat --template nope
+expect_fail 1 tokenize "chat-bad.jsonl:1: no assistant message to train on" \
+  --tokenizer tok/spm.model --input chat-bad.jsonl --output shards/x --format chat
+expect_fail 1 tokenize "kjv-val.txt: --format chat reads JSON lines (.jsonl)" \
+  --tokenizer tok/spm.model --input corpus/kjv-val.txt --output shards/x --format chat
 expect_fail 2 verify "DIR is required" --tokenizer tok/spm.model
 expect_fail 1 verify "index.json" "$work/nowhere"
 expect_fail 1 tokenize "--overwrite" --tokenizer tok/spm.model --input corpus/kjv-val.txt \

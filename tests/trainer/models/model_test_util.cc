@@ -30,10 +30,11 @@ std::string train_tokenizer(const std::string& dir, const std::string& input, ui
   return o.output;
 }
 
-std::string tokenize(const std::string& tokenizer, const std::string& input,
-                     const std::string& out) {
+std::string tokenize(const std::string& tokenizer, const std::string& input, const std::string& out,
+                     bool seq2seq = false) {
   data::TokenizeOptions o;
   o.inputs = {input};
+  o.source.seq2seq = seq2seq;
   o.tokenizer_path = tokenizer;
   o.output_dir = out;
   o.threads = 2;
@@ -41,6 +42,34 @@ std::string tokenize(const std::string& tokenizer, const std::string& input,
   fs::create_directories(out);
   auto index = data::tokenize(o);
   if (!index.ok()) ADD_FAILURE() << index.status().to_string();
+  return out;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out + "\"";
+}
+
+// {"inputs": line, "targets": its first three words} for each line with more than three words.
+std::string examples_jsonl(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line, out;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string w, first;
+    int n = 0;
+    while (words >> w) {
+      if (n < 3) first += (n > 0 ? " " : "") + w;
+      ++n;
+    }
+    if (n <= 3) continue;
+    out += "{\"inputs\": " + json_string(line) + ", \"targets\": " + json_string(first) + "}\n";
+  }
   return out;
 }
 
@@ -77,6 +106,14 @@ const Corpus& corpus() {
     c.t5_tokenizer = train_tokenizer(root, root + "/train.txt", 500, 100);
     c.t5_train_dir = tokenize(c.t5_tokenizer, root + "/train.txt", root + "/t5/shards/train");
     tokenize(c.t5_tokenizer, root + "/val.txt", root + "/t5/shards/val");
+    data::testing::write_file(root + "/train.jsonl", examples_jsonl(text.substr(0, cut)));
+    data::testing::write_file(root + "/val.jsonl", examples_jsonl(text.substr(cut)));
+    c.seq2seq_train_dir =
+        tokenize(c.tokenizer, root + "/train.jsonl", root + "/s2s/shards/train", true);
+    tokenize(c.tokenizer, root + "/val.jsonl", root + "/s2s/shards/val", true);
+    c.t5_seq2seq_train_dir =
+        tokenize(c.t5_tokenizer, root + "/train.jsonl", root + "/t5-s2s/shards/train", true);
+    tokenize(c.t5_tokenizer, root + "/val.jsonl", root + "/t5-s2s/shards/val", true);
     auto tok = data::Tokenizer::load(c.tokenizer);
     if (tok.ok()) c.vocab = (*tok)->vocab_size();
     return c;
@@ -89,6 +126,21 @@ Config corpus_config(const std::string& experiment, const std::vector<std::strin
   request.experiment = experiment;
   const bool t5 = experiment.find("t5") != std::string::npos;
   request.data_dir = t5 ? corpus().t5_train_dir : corpus().train_dir;
+  request.tokenizer = t5 ? corpus().t5_tokenizer : corpus().tokenizer;
+  request.overrides = overrides;
+  StatusOr<Config> config = resolve_config(request);
+  if (!config.ok()) {
+    ADD_FAILURE() << config.status().to_string();
+    return Config();
+  }
+  return *config;
+}
+
+Config seq2seq_config(const std::string& experiment, const std::vector<std::string>& overrides) {
+  RunRequest request;
+  request.experiment = experiment;
+  const bool t5 = experiment.find("t5") != std::string::npos;
+  request.data_dir = t5 ? corpus().t5_seq2seq_train_dir : corpus().seq2seq_train_dir;
   request.tokenizer = t5 ? corpus().t5_tokenizer : corpus().tokenizer;
   request.overrides = overrides;
   StatusOr<Config> config = resolve_config(request);

@@ -40,6 +40,10 @@ struct Corpus {
   // T5: 400 pieces and 100 sentinels (--extra-ids 100), and the text tokenized with it.
   std::string t5_tokenizer;
   std::string t5_train_dir;  // <root>/t5/shards/train (and its sibling val)
+  // Fine-tuning examples from the same lines: inputs (a prompt) = the line, targets (the
+  // response) = its first three words; seq2seq sets with either tokenizer (and sibling val).
+  std::string seq2seq_train_dir;     // <root>/s2s/shards/train
+  std::string t5_seq2seq_train_dir;  // <root>/t5-s2s/shards/train
 };
 // Built on first use; removed when the test binary exits.
 const Corpus& corpus();
@@ -47,6 +51,8 @@ const Corpus& corpus();
 // resolve_config() of an experiment (tiny-gpt, tiny-llama; a t5 one on the T5 tokenizer's
 // shards) over corpus() with overrides.
 Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides);
+// The same on the corpus's seq2seq examples (fine-tuning).
+Config seq2seq_config(const std::string& experiment, const std::vector<std::string>& overrides);
 
 // rows windows of seq_len + 1 random tokens in [0, vocab).
 std::vector<uint32_t> random_windows(uint64_t seed, int64_t rows, int64_t seq_len, uint32_t vocab);

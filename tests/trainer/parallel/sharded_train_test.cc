@@ -33,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::corpus_config;
+using testing::seq2seq_config;
 
 struct Layout {
   int data = 1, fsdp = 1, tensor = 1;
@@ -257,15 +258,38 @@ TEST(ShardedZLoss, TensorParallelLayoutsTrainTheLossesOfOneProcess) {
   }
 }
 
+// Fine-tuning on seq2seq examples, packed with segment ids (T5: inputs to the encoder; llama:
+// prompt and response in one row, the loss on the response): the rows and the loss's normaliser
+// (the targets of the whole global batch, which vary from step to step) are the same on every
+// layout, so every layout trains the losses of one process.
+TEST(ShardedFineTuning, EveryLayoutTrainsTheLossesOfOneProcess) {
+  for (const std::string experiment : {"tiny-t5", "tiny-llama"}) {
+    const Config config = seq2seq_config(experiment, base_overrides(experiment));
+    const std::string root = data::testing::temp_dir("sharded-ft-" + experiment);
+    RunResult one = run_ranks(config, {1, 1, 1}, root + "/one");
+    ASSERT_EQ(one.exit_codes[0], 0) << one.errs[0];
+    ASSERT_EQ(one.losses.size(), 5u);
+    for (const Layout& layout : std::vector<Layout>{{4, 1, 1}, {2, 2, 1}, {1, 2, 2}}) {
+      RunResult r = run_ranks(config, layout, root + "/" + layout.name());
+      for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+        EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
+      }
+      EXPECT_EQ(r.losses.size(), 5u) << layout.name();
+      expect_same_losses(r.losses, one.losses, 0, experiment + " fine-tuning " + layout.name());
+    }
+  }
+}
+
 // Stopped after 3 steps on one layout (a checkpoint is written), resumed on others: steps 4-6
 // match an uninterrupted run.
 void expect_resume_on(const std::string& experiment, const std::vector<Layout>& layouts,
-                      const std::vector<std::string>& extra = {}) {
+                      const std::vector<std::string>& extra = {}, bool seq2seq = false) {
   std::vector<std::string> o = base_overrides(experiment);
   o.push_back("train.max_steps=6");
   o.insert(o.end(), extra.begin(), extra.end());
-  const Config config = corpus_config(experiment, o);
-  const std::string root = data::testing::temp_dir("reshard-" + experiment);
+  const Config config = seq2seq ? seq2seq_config(experiment, o) : corpus_config(experiment, o);
+  const std::string root =
+      data::testing::temp_dir("reshard-" + experiment + (seq2seq ? "-s2s" : ""));
   RunResult reference = run_ranks(config, {1, 1, 1}, root + "/reference");
   ASSERT_EQ(reference.losses.size(), 6u) << reference.errs[0];
 
@@ -333,6 +357,12 @@ TEST(ShardedDropout, T5LayoutsAndResumeTrainTheLossesOfOneProcess) {
   expect_same_losses(bf16_tp.losses, bf16.losses, 0, "dropout cpu-bf16 data1_fsdp2_tensor2",
                      kBf16DropoutTolerance);
   expect_resume_on("tiny-t5", {{1, 1, 4}}, {"model.dropout=0.1"});
+}
+
+// The packer's state (the first example not yet in a row) resumes fine-tuning exactly, and
+// dropout's masks, keyed by each row's first example, are the same on both layouts.
+TEST(ShardedCheckpoint, T5FineTuningResumesOnAnotherLayoutWithTheSameLosses) {
+  expect_resume_on("tiny-t5", {{1, 1, 1}}, {"model.dropout=0.1"}, /*seq2seq=*/true);
 }
 
 // --init-from on a sharded mesh: each rank reads only its own parts of the logical tensors (FSDP

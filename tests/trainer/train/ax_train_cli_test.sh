@@ -51,8 +51,6 @@ for split in train val; do
     --output "$work/shards/$split" >/dev/null 2>&1 || { echo "FAIL: tokenize $split" >&2; exit 1; }
 done
 common=(--experiment tiny-gpt --data "$work/shards/train" --tokenizer "$work/spm.model")
-head -n 50 "$work/train.txt" | awk '{ gsub(/["\\]/, ""); gsub(/[[:cntrl:]]/, " "); printf "{\"inputs\": \"%s\", \"targets\": \"%s\"}\n", $0, $0 }' \
-  >"$work/pairs.jsonl"
 
 # Help and usage.
 expect_status 0 "--help" -- "$axtrain" --help
@@ -231,11 +229,54 @@ expect_output "ENC_SL=1"
 expect_status 1 "DEC_SL shorter than the targets" -- "$axtrain" "${t5[@]}" \
   --run-dir "$work/t5-dec" --set train.seq_len=4
 expect_output "DEC_SL (train.seq_len) = 4 is shorter than the span-corruption targets"
-"$axdata" tokenize --format seq2seq --tokenizer "$work/spm.model" --input "$work/pairs.jsonl" \
-  --output "$work/s2s" >/dev/null 2>&1 || fail "seq2seq tokenize"
-expect_status 1 "GPT on seq2seq data" -- "$axtrain" --experiment tiny-gpt --data "$work/s2s" \
-  --tokenizer "$work/spm.model" --run-dir "$work/gpt-s2s"
-expect_output "is seq2seq (input/target pairs"
+
+# Fine-tuning (docs/fine-tuning.md): a small learnable task from the same text, the first three
+# words of each line as the answer. T5 on seq2seq shards, a GPT on prompt/response shards, both
+# packed; the loss (over the answers only) falls.
+# loss_falls NAME STEPS: the first and the last progress line's loss in $work/out.
+loss_falls() {
+  local a b
+  a=$(sed -n "s/^step  *1\/$2 | loss \([0-9.]*\).*/\1/p" "$work/out")
+  b=$(sed -n "s/^step  *$2\/$2 | loss \([0-9.]*\).*/\1/p" "$work/out")
+  awk -v a="$a" -v b="$b" 'BEGIN { exit !(a > 0 && b > 0 && b < 0.8 * a) }' ||
+    fail "$1: loss does not fall ($a -> $b)"
+}
+head -n 400 "$work/train.txt" | awk '{ gsub(/["\\]/, ""); gsub(/[[:cntrl:]]/, " ") }
+  NF > 3 { printf "{\"inputs\": \"%s\", \"targets\": \"%s %s %s\"}\n", $0, $1, $2, $3 }' \
+  >"$work/task.jsonl"
+sed 's/"inputs"/"question"/; s/"targets"/"answer"/' "$work/task.jsonl" >"$work/task-pr.jsonl"
+"$axdata" tokenize --format seq2seq --tokenizer "$work/t5.model" --input "$work/task.jsonl" \
+  --output "$work/ft-t5" >/dev/null 2>&1 || fail "seq2seq tokenize"
+expect_status 0 "tiny-t5 fine-tunes on seq2seq shards" -- "$axtrain" --experiment tiny-t5 \
+  --data "$work/ft-t5" --tokenizer "$work/t5.model" --run-dir "$work/ft-t5-run" --max-steps 30 \
+  --set train.eval_every=0 --set train.log_every=1 --set optim.lr=3e-3
+expect_output "tokens of (inputs, targets) examples, packed"
+expect_output "^fine-tuning data: [0-9]* examples in the 120 rows of this process's steps, [0-9]* of them truncated to ENC_SL 64 / DEC_SL 16 tokens, 0 left without a target"
+loss_falls "tiny-t5 fine-tuning" 30
+expect_status 0 "prompt-response tokenize" -- "$axdata" tokenize --format prompt-response \
+  --prompt-field question --response-field answer --tokenizer "$work/spm.model" \
+  --input "$work/task-pr.jsonl" --output "$work/ft-gpt"
+expect_status 0 "tiny-gpt fine-tunes on prompt/response shards" -- "$axtrain" \
+  --experiment tiny-gpt --data "$work/ft-gpt" --tokenizer "$work/spm.model" \
+  --run-dir "$work/ft-gpt-run" --max-steps 30 --set train.eval_every=0 --set train.log_every=1 \
+  --set optim.lr=3e-3
+expect_output "tokens of (prompt, response) examples, packed"
+loss_falls "tiny-gpt instruction tuning" 30
+# The same task as chat conversations in the Llama 3 template, on tiny-llama.
+sed 's/^{"inputs": \(.*\), "targets": \(.*\)}$/{"messages": [{"role": "user", "content": \1}, {"role": "assistant", "content": \2}]}/' \
+  "$work/task.jsonl" >"$work/chat.jsonl"
+expect_status 0 "chat tokenize" -- "$axdata" tokenize --format chat --template llama3 \
+  --tokenizer "$work/spm.model" --input "$work/chat.jsonl" --output "$work/ft-chat"
+expect_output "conversation(s) rendered with template llama3, 0 bad record(s) skipped"
+head -n 1 "$work/ft-chat/rendered/00000-chat.jsonl" |
+  grep -q '^{"prompt":"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\\n\\n' ||
+  fail "chat: the rendered prompt does not start with the template's header"
+expect_status 0 "tiny-llama fine-tunes on chat shards" -- "$axtrain" \
+  --experiment tiny-llama --data "$work/ft-chat" --tokenizer "$work/spm.model" \
+  --run-dir "$work/ft-chat-run" --max-steps 30 --set train.eval_every=0 --set train.log_every=1 \
+  --set optim.lr=3e-3 --set train.seq_len=160
+expect_output " 0 left without a target"
+loss_falls "tiny-llama chat tuning" 30
 
 # A rank of a two-rank job without the job secret: it fails at once and says why.
 SECONDS=0

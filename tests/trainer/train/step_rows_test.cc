@@ -53,7 +53,7 @@ TEST(StepRows, LmRowsShiftByOne) {
   StepRows r = lm_rows(w, 2, 2);
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{5, 6, 8, 9}));
   EXPECT_EQ(r.targets, (std::vector<int32_t>{6, 7, 9, 10}));
-  EXPECT_EQ(r.targets_per_row, 2);
+  EXPECT_EQ(r.num_targets, 4);
   Batch b = r.micro_batch(1, 1);
   EXPECT_EQ(std::vector<int32_t>(b.tokens.begin(), b.tokens.end()), (std::vector<int32_t>{8, 9}));
   EXPECT_TRUE(b.encoder_tokens.empty());
@@ -66,7 +66,7 @@ TEST(StepRows, PileLengths) {
   EXPECT_EQ(sc.raw_length(), 568);
   StatusOr<StepRows> r = sc.make(windows(2, 568), std::vector<uint64_t>{3, 4});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->targets_per_row, 114);
+  EXPECT_EQ(r->num_targets, 2 * 114);
   EXPECT_EQ(r->encoder_tokens.size(), 2u * 512);
   for (int64_t row = 0; row < 2; ++row) {
     const int32_t* enc = r->encoder_tokens.data() + row * 512;
@@ -118,7 +118,7 @@ TEST(StepRows, PackedExamplesGetTheirOwnSegments) {
   EXPECT_EQ(raw, 2 * one->raw);
   StatusOr<StepRows> r = sc.make(windows(1, raw), std::vector<uint64_t>{5});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->targets_per_row, 2 * one->targets);
+  EXPECT_EQ(r->num_targets, 2 * one->targets);
   for (int64_t t = 0; t < 128; ++t) {
     EXPECT_EQ(r->encoder_segment_ids[static_cast<size_t>(t)], t < 64 ? 1 : 2) << t;
   }

@@ -175,6 +175,9 @@ std::vector<KeyDef> build_key_table() {
        "z-loss coefficient: adds z_loss * (log sum exp logits)^2 per token (T5x uses 1e-4)"},
       {"train.pack_examples", K::kInt, AX_FIELD(train.pack_examples), B::kPositive, {},
        "t5: span-corruption examples per row, kept apart by segment ids (ENC_SL / pack each)"},
+      {"train.pack_seq2seq", K::kBool, AX_FIELD(train.pack_seq2seq), B::kAny, {},
+       "fine-tuning on seq2seq shards: pack consecutive examples into a row while they fit, kept "
+       "apart by segment ids; false = one example per row"},
       {"train.seed", K::kInt, AX_FIELD(train.seed), B::kNonNegative, {},
        "seed of the initial weights and the data order"},
       {"train.log_every", K::kInt, AX_FIELD(train.log_every), B::kPositive, {},

@@ -189,13 +189,13 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
   return cpu;
 }
 
-double forward_backward(Model* model, const StepRows& rows, int64_t global_rows) {
+double forward_backward(Model* model, const StepRows& rows) {
   model->zero_grad();
   // Each micro-batch's mean loss is weighted by its share of the targets of the global batch, so
   // that the sum of the micro-batch gradients (over this rank's micro-batches, then over the
-  // replicas) is the gradient of the mean over the whole batch.
-  const double total =
-      static_cast<double>((global_rows > 0 ? global_rows : rows.rows) * rows.targets_per_row);
+  // replicas) is the gradient of the mean over the whole batch. A batch without targets (all
+  // prompts cut away) has no loss and no gradient.
+  const double total = static_cast<double>(std::max<int64_t>(1, rows.global_targets));
   const double loss =
       for_each_micro_batch(
           model, rows,
@@ -210,11 +210,13 @@ double forward_backward(Model* model, const StepRows& rows, int64_t global_rows)
 
 double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t rows,
                         int64_t global_rows) {
-  return forward_backward(model, lm_rows(windows, rows, model->seq_len()), global_rows);
+  StepRows r = lm_rows(windows, rows, model->seq_len());
+  r.global_targets = (global_rows > 0 ? global_rows : rows) * model->seq_len();
+  return forward_backward(model, r);
 }
 
 double evaluate_loss(Model* model, const StepRows& rows) {
-  const double total = static_cast<double>(rows.rows * rows.targets_per_row);
+  const double total = static_cast<double>(std::max<int64_t>(1, rows.num_targets));
   return for_each_micro_batch(model, rows,
                               [](float loss, int64_t targets) {
                                 return static_cast<double>(loss) * static_cast<double>(targets);

@@ -36,7 +36,8 @@ StepRows lm_rows(std::span<const uint32_t> windows, int64_t rows, int64_t length
   StepRows r;
   r.rows = rows;
   r.length = length;
-  r.targets_per_row = length;
+  r.num_targets = rows * length;
+  r.global_targets = r.num_targets;
   r.tokens.resize(static_cast<size_t>(rows * length));
   r.targets.resize(r.tokens.size());
   for (int64_t row = 0; row < rows; ++row) {
@@ -85,7 +86,8 @@ StatusOr<StepRows> SpanCorruptionRows::make(std::span<const uint32_t> windows,
   r.rows = rows;
   r.length = Td;
   r.encoder_length = Te;
-  r.targets_per_row = one.targets * pack;
+  r.num_targets = rows * one.targets * pack;
+  r.global_targets = r.num_targets;
   r.tokens.assign(static_cast<size_t>(rows * Td), pad);
   r.targets.assign(r.tokens.size(), -1);
   r.segment_ids.assign(r.tokens.size(), 0);

@@ -18,6 +18,7 @@
 #include "ax/datasets/tokenizer.h"
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/distributed.h"
+#include "ax/trainer/example_rows.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
 #include "ax/trainer/train_state.h"
@@ -91,11 +92,16 @@ class Trainer {
   // The objective's rows from a batch of the loader's windows: next-token rows, or T5's span
   // corruption.
   StatusOr<StepRows> rows_of(const data::TokenBatch& batch) const;
+  // The rows of the next step: from the packer (seq2seq shards) or the loader's windows.
+  StatusOr<StepRows> next_rows();
   // What span corruption needs from the tokenizer and the config (t5).
   Status setup_span_corruption();
+  // Fine-tuning on seq2seq shards: the packers of the training and validation examples.
+  Status open_examples(const data::LoaderOptions& lo);
+  bool t5() const { return config_.model.family == ModelFamily::kT5; }
   // Tokens a row feeds the model (the encoder's and the decoder's for t5).
   int64_t tokens_per_row() const {
-    return config_.train.seq_len + (spans_ ? config_.train.encoder_seq_len : 0);
+    return config_.train.seq_len + (t5() ? config_.train.encoder_seq_len : 0);
   }
   // The error that stops a run when the loss or the gradient norm is NaN or inf.
   Status non_finite(const char* what, double value, int64_t step) const;
@@ -120,6 +126,7 @@ class Trainer {
   std::shared_ptr<data::ShardSet> train_set_, val_set_;
   std::string val_dir_;
   std::unique_ptr<data::TokenLoader> loader_, val_loader_;
+  std::unique_ptr<ExamplePacker> packer_, val_packer_;  // seq2seq shards instead of the loaders
   std::unique_ptr<Model> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<MetricsLogger> metrics_;
@@ -162,13 +169,6 @@ Status Trainer::open_data() {
       data::ShardSet::open(config_.data.train_dir, tokenizer_->hash());
   if (!train.ok()) return train.status().with_context("training data");
   train_set_ = *train;
-  if (train_set_->index().kind != data::ShardKind::kLm) {
-    return FailedPrecondition(
-        "training data ", config_.data.train_dir,
-        " is seq2seq (input/target pairs from `ax-data tokenize --format seq2seq`); pretraining "
-        "reads text shards (`ax-data tokenize` without --format; model.family=t5 makes its own "
-        "inputs and targets from them by span corruption)");
-  }
 
   const int64_t devices = ctx_.world;
   const double global = config_.train.global_batch > 0
@@ -200,14 +200,15 @@ Status Trainer::open_data() {
 
   data::LoaderOptions lo;
   lo.seq_len = static_cast<uint64_t>(config_.train.seq_len);
-  if (config_.model.family == ModelFamily::kT5) {
-    AX_RETURN_IF_ERROR(setup_span_corruption());
-    lo.seq_len = static_cast<uint64_t>(spans_->raw_length() - 1);  // a window is seq_len + 1
-  }
   lo.seed = config_.train.seed;
   lo.global_batch = static_cast<uint64_t>(global_batch_);
   lo.replica = static_cast<uint64_t>(dist_->replica());
   lo.num_replicas = static_cast<uint64_t>(replicas);
+  if (train_set_->index().kind == data::ShardKind::kSeq2Seq) return open_examples(lo);
+  if (t5()) {
+    AX_RETURN_IF_ERROR(setup_span_corruption());
+    lo.seq_len = static_cast<uint64_t>(spans_->raw_length() - 1);  // a window is seq_len + 1
+  }
   StatusOr<std::unique_ptr<data::TokenLoader>> loader = data::TokenLoader::create(train_set_, lo);
   if (!loader.ok()) return loader.status().with_context("training data");
   loader_ = std::move(*loader);
@@ -219,6 +220,11 @@ Status Trainer::open_data() {
           data::ShardSet::open(val_dir_, tokenizer_->hash());
       if (!val.ok()) return val.status().with_context("validation data");
       val_set_ = *val;
+      if (val_set_->index().kind != data::ShardKind::kLm) {
+        return FailedPrecondition("validation data ", val_dir_, " is seq2seq, the training data ",
+                                  config_.data.train_dir,
+                                  " is text: give data.validation_dir of the same kind");
+      }
       // Micro-batches in storage order, the same on every rank; created now so that a set too
       // small fails early.
       lo.global_batch = static_cast<uint64_t>(micro_batch_);
@@ -234,6 +240,49 @@ Status Trainer::open_data() {
       val_loader_ = std::move(*val_loader);
     }
   }
+  return Status::Ok();
+}
+
+Status Trainer::open_examples(const data::LoaderOptions& lo) {
+  ExamplePackerOptions po;
+  po.layout.encoder_length = t5() ? config_.train.encoder_seq_len : 0;
+  po.layout.length = config_.train.seq_len;
+  po.layout.pack = config_.train.pack_seq2seq;
+  po.layout.pad = std::max(0, tokenizer_->pad_id());
+  po.layout.eos = t5() ? -1 : tokenizer_->eos_id();
+  po.seed = lo.seed;
+  po.global_rows = lo.global_batch;
+  po.replica = lo.replica;
+  po.num_replicas = lo.num_replicas;
+  po.vocab = tokenizer_->vocab_size();
+  po.row_ids = config_.model.dropout > 0;
+  StatusOr<std::unique_ptr<ExamplePacker>> packer = ExamplePacker::create(train_set_, po);
+  if (!packer.ok()) return packer.status().with_context("training data");
+  packer_ = std::move(*packer);
+  if (config_.train.eval_every == 0) return Status::Ok();
+  val_dir_ = find_validation_dir(config_.data);
+  if (val_dir_.empty()) return Status::Ok();
+  StatusOr<std::shared_ptr<data::ShardSet>> val =
+      data::ShardSet::open(val_dir_, tokenizer_->hash());
+  if (!val.ok()) return val.status().with_context("validation data");
+  val_set_ = *val;
+  if (val_set_->index().kind != data::ShardKind::kSeq2Seq) {
+    return FailedPrecondition("validation data ", val_dir_, " is text, the training data ",
+                              config_.data.train_dir,
+                              " is seq2seq: give data.validation_dir of the same kind");
+  }
+  // Micro-batches of rows in storage order, the same on every rank.
+  po.global_rows = static_cast<uint64_t>(micro_batch_);
+  po.replica = 0;
+  po.num_replicas = 1;
+  po.shuffle = false;
+  po.prefetch_batches = 0;
+  po.row_ids = false;  // no dropout in evaluation
+  StatusOr<std::unique_ptr<ExamplePacker>> val_packer = ExamplePacker::create(val_set_, po);
+  if (!val_packer.ok()) {
+    return val_packer.status().with_context(str_cat("validation data ", val_dir_));
+  }
+  val_packer_ = std::move(*val_packer);
   return Status::Ok();
 }
 
@@ -274,6 +323,23 @@ StatusOr<StepRows> Trainer::rows_of(const data::TokenBatch& batch) const {
   return spans_->make(batch.tokens, batch.sample_ids);
 }
 
+StatusOr<StepRows> Trainer::next_rows() {
+  StepRows rows;
+  if (packer_) {
+    AX_RETURN_IF_ERROR(packer_->next(&rows));
+    progress_.loader = packer_->state();
+    return rows;
+  }
+  AX_RETURN_IF_ERROR(loader_->next(&batch_));
+  AX_RETURN_IF_ERROR(check_tokens(batch_));
+  AX_ASSIGN_OR_RETURN(rows, rows_of(batch_));
+  // Every replica's rows hold as many targets as these.
+  rows.global_targets = rows.num_targets * dist_->replicas();
+  if (config_.model.dropout > 0) rows.row_ids = batch_.sample_ids;
+  progress_.loader = loader_->state();
+  return rows;
+}
+
 Status Trainer::resume() {
   AX_ASSIGN_OR_RETURN(std::optional<int64_t> latest, checkpoints_.latest());
   if (!latest) {
@@ -289,7 +355,8 @@ Status Trainer::resume() {
   }
   AX_RETURN_IF_ERROR(
       restore_state(*state, config_, &model_->store(), optimizer_.get(), &progress_));
-  AX_RETURN_IF_ERROR(loader_->restore(progress_.loader));
+  AX_RETURN_IF_ERROR(packer_ ? packer_->restore(progress_.loader)
+                             : loader_->restore(progress_.loader));
   saved_step_ = progress_.step;
   resumed_ = true;
   return Status::Ok();
@@ -360,10 +427,13 @@ void Trainer::print_summary() const {
   out_ << "memory: " << human_bytes(static_cast<double>(backend_->bytes_in_use()))
        << " held by the backend on this rank (parameters, gradients, optimizer state, "
           "activations, scratch)\n";
-  out_ << "data: " << train_set_->num_tokens() << " tokens in " << config_.data.train_dir
-       << "; GLOBAL_BATCH " << global_batch_ << " = " << dist_->replicas() << " replica(s) x "
-       << config_.train.num_microbatches << " micro-batch(es) of " << micro_batch_ << " x "
-       << config_.train.seq_len << " tokens\n";
+  out_ << "data: " << train_set_->num_tokens() << " tokens"
+       << (packer_ ? str_cat(" of (", t5() ? "inputs, targets" : "prompt, response", ") examples, ",
+                             config_.train.pack_seq2seq ? "packed" : "one per row")
+                   : std::string())
+       << " in " << config_.data.train_dir << "; GLOBAL_BATCH " << global_batch_ << " = "
+       << dist_->replicas() << " replica(s) x " << config_.train.num_microbatches
+       << " micro-batch(es) of " << micro_batch_ << " x " << config_.train.seq_len << " tokens\n";
   if (config_.train.eval_every > 0) {
     out_ << (val_set_ ? "validation: " + val_dir_
                       : std::string("validation: none (no data.validation_dir and no sibling "
@@ -397,18 +467,15 @@ Status Trainer::check_tokens(const data::TokenBatch& batch) const {
 }
 
 Status Trainer::step(int64_t step, StepResult* result) {
-  AX_RETURN_IF_ERROR(loader_->next(&batch_));
-  AX_RETURN_IF_ERROR(check_tokens(batch_));
-  AX_ASSIGN_OR_RETURN(StepRows rows, rows_of(batch_));
+  AX_ASSIGN_OR_RETURN(StepRows rows, next_rows());
   if (config_.model.dropout > 0) {
-    // Masks keyed by the step and each row's sample id: the same on every mesh and on resume.
-    rows.row_ids = batch_.sample_ids;
+    // Masks keyed by the step and each row's place in the data (row_ids): the same on every
+    // mesh and on resume.
     rows.dropout_seed =
         mix64(config_.train.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step)));
   }
-  const double loss =
-      dist_->all_reduce(dist_->groups.replica.get(),
-                        forward_backward(model_.get(), rows, global_batch_), comm::ReduceOp::kSum);
+  const double loss = dist_->all_reduce(dist_->groups.replica.get(),
+                                        forward_backward(model_.get(), rows), comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);
   const double norm = optimizer_->grad_norm();
   if (!std::isfinite(norm)) return non_finite("gradient norm", norm, step);
@@ -418,7 +485,6 @@ Status Trainer::step(int64_t step, StepResult* result) {
   result->lr = optimizer_->apply(step, norm);
   progress_.step = step;
   progress_.tokens_seen += global_batch_ * tokens_per_row();
-  progress_.loader = loader_->state();
   return Status::Ok();
 }
 
@@ -433,18 +499,27 @@ Status Trainer::non_finite(const char* what, double value, int64_t step) const {
 
 Status Trainer::evaluate(int64_t step) {
   // Every evaluation reads the same first batches of the set.
-  AX_RETURN_IF_ERROR(val_loader_->restore(data::LoaderState{}));
+  if (val_packer_) {
+    AX_RETURN_IF_ERROR(val_packer_->restore(data::LoaderState{}));
+  } else {
+    AX_RETURN_IF_ERROR(val_loader_->restore(data::LoaderState{}));
+  }
   double sum = 0;
+  int64_t targets = 0;
   data::TokenBatch batch;
   for (int64_t i = 0; i < config_.train.eval_batches; ++i) {
-    AX_RETURN_IF_ERROR(val_loader_->next(&batch));
-    AX_RETURN_IF_ERROR(check_tokens(batch));
-    AX_ASSIGN_OR_RETURN(StepRows rows, rows_of(batch));
-    sum += evaluate_loss(model_.get(), rows);
+    StepRows rows;
+    if (val_packer_) {
+      AX_RETURN_IF_ERROR(val_packer_->next(&rows));
+    } else {
+      AX_RETURN_IF_ERROR(val_loader_->next(&batch));
+      AX_RETURN_IF_ERROR(check_tokens(batch));
+      AX_ASSIGN_OR_RETURN(rows, rows_of(batch));
+    }
+    sum += evaluate_loss(model_.get(), rows) * static_cast<double>(rows.num_targets);
+    targets += rows.num_targets;
   }
-  // Every batch has the same number of targets: the mean of the means is the mean.
-  const double val_loss =
-      sum / static_cast<double>(std::max<int64_t>(1, config_.train.eval_batches));
+  const double val_loss = sum / static_cast<double>(std::max<int64_t>(1, targets));
   out_ << "eval step " << step << " | val loss " << fixed(val_loss, 4) << " | ppl "
        << fixed(std::exp(val_loss), 2) << std::endl;
   return leader() ? metrics_->log_eval(step, val_loss) : Status::Ok();
@@ -542,6 +617,15 @@ StatusOr<TrainOutcome> Trainer::run() {
     }
   }
   if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
+  if (packer_) {
+    out_ << "fine-tuning data: " << packer_->examples() << " examples in the " << packer_->rows()
+         << " rows of this process's steps, " << packer_->truncated() << " of them truncated to "
+         << (t5() ? str_cat("ENC_SL ", config_.train.encoder_seq_len, " / DEC_SL ",
+                            config_.train.seq_len)
+                  : str_cat("train.seq_len + 1 = ", config_.train.seq_len + 1))
+         << " tokens, " << packer_->without_targets()
+         << " left without a target (raise train.seq_len if that is many)\n";
+  }
   out_ << "done: step " << max_steps << ", " << progress_.tokens_seen << " tokens; peak memory "
        << human_bytes(static_cast<double>(backend_->peak_bytes_in_use())) << " on this rank\n";
   return TrainOutcome::kFinished;

@@ -86,6 +86,7 @@ struct TrainConfig {
   int64_t encoder_seq_len = 0;     // t5: encoder tokens per sequence (ENC_SL)
   double z_loss = 0;               // T5x's z-loss: z_loss · (log Σ exp logits)² per token
   int64_t pack_examples = 1;       // t5: span-corruption examples packed per row (segment ids)
+  bool pack_seq2seq = true;        // seq2seq shards: examples packed greedily per row (segments)
   uint64_t seed = 1234;
   int64_t log_every = 10;
   int64_t eval_every = 100;  // 0 = never

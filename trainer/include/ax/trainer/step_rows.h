@@ -1,7 +1,8 @@
 // The rows of one training or evaluation step on the host, in the form a model family reads
 // (Batch), made from the loader's token windows: next-token rows for decoder-only models, T5's
-// span corruption (optionally packed) for encoder-decoders. forward_backward cuts them into
-// micro-batches. docs/t5.md "The data" has the span-corruption contract.
+// span corruption (optionally packed) for encoder-decoders; fine-tuning examples in
+// example_rows.h. forward_backward cuts them into micro-batches. docs/t5.md "The data" has the
+// span-corruption contract.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,10 @@ struct StepRows {
   int64_t rows = 0;
   int64_t length = 0;          // decoder tokens per row (T)
   int64_t encoder_length = 0;  // encoder tokens per row (Te); 0 for decoder-only rows
-  // Non-ignored targets in every row (the same for all rows of any objective here): the loss of
-  // a batch is the sum of its token losses over rows × targets_per_row.
-  int64_t targets_per_row = 0;
+  // Non-ignored targets in these rows, and in the global batch they are a slice of (all
+  // replicas): the loss of a step is the sum of its token losses over global_targets.
+  int64_t num_targets = 0;
+  int64_t global_targets = 0;
   std::vector<int32_t> tokens, targets, segment_ids;         // (rows, T); segment ids may be empty
   std::vector<int32_t> encoder_tokens, encoder_segment_ids;  // (rows, Te) or empty
   // Training with dropout: each row's place in the data (the loader's sample id) and the step's

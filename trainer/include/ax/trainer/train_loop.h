@@ -104,9 +104,9 @@ double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t
                         int64_t global_rows = 0);
 // The same without gradients: the mean loss over the windows.
 double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t rows);
-// The same over rows of any family (step_rows.h): the mean over rows.rows × targets_per_row
-// targets, or global_rows × targets_per_row for forward_backward.
-double forward_backward(Model* model, const StepRows& rows, int64_t global_rows = 0);
+// The same over rows of any family (step_rows.h): the mean over rows.num_targets, or for
+// forward_backward the gradients of the mean over rows.global_targets and this rank's share.
+double forward_backward(Model* model, const StepRows& rows);
 double evaluate_loss(Model* model, const StepRows& rows);
 
 // SIGTERM, SIGINT and SIGUSR1 ask the loop to stop at the next step boundary (a second SIGINT
