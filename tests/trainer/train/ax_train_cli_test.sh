@@ -253,6 +253,13 @@ expect_status 0 "tiny-t5 fine-tunes on seq2seq shards" -- "$axtrain" --experimen
 expect_output "tokens of (inputs, targets) examples, packed"
 expect_output "^fine-tuning data: [0-9]* examples in the 120 rows of this process's steps, [0-9]* of them truncated to ENC_SL 64 / DEC_SL 16 tokens, 0 left without a target"
 loss_falls "tiny-t5 fine-tuning" 30
+# The same from the span-corruption run's Hugging Face export (pretrain, export, fine-tune).
+expect_status 0 "tiny-t5 fine-tunes from its pretraining's export" -- "$axtrain" \
+  --experiment tiny-t5 --data "$work/ft-t5" --tokenizer "$work/t5.model" \
+  --run-dir "$work/ft-t5-init" --init-from "$work/t5hf" --max-steps 30 \
+  --set train.eval_every=0 --set train.log_every=1 --set optim.lr=3e-3
+expect_output "initialised from Hugging Face t5 $work/t5hf"
+loss_falls "tiny-t5 fine-tuning from the export" 30
 expect_status 0 "prompt-response tokenize" -- "$axdata" tokenize --format prompt-response \
   --prompt-field question --response-field answer --tokenizer "$work/spm.model" \
   --input "$work/task-pr.jsonl" --output "$work/ft-gpt"
