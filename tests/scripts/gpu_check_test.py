@@ -244,7 +244,8 @@ class Steps(unittest.TestCase):
                       "cuda_parity_test", line)
 
     def test_gpu_tests_are_found_by_their_label(self):
-        self.assertEqual(gpu_check.gpu_tests(ROOT), ["cuda_parity_test", "nccl_communicator_test"])
+        self.assertEqual(gpu_check.gpu_tests(ROOT),
+                         ["cuda_parity_test", "nccl_communicator_test", "cuda_decoding_test"])
         with tempfile.TemporaryDirectory() as d:
             write(os.path.join(d, "tests", "a", "CMakeLists.txt"),
                   "# ax_test(in_a_comment LABELS gpu)\nax_test(unit_one SOURCES a.cc)\n"

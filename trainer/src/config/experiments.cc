@@ -235,10 +235,13 @@ Config t5(T5Size size) {
   m.relative_max_distance = 128;
   m.tied_embeddings = false;
   m.bias = false;
+  m.dropout = size == T5Size::kSmall ? 0.1 : 0.0;  // the Pile recipe: 0.1 for small only
   c.optim.lr = 1e-4;
   c.optim.warmup_steps = 10000;
   c.optim.schedule = "linear";
-  c.optim.decay_steps = 10000 + 99000;
+  // T5x's linear_decay: lr · (1 − 9.0909e-7 · (step − 10k)) reaches the 1e-5 floor (0.1 · lr)
+  // after 0.9 / 9.0909e-7 = 990k decay steps, at step 1M.
+  c.optim.decay_steps = 10000 + 990000;
   c.optim.min_lr_ratio = 0.1;
   c.optim.beta1 = 0.9;
   c.optim.beta2 = 0.999;
@@ -269,6 +272,7 @@ Config tiny_t5() {
   m.kv_channels = 16;
   m.hidden_dim = 128;
   m.vocab_size = 0;
+  m.dropout = 0;  // tests turn it on where they test it
   c.optim.lr = 1e-3;
   c.optim.warmup_steps = 2;
   c.optim.decay_steps = 0;
@@ -372,6 +376,7 @@ Config bench_t5(int64_t layers, int64_t dim, int64_t heads, int64_t ff) {
   m.num_kv_heads = heads;
   m.hidden_dim = ff;
   m.vocab_size = 8192;
+  m.dropout = 0;  // the PyTorch peer has none
   c.optim.lr = 1e-3;
   c.optim.warmup_steps = 5;
   c.optim.decay_steps = 0;
