@@ -1,5 +1,6 @@
-// ax-train: trains GPT and Llama-style models (resuming from the run directory's newest
-// checkpoint) and samples text from a trained run.
+// ax-train: trains GPT, Llama-style and T5 models (resuming from the run directory's newest
+// checkpoint, or starting from --init-from weights), samples text from a trained run and exports
+// a run's checkpoint in Hugging Face format.
 // Exit status: 0 done, 1 the run failed (the message says why), 2 the command line or config is
 // wrong, 75 stopped by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue to resume).
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "ax/common/cli.h"
 #include "ax/common/env.h"
 #include "ax/common/strings.h"
+#include "ax/trainer/checkpoint.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/sampler.h"
 #include "ax/trainer/train_loop.h"
@@ -23,8 +25,11 @@ constexpr const char* kDescription =
     "PERCORE_BATCH_SIZE, NUM_MICROBATCHES, ICI_MESH_SHAPE, DCN_MESH_SHAPE, MAX_STEPS and\n"
     "FPROP_DTYPE work too), then --data, --tokenizer and --max-steps. The resolved config is\n"
     "printed and saved as RUN_DIR/config.json. A run directory that holds a checkpoint is resumed\n"
-    "from its newest one (bit-exact on CPU). Validation: data.validation_dir, or a sibling `val`\n"
-    "or `validation` of the --data directory. `ax-train sample --help` describes sampling.\n";
+    "from its newest one (bit-exact on CPU); otherwise --init-from starts from an ax checkpoint's\n"
+    "or a Hugging Face directory's weights (docs/fine-tuning.md). Validation: "
+    "data.validation_dir,\n"
+    "or a sibling `val` or `validation` of the --data directory. `ax-train sample --help` and\n"
+    "`ax-train export --help` describe the subcommands.\n";
 
 constexpr const char* kDevice =
     "auto (CUDA device 0 when built and present, else the CPU), cpu,\n"
@@ -80,6 +85,32 @@ void add_sample_options(CLI::App& sample, SampleOptions* o) {
   add_device(sample, &o->device);
 }
 
+struct ExportArgs {
+  std::string run_dir, output;
+  std::optional<int64_t> step;
+};
+
+void add_export_options(CLI::App& exporter, ExportArgs* a) {
+  exporter.add_option("--run-dir", a->run_dir, "the run whose checkpoint to export")
+      ->type_name("DIR")
+      ->required();
+  exporter.add_option("--step", a->step, "the checkpoint's step (default: the newest)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  exporter
+      .add_option("--output", a->output,
+                  "the Hugging Face directory to write (config.json, model.safetensors)")
+      ->type_name("DIR")
+      ->required();
+}
+
+int run_export(const ExportArgs& a) {
+  StatusOr<int64_t> step = export_run(a.run_dir, a.step, a.output);
+  if (!step.ok()) return failed(step.status());
+  std::cout << "exported step " << *step << " of " << a.run_dir << " to " << a.output << "\n";
+  return kExitOk;
+}
+
 struct TrainArgs {
   RunRequest request;
   std::string run_dir;
@@ -105,6 +136,10 @@ void add_train_options(CLI::App& app, TrainArgs* a) {
   app.add_option("--max-steps", a->request.max_steps, "train.max_steps")
       ->type_name("N")
       ->check(cli::in_range(1));
+  app.add_option("--init-from", a->request.init_from,
+                 "weights and model config to start from (train.init_from): an ax run or\n"
+                 "checkpoint, or a Hugging Face GPT-2 / Llama / T5 v1.1 directory")
+      ->type_name("PATH");
   app.add_flag("--help-config", a->help_config, "the config keys, their defaults and meaning");
   app.add_flag("--help-env", a->help_env, "the environment variables ax reads");
   app.add_flag("--list-experiments", a->list_experiments, "the named configs");
@@ -146,6 +181,10 @@ int main_impl(int argc, char** argv) {
   CLI::App* sample = app.add_subcommand(
       "sample", "Prints the prompt and a continuation drawn from a run's newest checkpoint.");
   add_sample_options(*sample, &sample_options);
+  ExportArgs export_args;
+  CLI::App* exporter = app.add_subcommand(
+      "export", "Writes a run's checkpoint as a Hugging Face directory (GPT-2, Llama, T5).");
+  add_export_options(*exporter, &export_args);
   if (argc < 2) return cli::usage_error(app, "--experiment NAME and --run-dir DIR are required");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
   if (train_args.help_config) {
@@ -161,6 +200,7 @@ int main_impl(int argc, char** argv) {
     return kExitOk;
   }
   if (sample->parsed()) return run_sample(sample_options);
+  if (exporter->parsed()) return run_export(export_args);
   return run_train(app, train_args);
 }
 

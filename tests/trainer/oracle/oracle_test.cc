@@ -22,6 +22,7 @@
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/config.h"
 #include "ax/trainer/model.h"
+#include "ax/trainer/train_state.h"
 #include "test_util.h"
 
 namespace ax::train {
@@ -205,6 +206,69 @@ void check_against_torch(const std::string& experiment, bool packed = false, boo
   std::cout << output;
   EXPECT_EQ(status, 0) << "torch_oracle.py failed for " << experiment << " (output above)";
 }
+
+template <typename T>
+std::vector<T> read_raw(const fs::path& path, size_t n) {
+  std::vector<T> v(n);
+  std::ifstream f(path, std::ios::binary);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
+  EXPECT_TRUE(f.good()) << "cannot read " << path;
+  return v;
+}
+
+// A Hugging Face checkpoint made by torch_oracle.py (hf-make), imported as --init-from does (the
+// parameter store's regions, read from the safetensors), run forward on the CPU backend; the
+// logits go back to torch_oracle.py (hf-check), which runs the Hugging Face function in float64.
+void check_import(const std::string& family) {
+  ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
+                                   << "python3-torch: run `" << kSetup << "`";
+  const fs::path dir = data::testing::temp_dir("oracle-import-" + family);
+  fs::create_directories(dir);
+  std::string output;
+  const std::string script = str_cat(kPython, " '", AX_ORACLE_SCRIPT, "' ");
+  ASSERT_EQ(run(str_cat(script, "hf-make '", dir.string(), "' ", family), &output), 0) << output;
+  const Json spec = Json::parse(std::ifstream(dir / "import.json"));
+  const int64_t B = spec["batch"], T = spec["seq_len"], V = spec["vocab"];
+  const int64_t Te = spec.value("encoder_seq_len", int64_t{0});
+
+  StatusOr<InitSource> source = open_init_source((dir / "hf").string());
+  ASSERT_TRUE(source.ok()) << source.status().to_string();
+  auto backend = make_cpu_backend(2);
+  ModelOptions options;
+  options.encoder_seq_len = Te;
+  auto created = Model::create(source->model, V, B, T, backend.get(), {}, options);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  Model& model = **created;
+  std::vector<TensorRegion> regions;
+  for (TensorRegion& r : owned_regions(model.store())) {
+    if (r.name.starts_with("params/")) regions.push_back(std::move(r));
+  }
+  StatusOr<CheckpointState> state = load_init_parameters(*source, regions);
+  ASSERT_TRUE(state.ok()) << state.status().to_string();
+  ASSERT_TRUE(restore_parameters(*state, &model.store()).ok());
+
+  const std::vector<int32_t> tokens = read_raw<int32_t>(dir / "tokens.i32", B * T);
+  std::vector<int32_t> encoder_tokens;
+  if (Te > 0) encoder_tokens = read_raw<int32_t>(dir / "encoder_tokens.i32", B * Te);
+  model.forward(Batch{.tokens = tokens, .encoder_tokens = encoder_tokens});
+  std::vector<float> logits;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<float> row = model.logits(b, t);
+      ASSERT_EQ(static_cast<int64_t>(row.size()), V);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+  }
+  write_raw(dir / "ax_logits.f32", logits);
+  output.clear();
+  const int status = run(str_cat(script, "hf-check '", dir.string(), "'"), &output);
+  std::cout << output;
+  EXPECT_EQ(status, 0) << "torch_oracle.py hf-check failed for " << family << " (output above)";
+}
+
+TEST(TorchOracle, ImportedGpt2Logits) { check_import("gpt2"); }
+TEST(TorchOracle, ImportedLlamaGqaBf16ShardedLogits) { check_import("llama"); }
+TEST(TorchOracle, ImportedT5Logits) { check_import("t5"); }
 
 TEST(TorchOracle, TinyGpt) { check_against_torch("tiny-gpt"); }
 TEST(TorchOracle, TinyLlama) { check_against_torch("tiny-llama"); }

@@ -1,6 +1,15 @@
 """PyTorch oracle for ax's decoder models: loss and every parameter gradient, compared with ax's.
 
 Usage: /usr/bin/python3 torch_oracle.py DIR   (Debian's python3-torch: scripts/setup.sh --with oracle)
+       /usr/bin/python3 torch_oracle.py hf-make DIR gpt2|llama|t5
+       /usr/bin/python3 torch_oracle.py hf-check DIR
+
+hf-make writes DIR/hf, a Hugging Face checkpoint (config.json and safetensors in Hugging Face's
+names and layouts, random weights; Llama in BF16 over two files with an index) and DIR/tokens.i32
+(DIR/encoder_tokens.i32 for t5); oracle_test.cc imports it as --init-from does and writes ax's
+logits to DIR/ax_logits.f32 (B*T, V); hf-check compares them with the Hugging Face model's
+function (written below from its modeling code's semantics) run in float64: relative error at
+most 1e-5.
 
 DIR is written by oracle_test.cc:
   manifest.json   {"config": resolved ax config (model.* is read), "vocab": V, "batch": B,
@@ -270,10 +279,11 @@ def read_safetensors(path):
     return out
 
 
-def hf_t5_loss(hf, hf_config, tokens, targets, enc_tokens, z_loss, vocab):
+def hf_t5_logits(hf, hf_config, tokens, enc_tokens, vocab):
     """T5ForConditionalGeneration's function from its own names and config.json: logits not
-    divided by sqrt(d_kv), q, k, v separate, wi_0 / wi_1, one bias table per stack in block 0."""
-    p = {n: torch.tensor(w, dtype=torch.float64) for n, w in hf.items()}
+    divided by sqrt(d_kv), q, k, v separate, wi_0 / wi_1, one bias table per stack in block 0.
+    Returns the (B * Td, vocab) logits in float64."""
+    p = {n: torch.tensor(np.asarray(w, np.float64)) for n, w in hf.items()}
     NH, HD, eps = hf_config["num_heads"], hf_config["d_kv"], hf_config["layer_norm_epsilon"]
     m = {"relative_buckets": hf_config["relative_attention_num_buckets"],
          "relative_max_distance": hf_config["relative_attention_max_distance"]}
@@ -317,12 +327,257 @@ def hf_t5_loss(hf, hf_config, tokens, targets, enc_tokens, z_loss, vocab):
         x = x + attend(h, memory, b + "1.EncDecAttention.", None, cross_mask)
         x = x + ff(rms_norm(x, p[b + "2.layer_norm.weight"], eps), b + "2.DenseReluDense.")
     x = rms_norm(x, p["decoder.final_layer_norm.weight"], eps)
-    logits = (x @ p["lm_head.weight"].T)[..., :vocab].reshape(-1, vocab)
+    return (x @ p["lm_head.weight"].T)[..., :vocab].reshape(-1, vocab)
+
+
+def hf_t5_loss(hf, hf_config, tokens, targets, enc_tokens, z_loss, vocab):
+    logits = hf_t5_logits(hf, hf_config, tokens, enc_tokens, vocab)
     flat = targets.reshape(-1)
     keep = flat >= 0
     lse = torch.logsumexp(logits[keep], dim=-1)
     loss = lse - logits[keep].gather(1, flat[keep][:, None])[:, 0]
     return (loss + z_loss * lse * lse).mean().item()
+
+
+# ---- Hugging Face checkpoints made here, imported by ax (--init-from), logits compared ----
+
+def hf_gpt2_logits(p, c, tokens):
+    """GPT2LMHeadModel: Conv1D weights (in, out), fused c_attn, tanh GELU, tied head."""
+    B, T = tokens.shape
+    C, NH, eps = c["n_embd"], c["n_head"], c["layer_norm_epsilon"]
+    HD = C // NH
+    x = p["transformer.wte.weight"][tokens] + p["transformer.wpe.weight"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(c["n_layer"]):
+        b = f"transformer.h.{i}."
+        h = layer_norm(x, p[b + "ln_1.weight"], p[b + "ln_1.bias"], eps)
+        q, k, v = (h @ p[b + "attn.c_attn.weight"] + p[b + "attn.c_attn.bias"]).split(C, dim=-1)
+        q, k, v = (t.view(B, T, NH, HD).transpose(1, 2) for t in (q, k, v))
+        s = (q @ k.transpose(-1, -2) / math.sqrt(HD)).masked_fill(~causal, float("-inf"))
+        y = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p[b + "attn.c_proj.weight"] + p[b + "attn.c_proj.bias"]
+        h = layer_norm(x, p[b + "ln_2.weight"], p[b + "ln_2.bias"], eps)
+        h = gelu_tanh(h @ p[b + "mlp.c_fc.weight"] + p[b + "mlp.c_fc.bias"])
+        x = x + h @ p[b + "mlp.c_proj.weight"] + p[b + "mlp.c_proj.bias"]
+    x = layer_norm(x, p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], eps)
+    return (x @ p["transformer.wte.weight"].T).reshape(B * T, -1)
+
+
+def hf_llama_logits(p, c, tokens):
+    """LlamaForCausalLM: RMSNorm, RoPE on rotate_half pairs with inv_freq = theta^(-2j/HD),
+    repeat_kv for grouped-query attention, SwiGLU, untied head."""
+    B, T = tokens.shape
+    NH, KVH, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
+    HD = c["head_dim"]
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate_half(t):
+        return torch.cat([-t[..., HD // 2:], t[..., :HD // 2]], dim=-1)
+
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    x = p["model.embed_tokens.weight"][tokens]
+    for i in range(c["num_hidden_layers"]):
+        b = f"model.layers.{i}."
+        h = rms_norm(x, p[b + "input_layernorm.weight"], eps)
+        q = (h @ p[b + "self_attn.q_proj.weight"].T).view(B, T, NH, HD).transpose(1, 2)
+        k = (h @ p[b + "self_attn.k_proj.weight"].T).view(B, T, KVH, HD).transpose(1, 2)
+        v = (h @ p[b + "self_attn.v_proj.weight"].T).view(B, T, KVH, HD).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(NH // KVH, dim=1), v.repeat_interleave(NH // KVH, dim=1)
+        s = (q @ k.transpose(-1, -2) / math.sqrt(HD)).masked_fill(~causal, float("-inf"))
+        y = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, NH * HD)
+        x = x + y @ p[b + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, p[b + "post_attention_layernorm.weight"], eps)
+        gate, up = h @ p[b + "mlp.gate_proj.weight"].T, h @ p[b + "mlp.up_proj.weight"].T
+        x = x + (gate * torch.sigmoid(gate) * up) @ p[b + "mlp.down_proj.weight"].T
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    return (x @ p["lm_head.weight"].T).reshape(B * T, -1)
+
+
+HF_CONFIGS = {
+    "gpt2": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 96,
+             "n_positions": 32, "n_ctx": 32, "n_embd": 32, "n_layer": 2, "n_head": 4,
+             "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+             "tie_word_embeddings": True},
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 96,
+              "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+              "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+              "rope_theta": 500000.0, "rope_scaling": None, "attention_bias": False,
+              "tie_word_embeddings": False},
+    "t5": {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "vocab_size": 96,
+           "d_model": 32, "d_ff": 48, "d_kv": 16, "num_heads": 2, "num_layers": 2,
+           "num_decoder_layers": 1, "relative_attention_num_buckets": 8,
+           "relative_attention_max_distance": 20, "layer_norm_epsilon": 1e-6,
+           "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+}
+HF_BATCH, HF_SEQ, HF_ENC_SEQ = 2, 20, 24
+
+
+def hf_shapes(c):
+    """Every tensor of the Hugging Face model, name -> shape, from its config alone."""
+    V = c["vocab_size"]
+    if c["model_type"] == "gpt2":
+        C = c["n_embd"]
+        s = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (c["n_positions"], C),
+             "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
+        for i in range(c["n_layer"]):
+            b = f"transformer.h.{i}."
+            for n in ("ln_1", "ln_2"):
+                s[b + n + ".weight"] = s[b + n + ".bias"] = (C,)
+            s[b + "attn.c_attn.weight"], s[b + "attn.c_attn.bias"] = (C, 3 * C), (3 * C,)
+            s[b + "attn.c_proj.weight"], s[b + "attn.c_proj.bias"] = (C, C), (C,)
+            s[b + "mlp.c_fc.weight"], s[b + "mlp.c_fc.bias"] = (C, 4 * C), (4 * C,)
+            s[b + "mlp.c_proj.weight"], s[b + "mlp.c_proj.bias"] = (4 * C, C), (C,)
+        return s
+    if c["model_type"] == "llama":
+        C, F, HD = c["hidden_size"], c["intermediate_size"], c["head_dim"]
+        Q, KV = c["num_attention_heads"] * HD, c["num_key_value_heads"] * HD
+        s = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,),
+             "lm_head.weight": (V, C)}
+        for i in range(c["num_hidden_layers"]):
+            b = f"model.layers.{i}."
+            s[b + "input_layernorm.weight"] = s[b + "post_attention_layernorm.weight"] = (C,)
+            s[b + "self_attn.q_proj.weight"], s[b + "self_attn.o_proj.weight"] = (Q, C), (C, Q)
+            s[b + "self_attn.k_proj.weight"] = s[b + "self_attn.v_proj.weight"] = (KV, C)
+            s[b + "mlp.gate_proj.weight"] = s[b + "mlp.up_proj.weight"] = (F, C)
+            s[b + "mlp.down_proj.weight"] = (C, F)
+        return s
+    C, F, NH = c["d_model"], c["d_ff"], c["num_heads"]
+    Q = NH * c["d_kv"]
+    s = {"shared.weight": (V, C), "lm_head.weight": (V, C)}
+    for stack, layers in (("encoder", c["num_layers"]), ("decoder", c["num_decoder_layers"])):
+        s[f"{stack}.final_layer_norm.weight"] = (C,)
+        s[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = (
+            c["relative_attention_num_buckets"], NH)
+        for i in range(layers):
+            b = f"{stack}.block.{i}.layer."
+            attns = ["0.SelfAttention."] + (["1.EncDecAttention."] if stack == "decoder" else [])
+            for a in attns:
+                s[b + a[:2] + "layer_norm.weight"] = (C,)
+                for n in "qkv":
+                    s[b + a + n + ".weight"] = (Q, C)
+                s[b + a + "o.weight"] = (C, Q)
+            ff = "2." if stack == "decoder" else "1."
+            s[b + ff + "layer_norm.weight"] = (C,)
+            s[b + ff + "DenseReluDense.wi_0.weight"] = s[b + ff + "DenseReluDense.wi_1.weight"] = (
+                F, C)
+            s[b + ff + "DenseReluDense.wo.weight"] = (C, F)
+    return s
+
+
+def write_safetensors(path, tensors, dtype):
+    """tensors: name -> float64 array, stored as F32 or BF16 (truncated to bf16's 8 bits)."""
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        f32 = np.ascontiguousarray(a, dtype="<f4")
+        raw = (f32.view("<u4") >> 16).astype("<u2").tobytes() if dtype == "BF16" else f32.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def hf_make(d, family):
+    """Random weights in Hugging Face's names and layouts; Llama in BF16 over two files with an
+    index (as published checkpoints are), the others in one F32 model.safetensors."""
+    c = HF_CONFIGS[family]
+    rng = np.random.default_rng({"gpt2": 1, "llama": 2, "t5": 3}[family])
+    weights = {}
+    for name, shape in hf_shapes(c).items():
+        if name.endswith(("layer_norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight",
+                          "layernorm.weight", "norm.weight")):
+            w = 1 + 0.1 * rng.standard_normal(shape)
+        elif len(shape) == 1:
+            w = 0.1 * rng.standard_normal(shape)
+        elif "wte" in name or "embed" in name or "shared" in name or "lm_head" in name:
+            w = 0.3 * rng.standard_normal(shape)
+        else:
+            w = rng.standard_normal(shape) / math.sqrt(shape[0 if "transformer.h" in name else 1])
+        if family == "llama":  # the values bf16 holds, so ax and the oracle read the same numbers
+            w = (np.asarray(w, "<f4").view("<u4") & 0xFFFF0000).view("<f4")
+        weights[name] = np.asarray(np.asarray(w, "<f4"), np.float64)
+    hf = os.path.join(d, "hf")
+    os.makedirs(hf, exist_ok=True)
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    if family == "llama":
+        names = list(weights)
+        halves = {"model-00001-of-00002.safetensors": names[:len(names) // 2],
+                  "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+        for file, part in halves.items():
+            write_safetensors(os.path.join(hf, file), {n: weights[n] for n in part}, "BF16")
+        with open(os.path.join(hf, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": {n: file for file, part in halves.items()
+                                                      for n in part}}, f)
+    else:
+        write_safetensors(os.path.join(hf, "model.safetensors"), weights, "F32")
+    rng_tokens = np.random.default_rng(4)
+    tokens = rng_tokens.integers(0, c["vocab_size"], (HF_BATCH, HF_SEQ)).astype("<i4")
+    tokens.tofile(os.path.join(d, "tokens.i32"))
+    spec = {"family": family, "batch": HF_BATCH, "seq_len": HF_SEQ, "vocab": c["vocab_size"]}
+    if family == "t5":
+        rng_tokens.integers(0, c["vocab_size"], (HF_BATCH, HF_ENC_SEQ)).astype("<i4").tofile(
+            os.path.join(d, "encoder_tokens.i32"))
+        spec["encoder_seq_len"] = HF_ENC_SEQ
+    with open(os.path.join(d, "import.json"), "w") as f:
+        json.dump(spec, f)
+    return 0
+
+
+def read_hf_dir(hf):
+    names = sorted(n for n in os.listdir(hf) if n.endswith(".safetensors"))
+    out = {}
+    for n in names:
+        with open(os.path.join(hf, n), "rb") as f:
+            raw = f.read()
+        k = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + k])
+        for name, e in header.items():
+            begin, end = e["data_offsets"]
+            data = raw[8 + k + begin:8 + k + end]
+            if e["dtype"] == "BF16":
+                a = (np.frombuffer(data, "<u2").astype("<u4") << 16).view("<f4")
+            else:
+                a = np.frombuffer(data, "<f4")
+            out[name] = a.reshape(e["shape"])
+    return out
+
+
+def hf_check(d):
+    """ax's logits of the imported model against the Hugging Face function in float64."""
+    with open(os.path.join(d, "import.json")) as f:
+        spec = json.load(f)
+    hf = os.path.join(d, "hf")
+    with open(os.path.join(hf, "config.json")) as f:
+        c = json.load(f)
+    B, T, V = spec["batch"], spec["seq_len"], spec["vocab"]
+    tokens = torch.from_numpy(np.fromfile(os.path.join(d, "tokens.i32"), "<i4").reshape(B, T))
+    weights = read_hf_dir(hf)
+    p = {n: torch.tensor(np.asarray(w, np.float64)) for n, w in weights.items()}
+    if spec["family"] == "gpt2":
+        want = hf_gpt2_logits(p, c, tokens.long())
+    elif spec["family"] == "llama":
+        want = hf_llama_logits(p, c, tokens.long())
+    else:
+        Te = spec["encoder_seq_len"]
+        enc = np.fromfile(os.path.join(d, "encoder_tokens.i32"), "<i4").reshape(B, Te)
+        want = hf_t5_logits(weights, c, tokens.long(), torch.from_numpy(enc).long(), V)
+    got = np.fromfile(os.path.join(d, "ax_logits.f32"), "<f4").reshape(B * T, V)
+    err = rel_err(got, want.numpy())
+    worst = float(np.max(np.abs(got - want.numpy()) / np.maximum(np.abs(want.numpy()), 1e-3)))
+    ok = err <= LOSS_TOL
+    print(f"import oracle: {spec['family']} ({c['architectures'][0]}, {len(weights)} tensors, "
+          f"{sorted(set(n for n in os.listdir(hf)))}): logits {B}x{T}x{V}, rel {err:.2e} "
+          f"(max elementwise {worst:.2e}; tol {LOSS_TOL:g}) {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
 
 
 def mean_loss(p, tokens, targets, m, vocab):
@@ -363,6 +618,10 @@ def max_abs(a, b):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "hf-make":
+        return hf_make(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 3 and sys.argv[1] == "hf-check":
+        return hf_check(sys.argv[2])
     if len(sys.argv) != 2:
         print(__doc__.splitlines()[2], file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ax/trainer/checkpoint.h"
 #include "ax/trainer/train_loop.h"
 #include "model_test_util.h"
 #include "store_stranger.h"
@@ -362,6 +363,55 @@ TEST(ShardedDropout, T5LayoutsAndResumeTrainTheLossesOfOneProcess) {
 // dropout's masks, keyed by each row's first example, are the same on both layouts.
 TEST(ShardedCheckpoint, T5FineTuningResumesOnAnotherLayoutWithTheSameLosses) {
   expect_resume_on("tiny-t5", {{1, 1, 1}}, {"model.dropout=0.1"}, /*seq2seq=*/true);
+}
+
+// --init-from on a sharded mesh: each rank reads only its own parts of the logical tensors (FSDP
+// row blocks, tensor-parallel column and row blocks) from a Hugging Face directory or an ax
+// checkpoint (itself written by a sharded run); every layout trains the losses of one process
+// started from the same weights, and the Hugging Face export of a checkpoint starts the same run
+// as the checkpoint itself.
+void expect_sharded_init(const std::string& experiment, const std::vector<Layout>& layouts) {
+  const std::string root = data::testing::temp_dir("init-" + experiment);
+  std::vector<std::string> o = base_overrides(experiment);
+  o.push_back("train.max_steps=3");
+  RunResult base = run_ranks(corpus_config(experiment, o), {1, 2, 2}, root + "/base");
+  ASSERT_EQ(base.losses.size(), 3u) << base.errs[0];
+  StatusOr<int64_t> exported = export_run(root + "/base", std::nullopt, root + "/hf");
+  ASSERT_TRUE(exported.ok()) << exported.status().to_string();
+
+  std::vector<std::string> from_hf = base_overrides(experiment), from_ax = from_hf;
+  from_hf.push_back("train.init_from=" + root + "/hf");
+  from_ax.push_back("train.init_from=" + root + "/base");
+  const Config hf = corpus_config(experiment, from_hf);
+  RunResult one = run_ranks(hf, {1, 1, 1}, root + "/one");
+  ASSERT_EQ(one.losses.size(), 5u) << one.errs[0];
+  EXPECT_LT(one.losses[0], base.losses[0]) << "the imported weights are the trained ones";
+  RunResult ax = run_ranks(corpus_config(experiment, from_ax), {1, 1, 1}, root + "/ax");
+  ASSERT_EQ(ax.losses.size(), 5u) << ax.errs[0];
+  expect_same_losses(ax.losses, one.losses, 0, "ax checkpoint vs its Hugging Face export", 0);
+  RunResult ax_sharded = run_ranks(corpus_config(experiment, from_ax), layouts[0], root + "/ax2");
+  EXPECT_EQ(ax_sharded.losses.size(), 5u) << ax_sharded.errs[0];
+  expect_same_losses(ax_sharded.losses, one.losses, 0, "ax checkpoint on " + layouts[0].name());
+  for (const Layout& layout : layouts) {
+    RunResult r = run_ranks(hf, layout, root + "/" + layout.name());
+    for (size_t k = 0; k < r.exit_codes.size(); ++k) {
+      EXPECT_EQ(r.exit_codes[k], 0) << layout.name() << " rank " << k << ": " << r.errs[k];
+    }
+    EXPECT_EQ(r.losses.size(), 5u) << layout.name();
+    expect_same_losses(r.losses, one.losses, 0, experiment + " init on " + layout.name());
+  }
+}
+
+TEST(ShardedInit, GptFromHuggingFaceOnEveryLayout) {
+  expect_sharded_init("tiny-gpt", {{1, 4, 1}, {1, 2, 2}, {2, 1, 2}});
+}
+
+TEST(ShardedInit, LlamaGqaFromHuggingFaceOnEveryLayout) {
+  expect_sharded_init("tiny-llama", {{1, 4, 1}, {1, 1, 4}, {2, 2, 1}});
+}
+
+TEST(ShardedInit, T5FromHuggingFaceOnEveryLayout) {
+  expect_sharded_init("tiny-t5", {{1, 4, 1}, {1, 1, 4}});
 }
 
 // One rank killed or stopped mid-run: every other rank exits with kExitCollectiveFailed within

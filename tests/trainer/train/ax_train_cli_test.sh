@@ -102,6 +102,58 @@ expect_status 0 "sample in the bf16 plan" -- "$axtrain" sample --run-dir "$run" 
   --tokens 8 --temperature 0 --device cpu-bf16
 expect_output "^The"
 
+# Export to Hugging Face format, then start new runs from it and from the ax run (--init-from).
+expect_status 0 "export" -- "$axtrain" export --run-dir "$run" --output "$work/hf"
+expect_output "exported step 6 of $run to $work/hf"
+[[ -f $work/hf/model.safetensors && -f $work/hf/config.json ]] || fail "export: files missing"
+grep -q '"GPT2LMHeadModel"' "$work/hf/config.json" || fail "export: not GPT-2's config.json"
+expect_status 0 "export --step 6" -- "$axtrain" export --run-dir "$run" --step 6 \
+  --output "$work/hf6"
+expect_output "exported step 6"
+cmp -s "$work/hf/model.safetensors" "$work/hf6/model.safetensors" ||
+  fail "export: the same checkpoint exported twice differs"
+expect_status 1 "export of a missing step" -- "$axtrain" export --run-dir "$run" --step 4 \
+  --output "$work/hf4"
+expect_output "no checkpoint of step 4"
+expect_status 2 "export without --output" -- "$axtrain" export --run-dir "$run"
+expect_status 0 "init from Hugging Face" -- "$axtrain" "${common[@]}" --run-dir "$work/ft-hf" \
+  --init-from "$work/hf" --max-steps 2 --set model.num_layers=2 --set train.eval_every=0
+expect_output "initialised from Hugging Face gpt $work/hf; optimizer state fresh, starting at step 0"
+expect_output "step 2/2 | loss"
+# The imported weights are the run's: the first loss of the fine-tuning run is below a fresh
+# model's first loss on the same data.
+ft_first=$(sed -n 's/^step  *1\/2 | loss \([0-9.]*\).*/\1/p' "$work/out")
+expect_status 0 "fresh run" -- "$axtrain" "${common[@]}" --run-dir "$work/fresh" --max-steps 2 \
+  --set train.eval_every=0
+fresh_first=$(sed -n 's/^step  *1\/2 | loss \([0-9.]*\).*/\1/p' "$work/out")
+awk -v a="$ft_first" -v b="$fresh_first" 'BEGIN { exit !(a > 0 && a < b) }' ||
+  fail "init from Hugging Face: first loss $ft_first is not below a fresh model's $fresh_first"
+expect_status 0 "init from an ax run, keeping its step" -- "$axtrain" "${common[@]}" \
+  --run-dir "$work/ft-ax" --init-from "$run" --set train.init_from_keep_step=true \
+  --max-steps 10 --set train.eval_every=0
+expect_output "initialised from ax checkpoint $run/checkpoints/step_00000006 (step 6)"
+expect_output "step 10/10 | loss"
+expect_status 2 "a --set model.* that contradicts the checkpoint" -- "$axtrain" "${common[@]}" \
+  --run-dir "$work/ft-bad" --init-from "$work/hf" --set model.model_dim=32
+expect_output "--set model.model_dim=32 contradicts --init-from $work/hf, whose model has model.model_dim=64"
+expect_status 2 "keep_step with a Hugging Face directory" -- "$axtrain" "${common[@]}" \
+  --run-dir "$work/ft-bad" --init-from "$work/hf" --set train.init_from_keep_step=true
+expect_output "has no step count"
+mkdir -p "$work/hf-small"
+cp "$work/hf/model.safetensors" "$work/hf-small/"
+sed 's/"vocab_size": 512/"vocab_size": 400/' "$work/hf/config.json" >"$work/hf-small/config.json"
+expect_status 1 "a tokenizer larger than the checkpoint's vocabulary" -- "$axtrain" \
+  "${common[@]}" --run-dir "$work/ft-bad" --init-from "$work/hf-small"
+expect_output "has 500 ids, more than the 400 rows of the embedding of --init-from"
+mkdir -p "$work/hf-mistral"
+cp "$work/hf/model.safetensors" "$work/hf-mistral/"
+sed 's/"gpt2"/"mistral"/; s/GPT2LMHeadModel/MistralForCausalLM/' "$work/hf/config.json" \
+  >"$work/hf-mistral/config.json"
+expect_status 1 "an unknown architecture" -- "$axtrain" "${common[@]}" --run-dir "$work/ft-bad" \
+  --init-from "$work/hf-mistral"
+expect_output "MistralForCausalLM.*is not an architecture ax imports"
+[[ ! -d $work/ft-bad/checkpoints ]] || fail "a refused --init-from left checkpoints"
+
 # The CUDA backend's bf16 dtype plan on the CPU: the same run goes on with bf16 activations.
 expect_status 0 "train on cpu-bf16" -- "$axtrain" "${common[@]}" --run-dir "$run" --max-steps 8 \
   --device cpu-bf16
@@ -170,6 +222,15 @@ uncached=$("$axtrain" "${t5sample[@]}" --no-cache 2>/dev/null)
   fail "T5 sample: '$cached' with the cache, '$uncached' without"
 expect_status 1 "T5 sample without a prompt" -- "$axtrain" sample --run-dir "$work/t5run"
 expect_output "give --prompt TEXT"
+expect_status 0 "export T5" -- "$axtrain" export --run-dir "$work/t5run" --output "$work/t5hf"
+grep -q '"T5ForConditionalGeneration"' "$work/t5hf/config.json" || fail "export: not T5's config"
+expect_status 0 "tiny-t5 from its Hugging Face export" -- "$axtrain" "${t5[@]}" \
+  --run-dir "$work/t5ft" --init-from "$work/t5hf" --max-steps 13 --set train.eval_every=0 \
+  --set train.log_every=1
+expect_output "initialised from Hugging Face t5"
+ft_first=$(sed -n 's/^step  *1\/13 | loss \([0-9.]*\).*/\1/p' "$work/out")
+awk -v a="$ft_first" -v b="$last" 'BEGIN { exit !(a > 0 && a < b * 1.2) }' ||
+  fail "tiny-t5 from its export: first loss $ft_first, the run it came from ended at $last"
 expect_status 1 "T5 without sentinels" -- "$axtrain" --experiment tiny-t5 \
   --data "$work/shards/train" --tokenizer "$work/spm.model" --run-dir "$work/t5-nosent"
 expect_output "train one with \`ax-data train-tokenizer --extra-ids 100"
@@ -203,6 +264,13 @@ expect_status 0 "tiny-t5 fine-tunes on seq2seq shards" -- "$axtrain" --experimen
 expect_output "tokens of (inputs, targets) examples, packed"
 expect_output "^fine-tuning data: [0-9]* examples in the 120 rows of this process's steps, [0-9]* of them truncated to ENC_SL 64 / DEC_SL 16 tokens, 0 left without a target"
 loss_falls "tiny-t5 fine-tuning" 30
+# The same from the span-corruption run's Hugging Face export (pretrain, export, fine-tune).
+expect_status 0 "tiny-t5 fine-tunes from its pretraining's export" -- "$axtrain" \
+  --experiment tiny-t5 --data "$work/ft-t5" --tokenizer "$work/t5.model" \
+  --run-dir "$work/ft-t5-init" --init-from "$work/t5hf" --max-steps 30 \
+  --set train.eval_every=0 --set train.log_every=1 --set optim.lr=3e-3
+expect_output "initialised from Hugging Face t5 $work/t5hf"
+loss_falls "tiny-t5 fine-tuning from the export" 30
 expect_status 0 "prompt-response tokenize" -- "$axdata" tokenize --format prompt-response \
   --prompt-field question --response-field answer --tokenizer "$work/spm.model" \
   --input "$work/task-pr.jsonl" --output "$work/ft-gpt"

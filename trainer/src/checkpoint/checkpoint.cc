@@ -18,6 +18,7 @@
 #include "checkpoint_internal.h"
 
 namespace ax::train {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,17 +32,6 @@ std::string step_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "%s%08lld", kStepPrefix, static_cast<long long>(step));
   return name;
-}
-
-// The step of a final step directory name ("step_00000120"), nullopt for anything else.
-std::optional<int64_t> parse_step_name(const std::string& name) {
-  if (!starts_with(name, kStepPrefix)) return std::nullopt;
-  const std::string digits = name.substr(std::string(kStepPrefix).size());
-  if (digits.empty() ||
-      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return std::nullopt;
-  }
-  return parse_int64(digits);
 }
 
 bool is_committed(const std::string& dir) {
@@ -65,7 +55,7 @@ StatusOr<Listing> list_checkpoints(const std::string& root) {
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (!it->is_directory(ec)) continue;
     const std::string name = it->path().filename().string();
-    if (std::optional<int64_t> step = parse_step_name(name)) {
+    if (std::optional<int64_t> step = ckpt::parse_step_name(name)) {
       if (is_committed(it->path().string())) {
         out.committed.push_back(*step);
       } else {
@@ -111,6 +101,20 @@ void prune(const std::string& root, int64_t keep, int64_t saved) {
 }
 
 }  // namespace
+
+namespace ckpt {
+
+std::optional<int64_t> parse_step_name(const std::string& name) {
+  if (!starts_with(name, kStepPrefix)) return std::nullopt;
+  const std::string digits = name.substr(std::string(kStepPrefix).size());
+  if (digits.empty() ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return parse_int64(digits);
+}
+
+}  // namespace ckpt
 
 CheckpointManager::CheckpointManager(std::string run_dir, int64_t keep)
     : run_dir_(std::move(run_dir)), keep_(keep) {}
@@ -209,28 +213,26 @@ Status CheckpointManager::save(const CheckpointState& state, const CheckpointGro
   return Status::Ok();
 }
 
-StatusOr<CheckpointState> CheckpointManager::load(int64_t step,
-                                                  const std::vector<TensorRegion>& regions) const {
-  AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader,
-                      ckpt::CheckpointReader::open(step_dir(step), step));
+StatusOr<std::vector<HostTensor>> ckpt::read_regions(const CheckpointReader& reader,
+                                                     const std::string& dir,
+                                                     const std::vector<TensorRegion>& regions) {
   std::map<std::string, const ckpt::TensorRecord*> by_name;
   for (const ckpt::TensorRecord& t : reader.tensors()) by_name[t.name] = &t;
-  CheckpointState state;
-  state.step = step;
+  std::vector<HostTensor> out;
   for (const TensorRegion& region : regions) {
     auto it = by_name.find(region.name);
     if (it == by_name.end()) {
-      return DataLoss("checkpoint ", step_dir(step), " has no tensor ", region.name);
+      return DataLoss("checkpoint ", dir, " has no tensor ", region.name);
     }
     const ckpt::TensorRecord& t = *it->second;
     if (region.offset.size() != t.shape.size() || region.shape.size() != t.shape.size()) {
-      return DataLoss("tensor ", region.name, " of ", step_dir(step), " has ", t.shape.size(),
+      return DataLoss("tensor ", region.name, " of ", dir, " has ", t.shape.size(),
                       " dimensions, the model asks for ", region.shape.size());
     }
     int64_t n = 1;
     for (size_t k = 0; k < t.shape.size(); ++k) {
       if (region.offset[k] < 0 || region.offset[k] + region.shape[k] > t.shape[k]) {
-        return DataLoss("tensor ", region.name, " of ", step_dir(step),
+        return DataLoss("tensor ", region.name, " of ", dir,
                         " is smaller than the model's (dimension ", k, " has ", t.shape[k], ")");
       }
       n *= region.shape[k];
@@ -242,8 +244,18 @@ StatusOr<CheckpointState> CheckpointManager::load(int64_t step,
     h.logical_shape = t.shape;
     h.data.resize(static_cast<size_t>(n));
     AX_RETURN_IF_ERROR(reader.read_region(t, region.offset, region.shape, h.data.data()));
-    state.tensors.push_back(std::move(h));
+    out.push_back(std::move(h));
   }
+  return out;
+}
+
+StatusOr<CheckpointState> CheckpointManager::load(int64_t step,
+                                                  const std::vector<TensorRegion>& regions) const {
+  const std::string dir = step_dir(step);
+  AX_ASSIGN_OR_RETURN(ckpt::CheckpointReader reader, ckpt::CheckpointReader::open(dir, step));
+  CheckpointState state;
+  state.step = step;
+  AX_ASSIGN_OR_RETURN(state.tensors, ckpt::read_regions(reader, dir, regions));
   state.blobs = reader.blobs();
   return state;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ struct RankWrite {
 std::string rank_write_to_json(const RankWrite& write);
 StatusOr<RankWrite> rank_write_from_json(const std::string& text);
 
+// The step of a final step directory name ("step_00000120"), nullopt for anything else.
+std::optional<int64_t> parse_step_name(const std::string& name);
+
 // "rank_00003.safetensors".
 std::string rank_file_name(int rank);
 
@@ -90,5 +94,11 @@ class CheckpointReader {
   std::map<std::string, SafetensorsReader> rank_files_;  // by file name
   std::map<std::string, std::string> blobs_;
 };
+
+// The regions of a committed checkpoint (of directory `dir`, for errors) as slices: offset and
+// logical_shape set. What CheckpointManager::load(step, regions) returns as its tensors.
+StatusOr<std::vector<HostTensor>> read_regions(const CheckpointReader& reader,
+                                               const std::string& dir,
+                                               const std::vector<TensorRegion>& regions);
 
 }  // namespace ax::train::ckpt

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 namespace ax::train::ckpt {
@@ -29,9 +31,19 @@ bool is_safetensors_dtype(const std::string& d) {
   return std::find(std::begin(kDtypes), std::end(kDtypes), d) != std::end(kDtypes);
 }
 
-// product(shape) * 4, or nullopt when a dimension is negative or the product overflows.
-std::optional<uint64_t> f32_bytes(const std::vector<int64_t>& shape) {
-  uint64_t n = sizeof(float);
+uint64_t element_bytes(StoredType t) { return t == StoredType::kF32 ? 4 : 2; }
+
+std::optional<StoredType> stored_type(const std::string& d) {
+  if (d == "F32") return StoredType::kF32;
+  if (d == "F16") return StoredType::kF16;
+  if (d == "BF16") return StoredType::kBF16;
+  return std::nullopt;
+}
+
+// product(shape) * element_size, or nullopt when a dimension is negative or the product
+// overflows.
+std::optional<uint64_t> tensor_bytes(const std::vector<int64_t>& shape, uint64_t element_size) {
+  uint64_t n = element_size;
   for (int64_t d : shape) {
     if (d < 0) return std::nullopt;
     if (d != 0 && n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) {
@@ -40,6 +52,47 @@ std::optional<uint64_t> f32_bytes(const std::vector<int64_t>& shape) {
     n *= static_cast<uint64_t>(d);
   }
   return n;
+}
+
+std::optional<uint64_t> f32_bytes(const std::vector<int64_t>& shape) {
+  return tensor_bytes(shape, sizeof(float));
+}
+
+// IEEE half to float: exact (every half is a float).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, NaN
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+// `n` stored elements at `raw` to floats.
+void to_float(StoredType type, const char* raw, size_t n, float* out) {
+  if (type == StoredType::kF32) {
+    std::memcpy(out, raw, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t v;
+    std::memcpy(&v, raw + 2 * i, 2);
+    out[i] = type == StoredType::kBF16 ? std::bit_cast<float>(static_cast<uint32_t>(v) << 16)
+                                       : half_to_float(v);
+  }
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -154,12 +207,16 @@ Status SafetensorsReader::parse_header(const std::string& header, uint64_t data_
     auto dtype = value.find("dtype");
     if (dtype == value.end() || !dtype->is_string()) return DataLoss(where, " has no dtype");
     const std::string d = dtype->get<std::string>();
-    if (d != "F32") {
-      if (is_safetensors_dtype(d)) return Unimplemented(where, " has dtype ", d, "; ax reads F32");
+    std::optional<StoredType> type = stored_type(d);
+    if (!type) {
+      if (is_safetensors_dtype(d)) {
+        return Unimplemented(where, " has dtype ", d, "; ax reads F32, F16 and BF16");
+      }
       return DataLoss(where, " has the unknown dtype '", d, "'");
     }
     SafetensorsEntry e;
     e.key = key;
+    e.dtype = *type;
     auto shape = value.find("shape");
     if (shape == value.end() || !shape->is_array()) return DataLoss(where, " has no shape");
     for (const auto& dim : *shape) {
@@ -177,10 +234,10 @@ Status SafetensorsReader::parse_header(const std::string& header, uint64_t data_
     }
     e.begin = (*offsets)[0].get<uint64_t>();
     e.end = (*offsets)[1].get<uint64_t>();
-    std::optional<uint64_t> bytes = f32_bytes(e.shape);
+    std::optional<uint64_t> bytes = tensor_bytes(e.shape, element_bytes(e.dtype));
     if (!bytes || e.end < e.begin || e.end - e.begin != *bytes) {
       return DataLoss(where, ": data_offsets ", offsets->dump(), " do not hold shape ",
-                      shape_text(e.shape), " of F32");
+                      shape_text(e.shape), " of ", d);
     }
     entries_.push_back(std::move(e));
   }
@@ -213,7 +270,45 @@ const SafetensorsEntry* SafetensorsReader::find(const std::string& key) const {
 }
 
 Status SafetensorsReader::read(const SafetensorsEntry& entry, float* out) const {
-  return pread_all(fd_, path_, out, entry.end - entry.begin, data_start_ + entry.begin);
+  const uint64_t bytes = entry.end - entry.begin;
+  if (entry.dtype == StoredType::kF32) {
+    return pread_all(fd_, path_, out, bytes, data_start_ + entry.begin);
+  }
+  std::vector<char> raw(bytes);
+  AX_RETURN_IF_ERROR(pread_all(fd_, path_, raw.data(), bytes, data_start_ + entry.begin));
+  to_float(entry.dtype, raw.data(), bytes / element_bytes(entry.dtype), out);
+  return Status::Ok();
+}
+
+Status SafetensorsReader::read_box(const SafetensorsEntry& entry,
+                                   const std::vector<int64_t>& offset,
+                                   const std::vector<int64_t>& shape, float* out) const {
+  const size_t rank = entry.shape.size();
+  bool inside = (rank == 1 || rank == 2) && offset.size() == rank && shape.size() == rank;
+  for (size_t k = 0; inside && k < rank; ++k) {
+    inside = offset[k] >= 0 && shape[k] >= 0 && offset[k] + shape[k] <= entry.shape[k];
+  }
+  if (!inside) {
+    return InvalidArgument(path_, ": box at ", shape_text(offset), " of shape ", shape_text(shape),
+                           " is not inside the 1-D or 2-D tensor '", entry.key, "' of shape ",
+                           shape_text(entry.shape));
+  }
+  const uint64_t size = element_bytes(entry.dtype);
+  const int64_t cols = rank == 2 ? entry.shape[1] : entry.shape[0];
+  const int64_t row0 = rank == 2 ? offset[0] : 0, rows = rank == 2 ? shape[0] : 1;
+  const int64_t col0 = offset[rank - 1], width = shape[rank - 1];
+  // Whole rows are one range; otherwise one range per row.
+  const bool whole_rows = col0 == 0 && width == cols;
+  const int64_t runs = whole_rows ? 1 : rows;
+  const uint64_t run_elements = static_cast<uint64_t>(whole_rows ? rows * cols : width);
+  std::vector<char> raw(run_elements * size);
+  for (int64_t r = 0; r < runs; ++r) {
+    const uint64_t first = static_cast<uint64_t>((row0 + r) * cols + col0);
+    AX_RETURN_IF_ERROR(
+        pread_all(fd_, path_, raw.data(), raw.size(), data_start_ + entry.begin + first * size));
+    to_float(entry.dtype, raw.data(), run_elements, out + r * width);
+  }
+  return Status::Ok();
 }
 
 }  // namespace ax::train::ckpt

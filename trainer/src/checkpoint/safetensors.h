@@ -1,4 +1,5 @@
-// The safetensors format (https://github.com/huggingface/safetensors), F32 tensors only:
+// The safetensors format (https://github.com/huggingface/safetensors); ax writes F32 and reads
+// F32, F16 and BF16 (Hugging Face checkpoints are mostly BF16):
 //
 //   u64 LE  N            length of the header
 //   N bytes header       JSON {"<key>": {"dtype": "F32", "shape": [...],
@@ -34,17 +35,21 @@ StatusOr<FileRecord> write_safetensors(const std::string& dir, const std::string
                                        const std::map<std::string, std::string>& metadata,
                                        WriteBudget* budget);
 
+// The stored element types ax reads; each is converted to float32 exactly.
+enum class StoredType : uint8_t { kF32, kF16, kBF16 };
+
 struct SafetensorsEntry {
   std::string key;
   std::vector<int64_t> shape;
+  StoredType dtype = StoredType::kF32;
   uint64_t begin = 0;  // byte range in the data section
   uint64_t end = 0;
 };
 
-// Reads a safetensors file. open() validates the whole header: the JSON, every dtype (F32), that
-// every tensor's byte range has product(shape) * 4 bytes, and that the ranges tile the data
-// section exactly (no overlap, no gap, nothing past the end of the file). Any violation is
-// DataLoss naming the file; another valid dtype is Unimplemented.
+// Reads a safetensors file. open() validates the whole header: the JSON, every dtype (F32, F16
+// or BF16), that every tensor's byte range has product(shape) * element size bytes, and that the
+// ranges tile the data section exactly (no overlap, no gap, nothing past the end of the file).
+// Any violation is DataLoss naming the file; another valid dtype is Unimplemented.
 class SafetensorsReader {
  public:
   static StatusOr<SafetensorsReader> open(const std::string& path);
@@ -59,8 +64,13 @@ class SafetensorsReader {
   // nullptr when the file has no tensor of that key.
   const SafetensorsEntry* find(const std::string& key) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // Reads one tensor's product(shape) floats into `out`.
+  // Reads one tensor's product(shape) elements into `out`, as float32.
   Status read(const SafetensorsEntry& entry, float* out) const;
+  // Reads the box [offset, offset + shape) of a 1-D or 2-D tensor into `out` (row-major,
+  // product(shape) floats), reading only the byte ranges of the box: one range when the box
+  // spans whole rows, else one per row.
+  Status read_box(const SafetensorsEntry& entry, const std::vector<int64_t>& offset,
+                  const std::vector<int64_t>& shape, float* out) const;
 
  private:
   SafetensorsReader(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}

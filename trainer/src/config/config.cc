@@ -190,6 +190,12 @@ std::vector<KeyDef> build_key_table() {
        "steps between checkpoints; 0 = only at the end"},
       {"train.keep_checkpoints", K::kInt, AX_FIELD(train.keep_checkpoints), B::kPositive, {},
        "newest checkpoints kept on disk"},
+      {"train.init_from", K::kString, AX_FIELD(train.init_from), B::kAny, {},
+       "start from these weights (--init-from): an ax run or checkpoint directory, or a Hugging "
+       "Face directory; fresh optimizer state; the model config comes from there"},
+      {"train.init_from_keep_step", K::kBool, AX_FIELD(train.init_from_keep_step), B::kAny, {},
+       "with an ax checkpoint in train.init_from: continue its step count (schedule, max_steps) "
+       "instead of starting at step 0"},
       {"data.train_dir", K::kString, AX_FIELD(data.train_dir), B::kAny, {},
        "shard set for training (--data)"},
       {"data.validation_dir", K::kString, AX_FIELD(data.validation_dir), B::kAny, {},

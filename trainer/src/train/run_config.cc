@@ -9,7 +9,9 @@
 #include "ax/common/env.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/tokenizer.h"
+#include "ax/trainer/checkpoint.h"
 #include "ax/trainer/train_loop.h"
+#include "ax/trainer/train_state.h"
 
 namespace ax::train {
 namespace {
@@ -54,6 +56,34 @@ double for_each_micro_batch(Model* model, const StepRows& rows, Then then) {
   return sum;
 }
 
+// train.init_from: the checkpoint's model replaces the experiment's; an override of model.* must
+// agree with it. Dropout and the initialisation knobs stay the run's own choice.
+Status adopt_init_model(const std::vector<std::string>& overrides, Config* config) {
+  const std::string& path = config->train.init_from;
+  AX_ASSIGN_OR_RETURN(InitSource source, open_init_source(path));
+  if (config->train.init_from_keep_step && source.kind != InitSource::Kind::kAx) {
+    return InvalidArgument("train.init_from_keep_step=true continues an ax checkpoint's step; ",
+                           path, " is a Hugging Face directory, which has no step count");
+  }
+  Config merged = *config;
+  merged.model = source.model;
+  merged.model.dropout = config->model.dropout;
+  merged.model.init_std = config->model.init_std;
+  merged.model.vocab_multiple = config->model.vocab_multiple;
+  for (const std::string& assignment : overrides) {
+    if (!assignment.starts_with("model.")) continue;
+    Config probe = merged;
+    AX_RETURN_IF_ERROR(apply_override(&probe, assignment));
+    const ConfigDifference diff = first_model_difference(merged, probe);
+    if (!diff.key.empty()) {
+      return InvalidArgument("--set ", assignment, " contradicts --init-from ", path,
+                             ", whose model has ", diff.key, "=", diff.old_value);
+    }
+  }
+  *config = merged;
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<Config> resolve_config(const RunRequest& request) {
@@ -66,6 +96,11 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
   if (request.max_steps) {
     AX_RETURN_IF_ERROR(
         apply_override(&config, "train.max_steps", std::to_string(*request.max_steps)));
+  }
+  if (!request.init_from.empty()) config.train.init_from = request.init_from;
+  if (!config.train.init_from.empty()) {
+    config.train.init_from = absolute_path(config.train.init_from);
+    AX_RETURN_IF_ERROR(adopt_init_model(request.overrides, &config));
   }
   if (config.data.train_dir.empty()) {
     return InvalidArgument(
@@ -83,6 +118,14 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
     config.data.validation_dir = absolute_path(config.data.validation_dir);
   }
   AX_ASSIGN_OR_RETURN(auto tokenizer, data::Tokenizer::load(config.data.tokenizer));
+  if (!config.train.init_from.empty() && tokenizer->vocab_size() > config.model.vocab_size) {
+    return FailedPrecondition("the tokenizer ", config.data.tokenizer, " has ",
+                              tokenizer->vocab_size(), " ids, more than the ",
+                              config.model.vocab_size, " rows of the embedding of --init-from ",
+                              config.train.init_from,
+                              " (model.vocab_size): use the model's own "
+                              "tokenizer or one with at most that many ids");
+  }
   AX_ASSIGN_OR_RETURN(config.model.vocab_size,
                       padded_vocab_size(config.model, tokenizer->vocab_size()));
   AX_RETURN_IF_ERROR(validate(config));

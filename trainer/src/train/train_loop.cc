@@ -85,6 +85,8 @@ class Trainer {
   Status check_run_dir();
   Status open_data();
   Status resume();
+  // A run directory without a checkpoint and train.init_from: weights from there.
+  Status init_from();
   Status step(int64_t step, StepResult* result);
   Status check_tokens(const data::TokenBatch& batch) const;
   // The objective's rows from a batch of the loader's windows: next-token rows, or T5's span
@@ -133,6 +135,7 @@ class Trainer {
   TrainProgress progress_;
   int64_t saved_step_ = -1;
   bool resumed_ = false;
+  std::string initialised_from_;  // what init_from() read, for the summary
   bool logged_any_ = false;
   data::TokenBatch batch_;
   std::optional<SpanCorruptionRows> spans_;  // t5
@@ -340,6 +343,7 @@ StatusOr<StepRows> Trainer::next_rows() {
 Status Trainer::resume() {
   AX_ASSIGN_OR_RETURN(std::optional<int64_t> latest, checkpoints_.latest());
   if (!latest) {
+    if (!config_.train.init_from.empty()) return init_from();
     model_->init(config_.train.seed);
     return Status::Ok();
   }
@@ -355,6 +359,18 @@ Status Trainer::resume() {
                              : loader_->restore(progress_.loader));
   saved_step_ = progress_.step;
   resumed_ = true;
+  return Status::Ok();
+}
+
+Status Trainer::init_from() {
+  AX_ASSIGN_OR_RETURN(InitSource source, open_init_source(config_.train.init_from));
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<InitReader> reader, InitReader::open(source));
+  Status streamed = stream_parameters(reader.get(), &model_->store());
+  if (!streamed.ok()) return streamed.with_context(str_cat("--init-from ", source.dir));
+  if (config_.train.init_from_keep_step) progress_.step = source.step;
+  initialised_from_ = str_cat(source.description, source.kind == InitSource::Kind::kAx
+                                                      ? str_cat(" (step ", source.step, ")")
+                                                      : std::string());
   return Status::Ok();
 }
 
@@ -427,6 +443,10 @@ void Trainer::print_summary() const {
   if (ctx_.restart_count > 0) {
     out_ << "restart " << ctx_.restart_count << " of Slurm job " << ctx_.job_id
          << " (SLURM_RESTART_COUNT)\n";
+  }
+  if (!initialised_from_.empty()) {
+    out_ << "initialised from " << initialised_from_ << "; optimizer state fresh, starting at step "
+         << progress_.step << "\n";
   }
   if (resumed_) {
     out_ << "resumed from step " << progress_.step << " (" << checkpoints_.step_dir(progress_.step)

@@ -203,6 +203,29 @@ Status restore_parameters(const CheckpointState& state, ParamStore* store) {
   return Status::Ok();
 }
 
+Status stream_parameters(InitReader* reader, ParamStore* store) {
+  Backend* be = store->backend();
+  std::vector<float> run;
+  for (const OwnedRange& r : store->owned()) {
+    const std::vector<LogicalBox> boxes = logical_boxes(*r.spec, r.local_begin, r.length);
+    std::vector<TensorRegion> regions;
+    for (const LogicalBox& box : boxes) {
+      regions.push_back({str_cat("params/", r.spec->name), box.offset, box.shape});
+    }
+    AX_ASSIGN_OR_RETURN(std::vector<HostTensor> parts, reader->read(regions));
+    run.assign(static_cast<size_t>(r.length), 0.f);
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      AX_CHECK_EQ(static_cast<int64_t>(parts[i].data.size()), boxes[i].length);
+      std::copy(parts[i].data.begin(), parts[i].data.end(), run.begin() + boxes[i].data_offset);
+    }
+    be->copy_from_host(
+        Tensor(static_cast<float*>(store->params().data) + r.shard_offset, DType::kF32, {r.length}),
+        run.data());
+  }
+  store->sync_compute_weights();
+  return Status::Ok();
+}
+
 std::vector<TensorRegion> owned_regions(const ParamStore& store) {
   std::vector<TensorRegion> out;
   for (const char* group : kGroups) {

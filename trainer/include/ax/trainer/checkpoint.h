@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,8 +79,48 @@ class CheckpointManager {
 
 // Writes model.safetensors (+ config.json) with Hugging Face tensor names: GPT-2 names
 // (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...) for the gpt family, Llama
-// names (model.layers.0.self_attn.q_proj.weight, ...) for the llama family.
+// names (model.layers.0.self_attn.q_proj.weight, ...) for the llama family, T5's
+// (T5ForConditionalGeneration) for t5.
 Status export_hugging_face(const CheckpointState& state, const Config& config,
                            const std::string& out_dir);
+
+// `ax-train export`: the parameters of a run's checkpoint of `step` (nullopt: the newest),
+// with the model config saved in it, as a Hugging Face directory. Returns the step exported.
+StatusOr<int64_t> export_run(const std::string& run_dir, std::optional<int64_t> step,
+                             const std::string& out_dir);
+
+// The weights --init-from (train.init_from) names: an ax run directory (its newest checkpoint),
+// one ax step directory (checkpoints/step_N), or a Hugging Face directory (config.json and
+// model.safetensors, or a sharded model.safetensors.index.json) of GPT-2, Llama or T5 v1.1.
+// Import: docs/fine-tuning.md.
+struct InitSource {
+  enum class Kind : uint8_t { kAx, kHuggingFace };
+  Kind kind = Kind::kAx;
+  std::string dir;          // the ax step directory, or the Hugging Face directory
+  int64_t step = 0;         // ax: the checkpoint's step; Hugging Face: 0
+  ModelConfig model;        // the architecture of the weights; vocab_size = the embedding's rows
+  std::string description;  // for the start of a run and for errors
+};
+
+// Finds what `path` is and reads its model config (config.json), nothing else. An unknown
+// architecture or an option ax does not implement is an error naming the key.
+StatusOr<InitSource> open_init_source(const std::string& path);
+
+// Reads params/* regions from an InitSource. open() checks the source whole before anything is
+// read: an ax checkpoint's files and checksums; for a Hugging Face directory, that every tensor
+// the model needs is present with its shape and none is left over (errors name the tensor and
+// the file). read() then costs only the byte ranges of the regions asked for, so a rank can
+// stream its own parts (a slice of each logical tensor, whatever the mesh) one at a time.
+class InitReader {
+ public:
+  static StatusOr<std::unique_ptr<InitReader>> open(const InitSource& source);
+  virtual ~InitReader() = default;
+  // The regions, in order, as slices (offset and logical_shape set).
+  virtual StatusOr<std::vector<HostTensor>> read(const std::vector<TensorRegion>& regions) = 0;
+};
+
+// open() and read() in one: the regions as a CheckpointState of step source.step.
+StatusOr<CheckpointState> load_init_parameters(const InitSource& source,
+                                               const std::vector<TensorRegion>& regions);
 
 }  // namespace ax::train

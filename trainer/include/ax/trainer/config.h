@@ -93,6 +93,10 @@ struct TrainConfig {
   int64_t eval_batches = 8;
   int64_t checkpoint_every = 500;  // 0 = only at the end
   int64_t keep_checkpoints = 3;
+  // Weights only, from an ax checkpoint or a Hugging Face directory (--init-from); used when the
+  // run directory has no checkpoint of its own. The model config comes from there.
+  std::string init_from;
+  bool init_from_keep_step = false;  // continue the step count of an ax checkpoint (T5x's FT)
 };
 
 struct DataConfig {

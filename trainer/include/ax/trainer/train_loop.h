@@ -38,10 +38,13 @@ struct RunRequest {
   std::string tokenizer;               // data.tokenizer
   std::vector<std::string> overrides;  // "key=value", applied in order
   std::optional<int64_t> max_steps;
+  std::string init_from;  // train.init_from
 };
 
 // The named experiment, then the overrides, then the command line's paths (made absolute) and
-// --max-steps; model.vocab_size from the tokenizer when 0; validated.
+// --max-steps; model.vocab_size from the tokenizer when 0; validated. With train.init_from, the
+// model config is the checkpoint's: a --set model.* that contradicts it is an error naming both
+// values, and so is a tokenizer with more ids than the checkpoint's embedding has rows.
 StatusOr<Config> resolve_config(const RunRequest& request);
 
 // What --device names: auto (CUDA device 0 when one answers, else the CPU), cpu, cpu-bf16 (the

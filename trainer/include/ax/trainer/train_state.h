@@ -41,6 +41,11 @@ std::vector<TensorRegion> owned_regions(const ParamStore& store);
 // Only the parameters (for sampling and evaluation), with the same all-or-nothing checks.
 Status restore_parameters(const CheckpointState& state, ParamStore* store);
 
+// This rank's parameters from `reader` (--init-from), one owned range (a parameter's part) at a
+// time, so host memory holds one parameter's part, never the model. On an error the parameters
+// are partly written; the caller stops.
+Status stream_parameters(InitReader* reader, ParamStore* store);
+
 // The first model.* key whose value differs between two configs ("" when none), with both
 // values as JSON text.
 struct ConfigDifference {
