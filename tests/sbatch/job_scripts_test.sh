@@ -6,8 +6,8 @@
 # anything else is refused, and a variable that looks meant for the script but that it does not
 # read is warned about (a name close to one it reads, another script's variable, an AX_* that
 # nothing reads). T5x's fine-tuning scripts and Pax's Lambada script (issue 14) build their
-# commands from their variables and refuse bad ones. The list of AX_* names in sbatch/ax_job.sh must cover every one the C++ sources
-# read.
+# commands from their variables and refuse bad ones. The list of AX_* names in sbatch/ax_job.sh
+# must cover every one the C++ sources read.
 #   job_scripts_test.sh REPO_DIR
 set -uo pipefail
 REPO="${1:?usage: $0 REPO_DIR}"
