@@ -104,7 +104,7 @@ bsize=$((10#$NUM_GPUS * 10#$BSIZE_PER_GPU))
 log="$LOG_DIR/ft_${T5_SIZE}_gpu_${NUM_GPUS}_${PREC}_gbs_${bsize}_fp8_${ENABLE_FP8}"
 log+="_fuseqkv_${FUSE_QKV}_transbs_${TRANSPOSE_BS}.log"
 if [[ -n "${eval_file-}" ]]; then
-  ax_log "$FT_TASK: $AX_FT_EVAL_TASK metrics on $task_dir/$eval_file every 1000 steps"
+  ax_log "$FT_TASK: $AX_FT_EVAL_TASK metrics on $task_dir/$eval_file at each validation"
 else
   ax_log "$FT_TASK: no $task_dir/validation.jsonl: validation loss only (no task metric)"
 fi

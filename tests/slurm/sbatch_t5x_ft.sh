@@ -8,7 +8,8 @@
 #   and tokenized to seq2seq shards in BASE_TFDS_DATA_DIR/mnli2/{train,validation};
 # - `sbatch -N 2 example_slurm_ft_frompile.sub 2` with FT_TASK=mnli2 and BASE_CHECKPOINTS_DIR the
 #   pretraining run: COMPLETED 0:0, the weights come from its checkpoint, T5x's output folder
-#   (mnli2-small-...), dropout 0.1, the loss falls, validation losses in metrics.jsonl;
+#   (mnli2-small-...), dropout 0.1, the loss falls, validation losses in metrics.jsonl, and MNLI
+#   accuracy records when ax-train has train.eval_task (validation.jsonl in the task directory);
 # - preemption: USR1 at step 8 -> checkpoint -> requeue -> the fine-tuning run resumes from its own
 #   checkpoint (not from BASE_CHECKPOINTS_DIR again) with the uninterrupted job's losses;
 # - singlenode_ft_frompile.sh under srun -N 1 with T5x's positional arguments;
@@ -76,6 +77,14 @@ steps=30
 folder="$dir/outputs/multinode/mnli2-small-bfloat16-N2-n4-BS4-MBS1-SL128_8-TP1-FP80"
 
 # --- fine-tuning -------------------------------------------------------------------------------
+# The task metric during training needs train.eval_task (ax-train eval's work): with it,
+# validation.jsonl goes into the task directory and the MNLI records are checked; without it, the
+# job says it computes the validation loss only.
+metric=0
+if "$AX_TRAIN" --help-config 2>/dev/null | grep -q '^train.eval_task '; then
+  metric=1
+  cp "$dir/validation.jsonl" "$task/validation.jsonl"
+fi
 mapfile -t vars < <(ft_env runs/mnli "$steps" \
   "AX_TRAIN_ARGS=--device=cpu --set=optim.lr=0.003 --set=train.eval_every=10 --set=train.eval_batches=2")
 id="$(submit_sub "$dir/ft.out" -N 2 "$sub" 2)"
@@ -98,6 +107,20 @@ if ((n_val == steps / 10)); then
   ok "validation loss every 10 steps on mnli2/validation ($n_val records)"
 else
   bad "$n_val validation records in $run/metrics.jsonl, want $((steps / 10))"
+fi
+
+if ((metric)); then
+  n_mnli="$(grep -c '"task":"mnli"' "$run/metrics.jsonl")"
+  if ((n_mnli == steps / 10)) && [[ -f "$run/predictions/mnli_step_$(printf %d "$steps").jsonl" ]]; then
+    ok "MNLI accuracy on validation.jsonl at each validation ($n_mnli records, predictions)"
+  else
+    bad "$n_mnli MNLI records in $run/metrics.jsonl, want $((steps / 10)), and the predictions"
+  fi
+  rm -f "$task/validation.jsonl"
+elif grep -q "mnli2: no $task/validation.jsonl: validation loss only" "$dir/ft.out"; then
+  ok "no train.eval_task in this ax-train, no validation.jsonl: the job says validation loss only"
+else
+  bad "the batch output does not say that there is no task metric"
 fi
 
 # --- preemption --------------------------------------------------------------------------------
