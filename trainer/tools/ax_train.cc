@@ -1,6 +1,6 @@
 // ax-train: trains GPT, Llama-style and T5 models (resuming from the run directory's newest
-// checkpoint, or starting from --init-from weights), samples text from a trained run and exports
-// a run's checkpoint in Hugging Face format.
+// checkpoint, or starting from --init-from), evaluates a run on a task (eval), samples text from
+// it (sample) and exports it to Hugging Face's format (export).
 // Exit status: 0 done, 1 the run failed (the message says why), 2 the command line or config is
 // wrong, 75 stopped by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue to resume).
 #include <iostream>
@@ -13,6 +13,7 @@
 #include "ax/common/strings.h"
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/config.h"
+#include "ax/trainer/eval_command.h"
 #include "ax/trainer/sampler.h"
 #include "ax/trainer/train_loop.h"
 
@@ -54,6 +55,42 @@ CLI::Option* add_device(CLI::App& app, std::string* device) {
   return app.add_option("--device", *device, kDevice)
       ->type_name("D")
       ->check(cli::status_check(parse_device));
+}
+
+void add_eval_options(CLI::App& eval, EvalCommandOptions* o) {
+  eval.add_option("--run-dir", o->run_dir, "the run to evaluate")->type_name("DIR")->required();
+  eval.add_option("--step", o->step, "the checkpoint's step (default: the newest)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  eval.add_option("--task", o->task,
+                  "mnli (accuracy), squad (exact match, F1) or lambada "
+                  "(last-word accuracy, perplexity; decoder-only models)")
+      ->type_name("NAME")
+      ->required()
+      ->check(CLI::IsMember({"mnli", "squad", "lambada"}));
+  eval.add_option("--data", o->data, "the task's examples: the jsonl of `ax-data convert-task`")
+      ->type_name("FILE")
+      ->required();
+  eval.add_option("--max-examples", o->max_examples, "the first N examples (default: all)")
+      ->type_name("N")
+      ->check(cli::in_range(0));
+  eval.add_option("--batch", o->batch, "examples decoded together (default 16)")
+      ->type_name("B")
+      ->check(cli::in_range(1));
+  eval.add_option("--max-new-tokens", o->max_new_tokens,
+                  "new tokens per answer at most (default: mnli 8, squad 32)")
+      ->type_name("N")
+      ->check(cli::in_range(1));
+  eval.add_option("--predictions", o->predictions,
+                  "where the predictions go (default RUN_DIR/predictions/TASK_step_N.jsonl)")
+      ->type_name("PATH");
+  add_device(eval, &o->device);
+}
+
+int run_eval(const EvalCommandOptions& options) {
+  StatusOr<TaskEvalResult> result = run_eval_command(options, std::cout);
+  if (!result.ok()) return failed(result.status());
+  return kExitOk;
 }
 
 void add_sample_options(CLI::App& sample, SampleOptions* o) {
@@ -177,6 +214,13 @@ int main_impl(int argc, char** argv) {
   app.footer(kFooter);
   TrainArgs train_args;
   add_train_options(app, &train_args);
+  EvalCommandOptions eval_options;
+  CLI::App* eval = app.add_subcommand(
+      "eval",
+      "Evaluates a run's checkpoint on a task (MNLI, SQuAD v1.1, Lambada): greedy decoding with "
+      "the key/value cache, metrics to RUN_DIR/metrics.jsonl and TensorBoard, one prediction per "
+      "example to a jsonl. Under ax-launch or srun --ax-mesh the ranks share the examples.");
+  add_eval_options(*eval, &eval_options);
   SampleOptions sample_options;
   CLI::App* sample = app.add_subcommand(
       "sample", "Prints the prompt and a continuation drawn from a run's newest checkpoint.");
@@ -199,6 +243,7 @@ int main_impl(int argc, char** argv) {
     for (const std::string& name : experiment_names()) std::cout << name << "\n";
     return kExitOk;
   }
+  if (eval->parsed()) return run_eval(eval_options);
   if (sample->parsed()) return run_sample(sample_options);
   if (exporter->parsed()) return run_export(export_args);
   return run_train(app, train_args);

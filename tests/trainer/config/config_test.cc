@@ -556,7 +556,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 60);  // experiment + 59 keys
+  EXPECT_EQ(lines, 64);  // experiment + 63 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

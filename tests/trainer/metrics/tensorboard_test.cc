@@ -199,5 +199,30 @@ TEST(MetricsLogger, TensorBoardHasTheTrainAndEvalScalars) {
   expect_scalar(events[8], "eval/ppl", 50, static_cast<float>(std::exp(2.5)));
 }
 
+// A task evaluation: one metrics.jsonl record {"step", "task", scores...} with whole numbers as
+// integers, and eval/<task>/<name> scalars.
+TEST(MetricsLogger, TaskRecordAndScalars) {
+  const std::string dir = ax::testing::temp_dir("metrics");
+  {
+    auto logger = MetricsLogger::open(dir);
+    ASSERT_TRUE(logger.ok()) << logger.status().to_string();
+    ASSERT_TRUE((*logger)
+                    ->log_task(70, "mnli", {{"accuracy", 62.5}, {"correct", 5}, {"examples", 8}})
+                    .ok());
+    ASSERT_TRUE((*logger)->flush().ok());
+  }
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line, R"({"step":70,"task":"mnli","accuracy":62.5,"correct":5,"examples":8})");
+  std::vector<std::string> files = event_files(dir + "/tensorboard");
+  ASSERT_EQ(files.size(), 1u);
+  std::vector<Event> events = decode(files[0]);
+  ASSERT_EQ(events.size(), 4u);
+  expect_scalar(events[1], "eval/mnli/accuracy", 70, 62.5f);
+  expect_scalar(events[2], "eval/mnli/correct", 70, 5.0f);
+  expect_scalar(events[3], "eval/mnli/examples", 70, 8.0f);
+}
+
 }  // namespace
 }  // namespace ax::train

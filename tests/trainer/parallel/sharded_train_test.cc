@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ax/trainer/checkpoint.h"
+#include "ax/trainer/eval_command.h"
 #include "ax/trainer/train_loop.h"
 #include "model_test_util.h"
 #include "store_stranger.h"
@@ -489,6 +490,68 @@ TEST(ShardedStore, CheckpointsDoNotGrowTheStore) {
 
 TEST(ShardedFailure, KilledRankIsNamedByTheOthers) { expect_prompt_failure(SIGKILL); }
 TEST(ShardedFailure, StoppedRankIsNamedByTheOthers) { expect_prompt_failure(SIGSTOP); }
+
+// train.eval_task on two data-parallel ranks: each decodes its batches, rank 0 writes the
+// record, which is `ax-train eval`'s on the same checkpoint with the loop's batch (its
+// micro-batch: 8 rows over 2 replicas = 4). On an FSDP mesh the key is refused before training.
+TEST(ShardedTaskEval, DataParallelRanksEvaluateAndShardedModelsAreRefused) {
+  const std::string root = data::testing::temp_dir("sharded-task-eval");
+  const std::string task = root + "/mnli.jsonl";
+  {
+    std::ofstream out(task);
+    const char* labels[] = {"entailment", "neutral", "contradiction"};
+    for (int i = 0; i < 18; ++i) {
+      out << "{\"inputs\": \"mnli hypothesis: line " << i << " of the test. premise: a premise "
+          << i * 7 << " that is longer.\", \"targets\": \"" << labels[i % 3] << "\", \"idx\": " << i
+          << "}\n";
+    }
+  }
+  std::vector<std::string> o = base_overrides("tiny-t5");
+  o.push_back("train.max_steps=2");
+  o.push_back("train.eval_every=2");
+  o.push_back("train.eval_task=mnli");
+  o.push_back("train.eval_task_data=" + task);
+  o.push_back("train.eval_task_max_new_tokens=4");
+  const Config config = seq2seq_config("tiny-t5", o);
+  const std::string dir = root + "/data2";
+  RunResult r = run_ranks(config, {2, 1, 1}, dir);
+  ASSERT_EQ(r.exit_codes, (std::vector<int>{0, 0})) << r.errs[0] << r.errs[1];
+  std::string record;
+  std::istringstream metrics(slurp(dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.find("\"task\"") != std::string::npos) record = line;
+  }
+  EXPECT_NE(record.find("\"step\":2,\"task\":\"mnli\""), std::string::npos) << record;
+  EXPECT_NE(record.find("\"examples\":18"), std::string::npos) << record;
+  const std::string during = slurp(dir + "/predictions/mnli_step_2.jsonl");
+  EXPECT_FALSE(during.empty());
+
+  EvalCommandOptions e;
+  e.run_dir = dir;
+  e.task = "mnli";
+  e.data = task;
+  e.batch = 4;
+  e.max_new_tokens = 4;
+  e.predictions = root + "/after.jsonl";
+  e.device = "cpu";
+  e.threads = 1;
+  std::ostringstream log;
+  ASSERT_TRUE(run_eval_command(e, log).ok());
+  std::string after;
+  std::istringstream again(slurp(dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(again, line);) after = line;
+  EXPECT_EQ(after, record);
+  EXPECT_EQ(slurp(root + "/after.jsonl"), during);
+
+  RunResult fsdp = run_ranks(config, {1, 2, 1}, root + "/fsdp2");
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(fsdp.exit_codes[static_cast<size_t>(k)], 1);
+    EXPECT_NE(fsdp.errs[static_cast<size_t>(k)].find(
+                  "train.eval_task=mnli evaluates the whole model on each rank"),
+              std::string::npos)
+        << fsdp.errs[static_cast<size_t>(k)];
+  }
+}
 
 }  // namespace
 }  // namespace ax::train

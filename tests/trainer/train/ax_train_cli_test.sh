@@ -296,6 +296,45 @@ expect_status 0 "tiny-llama fine-tunes on chat shards" -- "$axtrain" \
 expect_output " 0 left without a target"
 loss_falls "tiny-llama chat tuning" 30
 
+# ax-train eval (docs/evaluation.md): the fine-tuned tiny-t5 on MNLI pairs made from the text,
+# converted from MultiNLI's jsonl; alone, then as two ranks under ax-launch (the same numbers and
+# predictions); Lambada on the fine-tuned tiny-gpt.
+head -n 41 "$work/train.txt" | awk '{ gsub(/["\\]/, ""); gsub(/[[:cntrl:]]/, " ") }
+  NR > 1 { split("entailment neutral contradiction", l, " ");
+           printf "{\"gold_label\": \"%s\", \"pairID\": \"%de\", \"sentence1\": \"%s\", \"sentence2\": \"%s\"}\n", l[NR % 3 + 1], NR, prev, $0 }
+  { prev = $0 }' >"$work/multinli.jsonl"
+expect_status 0 "convert mnli" -- "$axdata" convert-task --task mnli --input "$work/multinli.jsonl" \
+  --output "$work/mnli.jsonl"
+expect_status 0 "eval --help" -- "$axtrain" eval --help
+expect_output "--max-new-tokens"
+expect_status 2 "eval without --task" -- "$axtrain" eval --run-dir "$work/ft-t5-run" \
+  --data "$work/mnli.jsonl"
+expect_status 0 "eval mnli" -- "$axtrain" eval --run-dir "$work/ft-t5-run" --task mnli \
+  --data "$work/mnli.jsonl" --batch 8 --predictions "$work/mnli-one.jsonl"
+expect_output "^mnli accuracy [0-9.]* % ([0-9]* of 40)"
+one=$(grep '"task":"mnli"' "$work/ft-t5-run/metrics.jsonl" | tail -n 1)
+[[ $(wc -l <"$work/mnli-one.jsonl") -eq 40 ]] || fail "eval mnli: not 40 predictions"
+if [[ -n $axlaunch ]]; then
+  expect_status 0 "eval mnli on two ranks" -- "$axlaunch" --nproc 2 -- "$axtrain" eval \
+    --run-dir "$work/ft-t5-run" --task mnli --data "$work/mnli.jsonl" --batch 8 \
+    --predictions "$work/mnli-two.jsonl"
+  expect_output "split over 2 ranks"
+  two=$(grep '"task":"mnli"' "$work/ft-t5-run/metrics.jsonl" | tail -n 1)
+  [[ -n $one && $one == "$two" ]] || fail "eval mnli: '$one' alone, '$two' on two ranks"
+  cmp -s "$work/mnli-one.jsonl" "$work/mnli-two.jsonl" ||
+    fail "eval mnli: two ranks wrote other predictions"
+fi
+printf '{"text": "%s"}\n' "The man went to the shop and bought some bread" \
+  "She opened the door and saw the garden" >"$work/lambada-in.jsonl"
+expect_status 0 "convert lambada" -- "$axdata" convert-task --task lambada \
+  --input "$work/lambada-in.jsonl" --output "$work/lambada.jsonl"
+expect_status 0 "eval lambada" -- "$axtrain" eval --run-dir "$work/ft-gpt-run" --task lambada \
+  --data "$work/lambada.jsonl"
+expect_output "^lambada accuracy [0-9.]* % ([0-9]* of 2), perplexity"
+expect_status 1 "eval lambada on t5" -- "$axtrain" eval --run-dir "$work/ft-t5-run" \
+  --task lambada --data "$work/lambada.jsonl"
+expect_output "needs a decoder-only model"
+
 # A rank of a two-rank job without the job secret: it fails at once and says why.
 SECONDS=0
 expect_status 1 "a rank without a job secret" -- env -u AX_JOB_SECRET AX_RANK=1 AX_WORLD_SIZE=2 \

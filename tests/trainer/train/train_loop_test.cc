@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "ax/trainer/checkpoint.h"
+#include "ax/trainer/decoding.h"
 #include "ax/trainer/distributed.h"
 #include "ax/trainer/optimizer.h"
 #include "ax/trainer/sampler.h"

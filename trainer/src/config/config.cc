@@ -186,6 +186,16 @@ std::vector<KeyDef> build_key_table() {
        "steps between validation runs; 0 = never"},
       {"train.eval_batches", K::kInt, AX_FIELD(train.eval_batches), B::kPositive, {},
        "batches per validation run"},
+      {"train.eval_task", K::kEnum, AX_FIELD(train.eval_task), B::kAny,
+       {"none", "mnli", "squad", "lambada"},
+       "task evaluation every eval_every steps after the validation loss (whole models only: "
+       "data parallel or one process)"},
+      {"train.eval_task_data", K::kString, AX_FIELD(train.eval_task_data), B::kAny, {},
+       "the task's examples: the jsonl of `ax-data convert-task`"},
+      {"train.eval_task_examples", K::kInt, AX_FIELD(train.eval_task_examples), B::kNonNegative,
+       {}, "the first N examples of eval_task_data; 0 = all"},
+      {"train.eval_task_max_new_tokens", K::kInt, AX_FIELD(train.eval_task_max_new_tokens),
+       B::kNonNegative, {}, "new tokens decoded per example at most; 0 = mnli 8, squad 32"},
       {"train.checkpoint_every", K::kInt, AX_FIELD(train.checkpoint_every), B::kNonNegative, {},
        "steps between checkpoints; 0 = only at the end"},
       {"train.keep_checkpoints", K::kInt, AX_FIELD(train.keep_checkpoints), B::kPositive, {},
@@ -620,6 +630,14 @@ Status validate(const Config& config) {
         "model.position=relative goes with model.family=t5 and only with it; "
         "this config has model.family=",
         name_of(m.family), " and model.position=", name_of(m.position));
+  }
+  if (t.eval_task != "none" && t.eval_task_data.empty()) {
+    return InvalidArgument("train.eval_task=", t.eval_task,
+                           " needs train.eval_task_data (the jsonl of `ax-data convert-task`)");
+  }
+  if (t.eval_task == "lambada" && m.family == ModelFamily::kT5) {
+    return InvalidArgument("train.eval_task=lambada needs a decoder-only model (gpt, llama); ",
+                           "model.family=t5 is evaluated on mnli or squad");
   }
   if (m.family == ModelFamily::kT5 && t.encoder_seq_len < 1) {
     return InvalidArgument("model.family=t5 needs train.encoder_seq_len (ENC_SL) > 0");

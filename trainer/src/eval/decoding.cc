@@ -1,13 +1,45 @@
 #include "ax/trainer/decoding.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <span>
 
 #include "ax/common/rng.h"
 #include "ax/trainer/cached_decoder.h"
-#include "ax/trainer/sampler.h"
 
 namespace ax::train {
+
+int32_t pick_token(std::span<const float> logits, double temperature, int64_t top_k,
+                   double uniform) {
+  AX_CHECK(!logits.empty());
+  if (temperature <= 0) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t k = (top_k > 0 && static_cast<size_t>(top_k) < order.size())
+                       ? static_cast<size_t>(top_k)
+                       : order.size();
+  // Largest first; ties by id so the choice does not depend on the sort's implementation.
+  std::partial_sort(
+      order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+      [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  std::vector<double> weights(k);
+  const double top = logits[order[0]];
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) {
+    weights[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / temperature);
+    total += weights[i];
+  }
+  double r = uniform * total;
+  for (size_t i = 0; i < k; ++i) {
+    r -= weights[i];
+    if (r < 0) return order[i];
+  }
+  return order[k - 1];
+}
+
 namespace {
 
 // What each row has produced so far, and the choice of its next token.

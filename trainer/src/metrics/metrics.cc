@@ -132,6 +132,26 @@ Status MetricsLogger::log_eval(int64_t step, double val_loss) {
   return impl_->tensorboard().add_scalar("eval/ppl", step, ppl);
 }
 
+Status MetricsLogger::log_task(int64_t step, const std::string& task,
+                               const std::vector<std::pair<std::string, double>>& scores) {
+  Json record;
+  record["step"] = step;
+  record["task"] = task;
+  for (const auto& [name, value] : scores) {
+    if (value == std::floor(value) && std::fabs(value) < 0x1p53) {
+      record[name] = static_cast<int64_t>(value);
+    } else {
+      record[name] = value;
+    }
+  }
+  AX_RETURN_IF_ERROR(impl_->write_line(record));
+  for (const auto& [name, value] : scores) {
+    AX_RETURN_IF_ERROR(
+        impl_->tensorboard().add_scalar(str_cat("eval/", task, "/", name), step, value));
+  }
+  return Status::Ok();
+}
+
 Status MetricsLogger::flush() { return impl_->flush(); }
 
 }  // namespace ax::train

@@ -117,6 +117,9 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
   if (!config.data.validation_dir.empty()) {
     config.data.validation_dir = absolute_path(config.data.validation_dir);
   }
+  if (!config.train.eval_task_data.empty()) {
+    config.train.eval_task_data = absolute_path(config.train.eval_task_data);
+  }
   AX_ASSIGN_OR_RETURN(auto tokenizer, data::Tokenizer::load(config.data.tokenizer));
   if (!config.train.init_from.empty() && tokenizer->vocab_size() > config.model.vocab_size) {
     return FailedPrecondition("the tokenizer ", config.data.tokenizer, " has ",

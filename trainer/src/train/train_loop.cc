@@ -21,6 +21,7 @@
 #include "ax/trainer/example_rows.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/optimizer.h"
+#include "ax/trainer/task_eval.h"
 #include "ax/trainer/train_state.h"
 
 namespace ax::train {
@@ -106,6 +107,9 @@ class Trainer {
   // The error that stops a run when the loss or the gradient norm is NaN or inf.
   Status non_finite(const char* what, double value, int64_t step) const;
   Status evaluate(int64_t step);
+  // train.eval_task: the examples, read once; then the task's metrics at every evaluation.
+  Status open_task_eval();
+  Status evaluate_task_metrics(int64_t step);
   Status save_checkpoint();
   Status log_step(const StepResult& result, double step_time_s);
   void print_summary() const;
@@ -139,6 +143,11 @@ class Trainer {
   bool logged_any_ = false;
   data::TokenBatch batch_;
   std::optional<SpanCorruptionRows> spans_;  // t5
+  std::optional<EvalTask> task_;             // train.eval_task
+  std::vector<TaskExample> task_examples_;
+  TaskShape task_shape_;
+  TaskRows task_rows_;
+  int64_t last_task_eval_ = -1;  // the step of the previous task evaluation (its store keys)
   // Step times since the last progress line.
   double window_time_s_ = 0;
   int64_t window_steps_ = 0;
@@ -399,6 +408,7 @@ Status Trainer::setup() {
   AX_ASSIGN_OR_RETURN(optimizer_,
                       AdamW::create(config_.optim, config_.train.max_steps, &model_->store()));
   AX_RETURN_IF_ERROR(resume());
+  AX_RETURN_IF_ERROR(open_task_eval());
   if (leader()) {
     AX_RETURN_IF_ERROR(
         write_file_atomically((fs::path(run_dir_) / "config.json").string(), to_json(config_)));
@@ -525,6 +535,59 @@ Status Trainer::evaluate(int64_t step) {
   return leader() ? metrics_->log_eval(step, val_loss) : Status::Ok();
 }
 
+Status Trainer::open_task_eval() {
+  const TrainConfig& t = config_.train;
+  if (t.eval_task == "none" || t.eval_every == 0) return Status::Ok();
+  if (model_->sharded()) {
+    return FailedPrecondition(
+        "train.eval_task=", t.eval_task, " evaluates the whole model on each rank, and this mesh ",
+        "shards it (fsdp=", dist_->coords.fsdp, ", tensor=", dist_->coords.tensor,
+        "): train with a data-parallel mesh (mesh.ici=-1,1,1 mesh.dcn=-1,1,1), or set ",
+        "train.eval_task=none and run `ax-train eval` on the checkpoints, which loads them whole");
+  }
+  AX_ASSIGN_OR_RETURN(task_, parse_eval_task(t.eval_task));
+  StatusOr<std::vector<TaskExample>> examples =
+      read_task_examples(*task_, t.eval_task_data, t.eval_task_examples);
+  if (!examples.ok()) return examples.status().with_context("train.eval_task_data");
+  task_examples_ = std::move(*examples);
+  task_shape_.t5 = t5();
+  task_shape_.window = t5() ? t.encoder_seq_len : t.seq_len;
+  task_shape_.max_new_tokens =
+      t.eval_task_max_new_tokens > 0 ? t.eval_task_max_new_tokens : default_max_new_tokens(*task_);
+  AX_ASSIGN_OR_RETURN(task_rows_, tokenize_task(*tokenizer_, *task_, task_examples_, task_shape_));
+  out_ << "task evaluation: " << t.eval_task << ", " << task_examples_.size() << " examples of "
+       << t.eval_task_data << " (" << task_rows_.truncated << " cut to the window)\n";
+  return Status::Ok();
+}
+
+Status Trainer::evaluate_task_metrics(int64_t step) {
+  const TaskEvalOptions options{.batch = micro_batch_, .rank = ctx_.rank, .world = ctx_.world};
+  AX_ASSIGN_OR_RETURN(TaskEvalResult local,
+                      evaluate_task(model_.get(), *tokenizer_, *task_, task_examples_, task_rows_,
+                                    task_shape_, options));
+  TaskEvalResult result = local;
+  if (dist_->multi()) {
+    // The sums and predictions of every rank, through the job's store (exact: integers and text).
+    if (leader() && last_task_eval_ >= 0) {
+      // Every rank read the previous round before the steps since, whose reductions it joined.
+      AX_RETURN_IF_ERROR(
+          dist_->store->erase_prefix(str_cat("task_eval/", last_task_eval_, "/")).status());
+    }
+    AX_ASSIGN_OR_RETURN(result, combine_task_results(local, [&](const std::string& value) {
+                          return comm::store_all_gather(*dist_->store, str_cat("task_eval/", step),
+                                                        ctx_.rank, ctx_.world, value,
+                                                        dist_->timeout);
+                        }));
+  }
+  last_task_eval_ = step;
+  out_ << "eval step " << step << " | " << describe_scores(result) << std::endl;
+  if (!leader()) return Status::Ok();
+  const fs::path path = fs::path(run_dir_) / "predictions" /
+                        str_cat(config_.train.eval_task, "_step_", step, ".jsonl");
+  AX_RETURN_IF_ERROR(write_predictions(path.string(), task_examples_, result));
+  return metrics_->log_task(step, config_.train.eval_task, result.scores());
+}
+
 Status Trainer::save_checkpoint() {
   if (saved_step_ == progress_.step) return Status::Ok();
   const auto t0 = Clock::now();
@@ -591,6 +654,9 @@ StatusOr<TrainOutcome> Trainer::run() {
     const int64_t eval_every = config_.train.eval_every;
     if (val_set_ && eval_every > 0 && (k % eval_every == 0 || k == max_steps)) {
       AX_RETURN_IF_ERROR(evaluate(k));
+    }
+    if (task_ && eval_every > 0 && (k % eval_every == 0 || k == max_steps)) {
+      AX_RETURN_IF_ERROR(evaluate_task_metrics(k));
     }
     const int64_t ckpt_every = config_.train.checkpoint_every;
     if ((ckpt_every > 0 && k % ckpt_every == 0) || k == max_steps) {

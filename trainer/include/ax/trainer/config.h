@@ -91,6 +91,13 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 100;  // 0 = never
   int64_t eval_batches = 8;
+  // Task evaluation after each validation (docs/evaluation.md): none | mnli | squad | lambada,
+  // on eval_task_data (`ax-data convert-task` output), its first eval_task_examples lines (0 =
+  // all), decoding at most eval_task_max_new_tokens tokens (0 = the task's default).
+  std::string eval_task = "none";
+  std::string eval_task_data;
+  int64_t eval_task_examples = 0;
+  int64_t eval_task_max_new_tokens = 0;
   int64_t checkpoint_every = 500;  // 0 = only at the end
   int64_t keep_checkpoints = 3;
   // Weights only, from an ax checkpoint or a Hugging Face directory (--init-from); used when the

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "ax/common/status.h"
@@ -36,5 +37,10 @@ struct Decoded {
 // positions than a learned position table holds.
 StatusOr<Decoded> decode(const Model& weights, const std::vector<std::vector<int32_t>>& inputs,
                          const DecodeOptions& options);
+
+// The next token from a row of logits: the argmax when temperature == 0, else a draw from
+// softmax(logits / temperature) restricted to the top_k largest, using `uniform` in [0, 1).
+int32_t pick_token(std::span<const float> logits, double temperature, int64_t top_k,
+                   double uniform);
 
 }  // namespace ax::train

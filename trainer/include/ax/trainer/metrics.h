@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ax/common/status.h"
 
@@ -61,6 +63,10 @@ class MetricsLogger {
   Status log_train(const StepMetrics& m);
   // {"step", "val_loss", "val_ppl"} and eval/loss, eval/ppl.
   Status log_eval(int64_t step, double val_loss);
+  // A task evaluation (task_eval.h): {"step", "task", then each score} (whole numbers as
+  // integers) and the scalars eval/<task>/<name>.
+  Status log_task(int64_t step, const std::string& task,
+                  const std::vector<std::pair<std::string, double>>& scores);
   Status flush();
 
  private:

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <ostream>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -31,10 +30,5 @@ struct SampleOptions {
 // For each prompt: decoder-only models, the prompt followed by its continuation; t5, the decoded
 // answer. Writes the device line, which checkpoint was used and the speed to `log`.
 StatusOr<std::vector<std::string>> sample_text(const SampleOptions& options, std::ostream& log);
-
-// The next token from a row of logits: the argmax when temperature == 0, else a draw from
-// softmax(logits / temperature) restricted to the top_k largest, using `uniform` in [0, 1).
-int32_t pick_token(std::span<const float> logits, double temperature, int64_t top_k,
-                   double uniform);
 
 }  // namespace ax::train
