@@ -12,7 +12,8 @@
 #   (validation.jsonl in the task directory) in metrics.jsonl;
 # - preemption: USR1 at step 8 -> checkpoint -> requeue -> the fine-tuning run resumes from its own
 #   checkpoint (not from BASE_CHECKPOINTS_DIR again) with the uninterrupted job's losses;
-# - singlenode_ft_frompile.sh under srun -N 1 with T5x's positional arguments;
+# - singlenode_ft_frompile.sh under srun -N 1 with T5x's positional arguments, on MNLI and on a
+#   small SQuAD written in its v1.1 JSON (EM/F1 record);
 # - run_lambada_singlenode.sh on a tiny GPT run (run_pile_singlenode.sh): 2 ranks score 40 texts,
 #   the Lambada record lands in LOGDIR/metrics.jsonl.
 #   sbatch_t5x_ft.sh BUILD_DIR REPO_DIR
@@ -149,6 +150,44 @@ fi
 expect_files "single node: the run beside MODEL_DIR_LOCAL" "$ws/runs/pre_mnli2/metrics.jsonl" \
   "$ws/runs/pre_mnli2/checkpoints/step_00000012/COMMIT" "$ws/runs/pre_mnli2/logs/rank_1.log"
 loss_falls "single node fine-tuning" "$ws/runs/pre_mnli2"
+
+# SQuAD v1.1 through the single-node script: a file in SQuAD's JSON (the question asks for the
+# first word of its context line), convert-task, shards in squad1/, the EM/F1 record.
+python3 - "$dir/data/text.txt" "$dir/squad.json" <<'PY'
+import json, sys
+lines = [l.strip() for l in open(sys.argv[1]) if 40 < len(l.strip()) < 120 and l[0].isalpha()]
+qas = lambda i, l: [{"id": "q%d" % i, "question": "What is the first word?",
+                     "answers": [{"text": l.split()[0], "answer_start": 0}]}]
+paragraphs = [{"context": l, "qas": qas(i, l)} for i, l in enumerate(lines[:120])]
+json.dump({"version": "1.1", "data": [{"title": "docs", "paragraphs": paragraphs}]},
+          open(sys.argv[2], "w"))
+PY
+squad="$dir/ft/squad1"
+if "$AX_DATA" convert-task --task squad --input "$dir/squad.json" --output "$dir/squad.jsonl" \
+  >"$dir/squad.log" 2>&1 && head -n 100 "$dir/squad.jsonl" >"$dir/squad_train.jsonl" &&
+  mkdir -p "$squad" && tail -n 20 "$dir/squad.jsonl" >"$squad/validation.jsonl" &&
+  "$AX_DATA" tokenize --format seq2seq --tokenizer "$dir/data/spm.model" \
+    --input "$dir/squad_train.jsonl" --output "$squad/train" --threads 1 >>"$dir/squad.log" 2>&1; then
+  (
+    cd "$ws" || exit 1
+    AX_CPU_THREADS=1 AX_BIN="$BUILD" CONFIG=tiny-t5 TRAIN_STEPS=10 ENC_SL=64 DEC_SL=16 \
+      TFDS_DATA_DIR="$dir/ft" VOCAB_PATH="$dir/data/spm.model" \
+      AX_TRAIN_ARGS="--device=cpu --set=train.eval_every=10" \
+      t srun -J "$JOB" -N 1 bash "$SUB_DIR/singlenode_ft_frompile.sh" squad1 small bfloat16 2 4 \
+      ftlogs runs/pre >"$dir/squad.out" 2>&1
+  )
+  rc=$?
+  if ((rc == 0)) && grep -q '"task":"squad".*"exact_match".*"examples":20' \
+    "$ws/runs/pre_squad1/metrics.jsonl"; then
+    ok "singlenode_ft_frompile.sh squad1: exit 0, SQuAD EM/F1 of 20 questions in runs/pre_squad1"
+  else
+    bad "singlenode_ft_frompile.sh squad1 exited $rc"
+    show_tail "$dir/squad.out"
+  fi
+else
+  bad "making the SQuAD shards"
+  show_tail "$dir/squad.log"
+fi
 
 # --- Lambada -----------------------------------------------------------------------------------
 # A tiny GPT pretrains 8 steps through run_pile_singlenode.sh, then run_lambada_singlenode.sh scores
