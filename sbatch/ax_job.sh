@@ -175,6 +175,9 @@ AX_T5X_VARS="GPUS_PER_NODE T5_SIZE PREC BSIZE_PER_GPU TRAIN_STEPS NUM_MICROBATCH
   CONTAINER_WORKDIR CONFIG CHECKPOINT_DISABLE ADDITIONAL_CLI_ARGS T5X_DIR
   T5X_WORKSPACE_DIR TFDS_DATA_DIR T5X_VOCAB_PATH"
 AX_T5X_SINGLENODE_VARS="CONFIG TFDS_DATA_DIR VOCAB_PATH TRAIN_STEPS ENC_SL DEC_SL"
+# example_slurm_ft_frompile.sub (T5x's fine-tuning interface; singlenode_ft_frompile.sh reads
+# the variables of singlenode_pretrain_pile.sh).
+AX_T5X_FT_VARS="$AX_T5X_VARS FT_TASK BASE_CHECKPOINTS_DIR T5X_REFERENCE_CHECKPOINTS_DIR"
 # tokenize.sub's own (its generic names, TASKS, FORMAT, ..., are not claimed for the others).
 # shellcheck disable=SC2034 # read by tokenize.sub
 AX_TOKENIZE_VARS="INPUT_GLOB BASE_VOCAB_PATH SHARDS_DIR LOG_DIR TASKS THREADS FORMAT FIELD
@@ -200,7 +203,7 @@ ax_warn_unknown_vars() {
     echo "ax-job: warning: $line" >&2
   done < <(compgen -e | awk -v script="$script" -v known="$known" -v ax="$AX_KNOWN_ENV" \
     -v pile="$AX_PILE_VARS" -v fuji="$AX_FUJI_VARS" -v single="$AX_SINGLENODE_VARS" \
-    -v t5x="$AX_T5X_VARS" -v t5single="$AX_T5X_SINGLENODE_VARS" '
+    -v t5x="$AX_T5X_VARS" -v t5single="$AX_T5X_SINGLENODE_VARS" -v t5xft="$AX_T5X_FT_VARS" '
     function dist(a, b,   i, j, la, lb, d, c) {  # Levenshtein distance
       la = length(a); lb = length(b)
       for (i = 0; i <= la; i++) d[i, 0] = i
@@ -240,6 +243,9 @@ ax_warn_unknown_vars() {
       own(pile, "example_pile.sub"); own(fuji, "example_fuji.sub")
       own(single, "run_pile_singlenode.sh"); own(t5x, "example_slurm_pretrain_pile.sub")
       own(t5single, "singlenode_pretrain_pile.sh")
+      n = split(t5xft, w, /[ \n]+/) # fine-tuning adds FT_TASK and the checkpoints
+      for (i = 1; i <= n; i++)
+        if (w[i] != "" && !(w[i] in owner)) owner[w[i]] = "example_slurm_ft_frompile.sub"
     }
     $0 in reads { next }
     /^AX_/ {
@@ -291,6 +297,68 @@ ax_t5x_options() {
   ax_check_uint DEC_SL 1 && ax_is_set DEC_SL && AX_T5X_OPTIONS+=(--set "train.seq_len=$((10#$DEC_SL))")
   ax_check_uint TRAIN_STEPS 1 && ax_is_set TRAIN_STEPS &&
     AX_T5X_OPTIONS+=(--max-steps "$((10#$TRAIN_STEPS))")
+  return 0
+}
+
+# ax_t5x_ft_task: checks FT_TASK (T5x's mnli2 or squad1) and sets what the task implies:
+# AX_FT_EVAL_TASK (its name for ax-data convert-task and ax-train eval), ENC_SL and DEC_SL when
+# unset (the recipe's TASK_FEATURE_LENGTHS: mnli2 512/16, squad1 956/256) and AX_FT_DECAY_END
+# (optim.decay_steps: 1000 + 0.99 / decay_factor, where T5x's linear_decay of its decay_factor,
+# 1.67e-5 or 3.75e-5 per step, reaches min_learning_rate 1e-5 = 0.01 x 1e-3; docs/job-scripts.md).
+ax_t5x_ft_task() {
+  AX_FT_EVAL_TASK="" AX_FT_DECAY_END=""
+  ax_check_enum FT_TASK mnli2 squad1 || return 0
+  if [[ "$FT_TASK" == mnli2 ]]; then
+    AX_FT_EVAL_TASK=mnli AX_FT_DECAY_END=60281 ENC_SL="${ENC_SL:-512}" DEC_SL="${DEC_SL:-16}"
+  else
+    AX_FT_EVAL_TASK=squad AX_FT_DECAY_END=27400 ENC_SL="${ENC_SL:-956}" DEC_SL="${DEC_SL:-256}"
+  fi
+}
+
+# ax_check_init_from NAME [LABEL]: the directory NAME names (when it exists) is what --init-from
+# reads: an ax run directory (with checkpoints/), one ax checkpoint (with COMMIT) or a Hugging Face
+# T5 directory (config.json).
+ax_check_init_from() {
+  local v="${!1-}" label="${2:-$1}"
+  [[ -d "$v" ]] || return 0
+  [[ -d "$v/checkpoints" || -f "$v/COMMIT" || -f "$v/config.json" ]] && return 0
+  ax_error "$label='$v': expected the pretrained model: an ax run directory (with checkpoints/)," \
+    "one of its checkpoints (checkpoints/step_N) or a Hugging Face T5 v1.1 directory (config.json)"
+}
+
+# ax_t5x_ft_options INIT EVAL_DATA: after ax_t5x_options and ax_t5x_ft_task, adds T5x's
+# fine-tuning recipe (configs/runs/finetune_*.gin) to AX_T5X_OPTIONS: the weights of INIT (as the
+# step sees it), dropout 0.1, lr 1e-3 decaying linearly as T5x's schedule after its restored step
+# does, validation every 1000 steps over 20 batches, a checkpoint every 5000, PACK (0 or 1) as
+# train.pack_seq2seq; and the task metric during training when EVAL_DATA (the task's converted
+# validation jsonl) is not empty.
+ax_t5x_ft_options() {
+  local init="$1" eval_data="$2" packed=false
+  [[ "${PACK-}" == 1 ]] && packed=true
+  AX_T5X_OPTIONS+=(--init-from "$init" --set model.dropout=0.1 --set optim.lr=0.001
+    --set optim.warmup_steps=0 --set optim.schedule=linear --set optim.min_lr_ratio=0.01
+    --set "optim.decay_steps=$AX_FT_DECAY_END" --set train.eval_every=1000
+    --set train.eval_batches=20 --set train.checkpoint_every=5000
+    --set "train.pack_seq2seq=$packed")
+  [[ -n "$eval_data" ]] && AX_T5X_OPTIONS+=(--set "train.eval_task=$AX_FT_EVAL_TASK"
+    --set "train.eval_task_data=$eval_data")
+  return 0
+}
+
+# ax_ft_task_dir NAME OUT [LABEL]: the fine-tuning task directory NAME names must hold train/
+# (ax-data seq2seq shards); sets OUT to validation.jsonl in it when that file exists, else "".
+ax_ft_task_dir() {
+  local v="${!1-}" label="${3:-$1}"
+  printf -v "$2" '%s' ""
+  ax_is_set "$1" && [[ -d "$v" ]] || return 0
+  if [[ ! -f "$v/train/index.json" ]]; then
+    ax_error "$label='$v': no train/index.json: expected the task's ax-data seq2seq shards in" \
+      "train/ (and validation/ beside it; docs/job-scripts.md \"Fine-tuning data\")"
+  elif ! grep -q '"kind": *"seq2seq"' "$v/train/index.json"; then
+    ax_error "$label='$v': train/ holds text shards, not seq2seq (inputs, targets) examples:" \
+      "make them with 'ax-data tokenize --format seq2seq' from 'ax-data convert-task' output"
+  fi
+  [[ -f "$v/validation.jsonl" ]] && printf -v "$2" '%s' validation.jsonl
   return 0
 }
 

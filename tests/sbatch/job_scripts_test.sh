@@ -5,8 +5,9 @@
 # both, PREC/PRECISION bfloat16 and float32 (bf16, fp32) reach ax-train as train.precision and
 # anything else is refused, and a variable that looks meant for the script but that it does not
 # read is warned about (a name close to one it reads, another script's variable, an AX_* that
-# nothing reads). The list of AX_* names in sbatch/ax_job.sh must cover every one the C++ sources
-# read.
+# nothing reads). T5x's fine-tuning scripts and Pax's Lambada script (issue 14) build their
+# commands from their variables and refuse bad ones. The list of AX_* names in sbatch/ax_job.sh
+# must cover every one the C++ sources read.
 #   job_scripts_test.sh REPO_DIR
 set -uo pipefail
 REPO="${1:?usage: $0 REPO_DIR}"
@@ -21,6 +22,10 @@ bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 # Stand-ins for the binaries (the dry run only checks that they exist) and the data.
 mkdir -p "$dir/bin" "$dir/shards" "$dir/ws"
 for b in ax-train ax-launch ax-data; do printf '#!/bin/sh\nexit 0\n' >"$dir/bin/$b" && chmod +x "$dir/bin/$b"; done
+# ax-train's --help lists its subcommands (run_lambada_singlenode.sh looks for eval).
+# shellcheck disable=SC2016 # the stub's own $1
+printf '#!/bin/sh\n[ "$1" = --help ] && echo "  eval                        Evaluates"\nexit 0\n' \
+  >"$dir/bin/ax-train"
 echo '{}' >"$dir/shards/index.json"
 : >"$dir/spm.model"
 common=(-i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" "BASE_WORKSPACE_DIR=$dir/ws"
@@ -250,6 +255,118 @@ refute "singlenode_pretrain_pile.sh: bad arguments: nothing launched" "--experim
 last t5_single_usage singlenode_pretrain_pile.sh "${single_t5[@]}" -- small bf16 2 4
 expect "singlenode_pretrain_pile.sh: fewer than five arguments: usage, exit 2" 2 \
   "usage: $SUB/singlenode_pretrain_pile.sh <T5_SIZE> <PREC> <NUM_GPUS> <BSIZE_PER_GPU> <LOG_DIR>"
+
+# example_slurm_ft_frompile.sub (T5x's fine-tuning, issue 14): FT_TASK's directory of seq2seq
+# shards, the weights of BASE_CHECKPOINTS_DIR, T5x's recipe and the task's lengths, the task metric
+# when validation.jsonl is there, the folder as T5x names it, the container mounts, the refusals.
+mkdir -p "$dir/ft/mnli2/train" "$dir/ft/squad1/train" "$dir/ft/lm/train" "$dir/pre/checkpoints" \
+  "$dir/ws/pre"
+for t in mnli2 squad1; do printf '{\n  "kind": "seq2seq"\n}\n' >"$dir/ft/$t/train/index.json"; done
+printf '{\n  "kind": "lm"\n}\n' >"$dir/ft/lm/train/index.json"
+: >"$dir/ft/squad1/validation.jsonl"
+: >"$dir/ws/pre/config.json"
+ft=(-i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" "BASE_T5X_WORKSPACE_DIR=$dir/ws"
+  "BASE_T5X_OUTPUTS_DIR=$dir/t5x-out" "BASE_TFDS_DATA_DIR=$dir/ft" "BASE_VOCAB_PATH=$dir/spm.model"
+  "BASE_CHECKPOINTS_DIR=$dir/pre")
+FT=example_slurm_ft_frompile.sub
+recipe="--init-from $dir/pre --set model.dropout=0.1 --set optim.lr=0.001 --set optim.warmup_steps=0 --set optim.schedule=linear --set optim.min_lr_ratio=0.01"
+last ft_defaults "$FT" "${ft[@]}"
+expect "$FT: T5x's defaults (mnli2, large, 8 GPUs, 32 per GPU, MNLI's 512/16, 15000 steps)" 0 \
+  "-o $dir/t5x-out/multinode/mnli2-large-bfloat16-N1-n8-BS32-MBS1-SL512_16-TP1-FP80/output-%j-%t.txt" \
+  "--experiment t5-large --data $dir/ft/mnli2/train --tokenizer $dir/spm.model --run-dir $dir/ws/model_dir" \
+  "--set train.encoder_seq_len=512 --set train.seq_len=16 --max-steps 15000 $recipe --set optim.decay_steps=60281 --set train.eval_every=1000 --set train.eval_batches=20 --set train.checkpoint_every=5000 --set train.pack_seq2seq=false --set train.global_batch=256" \
+  "mnli2: no $dir/ft/mnli2/validation.jsonl: validation loss only (no task metric)"
+refute "$FT: no warnings for its own variables, no task metric without validation.jsonl" \
+  "warning" "eval_task"
+last ft_squad "$FT" "${ft[@]}" FT_TASK=squad1 MODEL_DIR=ft/squad TRAIN_STEPS=9 PACK=1 \
+  CONFIG=tiny-t5 BSIZE_PER_GPU=2 -- 2
+expect "$FT: squad1: SQuAD's 956/256 and decay, packing, the metric on validation.jsonl" 0 \
+  "multinode/squad1-large-bfloat16-N1-n2-BS2-MBS1-SL956_256-TP1-FP80/output-%j-%t.txt" \
+  "--experiment tiny-t5 --data $dir/ft/squad1/train" "--run-dir $dir/ws/ft/squad" \
+  "--set train.encoder_seq_len=956 --set train.seq_len=256 --max-steps 9 $recipe --set optim.decay_steps=27400" \
+  "--set train.pack_seq2seq=true --set train.eval_task=squad --set train.eval_task_data=$dir/ft/squad1/validation.jsonl --set train.global_batch=4"
+last ft_tp "$FT" "${ft[@]}" FT_TASK=squad1 TP_SIZE=2 ENC_SL=64 DEC_SL=8 -- 2
+expect "$FT: TP_SIZE=2: no task metric during training (it needs whole models), said so" 0 \
+  "SL64_8-TP2" "'--ax-mesh=ici=-1,1,2;dcn=-1,1,1'" \
+  "warning: TP_SIZE=2: no squad metric during training"
+refute "$FT: TP_SIZE=2: no eval_task" "eval_task"
+ft_map=("${ft[@]/BASE_TFDS_DATA_DIR=*/DATASET_MAP=$dir/ft/squad1:squad1,$dir/ft/mnli2:mnli2}")
+last ft_container "$FT" "${ft_map[@]}" "CONTAINER=ghcr.io#nvidia/ax:latest" AX_BIN=
+expect "$FT: CONTAINER: DATASET_MAP's FT_TASK entry and the checkpoints mounted as T5x mounts them" 0 \
+  "--container-mounts=$dir/ws:/t5x_home/workspace,$dir/spm.model:/t5x_home/vocab.model,$dir/pre:/t5x_home/workspace/checkpoints,$dir/ft/mnli2:/t5x_home/datasets/mnli2 --export=ALL" \
+  " ax-train --experiment t5-large --data /t5x_home/datasets/mnli2/train --tokenizer /t5x_home/vocab.model --run-dir /t5x_home/workspace/model_dir" \
+  "--init-from /t5x_home/workspace/checkpoints"
+last ft_bad "$FT" "${ft[@]}" FT_TASK=mnli BASE_CHECKPOINTS_DIR="$dir/shards" PACK=2 MODEL_DIR=/x
+expect "$FT: bad variables named, exit 2" 2 \
+  "error: FT_TASK='mnli': expected one of mnli2|squad1" \
+  "error: BASE_CHECKPOINTS_DIR='$dir/shards': expected the pretrained model" \
+  "error: PACK='2': expected one of 0|1" "error: MODEL_DIR='/x': expected a path relative"
+refute "$FT: bad variables: nothing launched" "--experiment"
+last ft_bad_data "$FT" "${ft[@]/BASE_TFDS_DATA_DIR=*/BASE_TFDS_DATA_DIR=$dir}" \
+  "BASE_CHECKPOINTS_DIR=$dir/ws/pre" MODEL_DIR=pre
+expect "$FT: no FT_TASK directory; fine-tuning into the checkpoint's own directory" 2 \
+  "error: BASE_TFDS_DATA_DIR='$dir': no mnli2/ in it" \
+  "error: MODEL_DIR='pre' is BASE_CHECKPOINTS_DIR"
+last ft_lm "$FT" "${ft_map[@]/DATASET_MAP=*/DATASET_MAP=$dir/ft/lm:mnli2}"
+expect "$FT: text shards are refused (span corruption is not fine-tuning)" 2 \
+  "error: mnli2's directory='$dir/ft/lm': train/ holds text shards, not seq2seq"
+last ft_nomap "$FT" "${ft_map[@]/DATASET_MAP=*/DATASET_MAP=$dir/ft/squad1:squad1}"
+expect "$FT: DATASET_MAP without FT_TASK's entry" 2 \
+  "error: DATASET_MAP='$dir/ft/squad1:squad1': no entry named mnli2 (FT_TASK)"
+last ft_warn "$T5X" "${t5x[@]}" FT_TASK=squad1 BASE_CHECKPOINTS_DIR="$dir/pre"
+expect "$T5X: the fine-tuning variables are warned about in pretraining" 0 \
+  "warning: FT_TASK is a variable of example_slurm_ft_frompile.sub; $T5X does not read it" \
+  "warning: BASE_CHECKPOINTS_DIR is a variable of example_slurm_ft_frompile.sub"
+
+# singlenode_ft_frompile.sh: T5x's thirteen positional arguments; the weights of MODEL_DIR_LOCAL,
+# fine-tuned in <MODEL_DIR_LOCAL>_<FT_TASK> (MAKE_FT_DIR=false) or ft_<MODEL_DIR_LOCAL>_<date>.
+single_ft=(-i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" "TFDS_DATA_DIR=$dir/ft"
+  "VOCAB_PATH=$dir/spm.model")
+last ft_single singlenode_ft_frompile.sh "${single_ft[@]}" -- mnli2 small bf16 2 4 "$dir/ftlogs" pre
+expect "singlenode_ft_frompile.sh: T5x's positional arguments and defaults" 0 \
+  "--nproc 2 --mesh 'ici=-1,1,1;dcn=1,1,1' --run-dir $dir/pre_mnli2 --" \
+  "--experiment t5-small --data $dir/ft/mnli2/train --tokenizer $dir/spm.model --run-dir $dir/pre_mnli2 --set train.global_batch=8 --set train.precision=bfloat16 --set NUM_MICROBATCHES=1 --set train.encoder_seq_len=512 --set train.seq_len=16 --max-steps 15000 $recipe" \
+  "log $dir/ftlogs/ft_small_gpu_2_bf16_gbs_8_fp8_0_fuseqkv_1_transbs_1.log"
+last ft_single_all singlenode_ft_frompile.sh "${single_ft[@]}" CONFIG=tiny-t5 TRAIN_STEPS=5 \
+  -- squad1 base fp32 1 3 "$dir/ftlogs" pre 2 true 0 0 0 1
+expect "singlenode_ft_frompile.sh: all thirteen arguments, MAKE_FT_DIR=true, the squad metric" 0 \
+  "--run-dir $dir/ft_pre_20" "--experiment tiny-t5" "--set NUM_MICROBATCHES=2" \
+  "--max-steps 5" "--set train.pack_seq2seq=true --set train.eval_task=squad" \
+  "log $dir/ftlogs/ft_base_gpu_1_fp32_gbs_3_fp8_0_fuseqkv_0_transbs_0.log"
+last ft_single_bad singlenode_ft_frompile.sh "${single_ft[@]}" -- mnli small half 1 4 \
+  "$dir/ftlogs" pre/checkpoints/x 0 yes 1 0 0 2
+expect "singlenode_ft_frompile.sh: bad arguments named by position, exit 2" 2 \
+  "error: FT_TASK (\$1)='mnli'" "error: PREC (\$3)='half'" \
+  "error: MODEL_DIR_LOCAL (\$7)='pre/checkpoints/x': no such directory" \
+  "error: MAKE_FT_DIR (\$9)='yes'" "error: ENABLE_FP8 (\$10)=1" "error: PACK (\$13)='2'"
+refute "singlenode_ft_frompile.sh: bad arguments: nothing launched" "--experiment"
+last ft_single_usage singlenode_ft_frompile.sh "${single_ft[@]}" -- mnli2 small bf16 2 4
+expect "singlenode_ft_frompile.sh: fewer than six arguments: usage, exit 2" 2 \
+  "usage: $SUB/singlenode_ft_frompile.sh <FT_TASK> <T5_SIZE> <PREC> <NUM_GPUS> <BSIZE_PER_GPU> <LOG_DIR>"
+
+# run_lambada_singlenode.sh: Pax's six positional arguments, LOGDIR the run to evaluate with
+# `ax-train eval --task lambada`; refused before anything starts when ax-train has no eval.
+mkdir -p "$dir/lambada" && : >"$dir/lambada/lambada.jsonl"
+last lambada run_lambada_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" -- \
+  "$dir/lambada" "$dir/spm.model" bfloat16 2 4 "$dir/pre"
+expect "run_lambada_singlenode.sh: ax-train eval --task lambada on LOGDIR's run, 2 ranks" 0 \
+  "--nproc 2 --mesh 'ici=-1,1,1;dcn=1,1,1' --run-dir $dir/pre/lambada -- $dir/bin/ax-train eval --run-dir $dir/pre --task lambada --data $dir/lambada/lambada.jsonl --batch 4" \
+  "log $dir/pre/lambada_output.log"
+mkdir -p "$dir/noeval" && cp "$dir/bin/ax-launch" "$dir/noeval/" && cp "$dir/bin/ax-launch" "$dir/noeval/ax-train"
+last lambada_noeval run_lambada_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/noeval" -- \
+  "$dir/lambada/lambada.jsonl" "$dir/spm.model" fp32 1 1 "$dir/pre"
+expect "run_lambada_singlenode.sh: an ax-train without eval is named, exit 2" 2 \
+  "error: $dir/noeval/ax-train has no 'eval' subcommand: Lambada needs 'ax-train eval --task lambada'"
+last lambada_bad run_lambada_singlenode.sh -i "PATH=$PATH" "HOME=$dir" "AX_BIN=$dir/bin" \
+  CONFIG=Lambada126M -- "$dir/nope" "$dir/spm" half 0 0.5 "$dir/ws"
+expect "run_lambada_singlenode.sh: bad arguments named by position, exit 2" 2 \
+  "warning: CONFIG is a variable of" "error: DATA_DIR (\$1)='$dir/nope': no lambada.jsonl" \
+  "error: VOCAB_PATH (\$2)='$dir/spm'" "error: PRECISION (\$3)='half'" \
+  "error: NUM_GPUS (\$4)='0'" "error: PERCORE_BATCH_SIZE (\$5)='0.5'" \
+  "error: LOGDIR (\$6)='$dir/ws': no checkpoints/"
+last lambada_usage run_lambada_singlenode.sh "${single_ft[@]}" -- "$dir/lambada" "$dir/spm.model"
+expect "run_lambada_singlenode.sh: LOGDIR is required: usage, exit 2" 2 \
+  "usage: $SUB/run_lambada_singlenode.sh <DATA_DIR> <VOCAB_PATH> <PRECISION> <NUM_GPUS> <PERCORE_BATCH_SIZE> <LOGDIR>"
 
 # The job's last line names the rank that failed first, from the ranks' outputs.
 printf '%s\n' "[r0] ax-train: x failed: Unavailable: all_reduce on gloo world (ranks 0,1,2,3) failed: stopping: rank 3 (host n2) stopped answering (rank 2 reports it)" >"$dir/out-0.txt"
