@@ -504,6 +504,11 @@ def hf_make(d, family):
         if family == "llama":  # the values bf16 holds, so ax and the oracle read the same numbers
             w = (np.asarray(w, "<f4").view("<u4") & 0xFFFF0000).view("<f4")
         weights[name] = np.asarray(np.asarray(w, "<f4"), np.float64)
+    if family == "t5":
+        # What transformers < 4.0 saved (google/t5-v1_1-* hold it): a cross-attention bias table
+        # in the first decoder block, which T5 never uses.
+        weights["decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"] = (
+            rng.standard_normal((c["relative_attention_num_buckets"], c["num_heads"])))
     hf = os.path.join(d, "hf")
     os.makedirs(hf, exist_ok=True)
     with open(os.path.join(hf, "config.json"), "w") as f:

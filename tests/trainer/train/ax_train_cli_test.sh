@@ -133,6 +133,10 @@ expect_status 0 "init from an ax run, keeping its step" -- "$axtrain" "${common[
   --max-steps 10 --set train.eval_every=0
 expect_output "initialised from ax checkpoint $run/checkpoints/step_00000006 (step 6)"
 expect_output "step 10/10 | loss"
+expect_status 0 "init from one checkpoint directory, named with a trailing slash" -- \
+  "$axtrain" "${common[@]}" --run-dir "$work/ft-slash" \
+  --init-from "$run/checkpoints/step_00000006/" --max-steps 2 --set train.eval_every=0
+expect_output "initialised from ax checkpoint $run/checkpoints/step_00000006 (step 6)"
 expect_status 2 "a --set model.* that contradicts the checkpoint" -- "$axtrain" "${common[@]}" \
   --run-dir "$work/ft-bad" --init-from "$work/hf" --set model.model_dim=32
 expect_output "--set model.model_dim=32 contradicts --init-from $work/hf, whose model has model.model_dim=64"

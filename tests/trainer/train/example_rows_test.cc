@@ -203,7 +203,8 @@ std::vector<StepRows> global_rows(std::shared_ptr<const data::ShardSet> set,
       for (auto [to, from_v] : {std::pair{&g.tokens, &mine.tokens},
                                 {&g.targets, &mine.targets},
                                 {&g.segment_ids, &mine.segment_ids},
-                                {&g.encoder_tokens, &mine.encoder_tokens}}) {
+                                {&g.encoder_tokens, &mine.encoder_tokens},
+                                {&g.encoder_segment_ids, &mine.encoder_segment_ids}}) {
         to->insert(to->end(), from_v->begin(), from_v->end());
       }
       g.row_ids.insert(g.row_ids.end(), mine.row_ids.begin(), mine.row_ids.end());
@@ -223,7 +224,9 @@ TEST(ExamplePacker, EveryLayoutPacksTheSameRows) {
         EXPECT_EQ(many[s].rows, 8);
         EXPECT_EQ(many[s].tokens, one[s].tokens) << replicas << " replicas, step " << s;
         EXPECT_EQ(many[s].targets, one[s].targets) << replicas << " replicas, step " << s;
+        EXPECT_EQ(many[s].segment_ids, one[s].segment_ids) << replicas << " replicas, step " << s;
         EXPECT_EQ(many[s].encoder_tokens, one[s].encoder_tokens);
+        EXPECT_EQ(many[s].encoder_segment_ids, one[s].encoder_segment_ids);
         EXPECT_EQ(many[s].global_targets, one[s].global_targets);
         EXPECT_EQ(many[s].num_targets, one[s].global_targets) << "the slices add up";
         EXPECT_EQ(many[s].row_ids, one[s].row_ids) << replicas << " replicas, step " << s;

@@ -245,6 +245,9 @@ void CpuBackend::dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
 
 void CpuBackend::update_rope_table(int64_t T, int64_t head_dim, float theta) {
   if (T <= rope_T_ && head_dim == rope_head_dim_ && theta == rope_theta_) return;
+  // A longer table for the same rotation grows geometrically: decoding asks for one position more
+  // at every token, and an entry does not depend on the table's length.
+  if (head_dim == rope_head_dim_ && theta == rope_theta_) T = std::max(T, 2 * rope_T_);
   int64_t half = head_dim / 2;
   rope_cos_.resize(T * half);
   rope_sin_.resize(T * half);

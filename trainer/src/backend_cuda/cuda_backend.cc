@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>  // the typed cudaMalloc
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -136,6 +137,9 @@ void* CudaBackend::scratch(size_t bytes) {
 
 const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, float theta) {
   if (T <= rope_T_ && head_dim == rope_head_dim_ && theta == rope_theta_) return rope_table_;
+  // A longer table for the same rotation grows geometrically: decoding asks for one position more
+  // at every token, and an entry does not depend on the table's length.
+  if (head_dim == rope_head_dim_ && theta == rope_theta_) T = std::max(T, 2 * rope_T_);
   const int64_t half = head_dim / 2;
   std::vector<float> host(static_cast<size_t>(2 * T * half));
   for (int64_t j = 0; j < half; ++j) {

@@ -112,10 +112,14 @@ class HfFiles {
 };
 
 // Tensors a Hugging Face file may hold that carry no weights of their own: tied copies of the
-// embedding, GPT-2's causal-mask buffers, a saved RoPE frequency table.
+// embedding, GPT-2's causal-mask buffers, a saved RoPE frequency table, and the cross-attention
+// position-bias table that transformers before 4.0 gave T5's first decoder block (T5 uses no
+// position bias in cross-attention; transformers ignores it on load, and checkpoints saved then,
+// such as google/t5-v1_1-*, still hold it).
 bool is_alias_or_buffer(const std::string& name, const ModelConfig& m) {
   if (name == "lm_head.weight" && m.tied_embeddings) return true;
-  if (name == "encoder.embed_tokens.weight" || name == "decoder.embed_tokens.weight") {
+  if (name == "encoder.embed_tokens.weight" || name == "decoder.embed_tokens.weight" ||
+      name == "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight") {
     return m.family == ModelFamily::kT5;
   }
   return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
@@ -283,7 +287,8 @@ StatusOr<InitSource> open_ax(const std::string& step_dir, int64_t step) {
 
 StatusOr<InitSource> open_init_source(const std::string& path) {
   std::error_code ec;
-  const fs::path p = fs::absolute(path, ec).lexically_normal();
+  fs::path p = fs::absolute(path, ec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "step_00000100/": the name without the slash
   if (!fs::is_directory(p, ec)) return NotFound("--init-from ", path, ": no such directory");
   if (fs::is_directory(p / "checkpoints", ec)) {
     CheckpointManager run(p.string(), 1);
