@@ -102,6 +102,25 @@ CheckpointGroup Distributed::checkpoint_group(int64_t step) const {
   return g;
 }
 
+StatusOr<std::shared_ptr<comm::TcpStore>> connect_job_store(const launcher::JobContext& ctx,
+                                                            comm::Millis timeout) {
+  if (ctx.coordinator.empty()) {
+    return FailedPrecondition("rank ", ctx.rank, " of ", ctx.world,
+                              ": no coordinator for the TCP store (set AX_COORDINATOR=host:port, "
+                              "or start the ranks with ax-launch or srun --ax-mesh)");
+  }
+  comm::TcpStoreOptions so;
+  so.host_port = ctx.coordinator;
+  so.is_server = ctx.rank == 0;
+  so.rank = ctx.rank;
+  so.world = ctx.world;
+  so.connect_timeout = timeout;
+  AX_ASSIGN_OR_RETURN(so.secret, comm::job_store_secret(ctx, timeout));
+  StatusOr<std::shared_ptr<comm::TcpStore>> store = comm::make_tcp_store(so);
+  if (!store.ok()) return store.status().with_context("connecting to the job's store");
+  return *store;
+}
+
 StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
                                                          const launcher::JobContext& ctx,
                                                          Backend* backend, std::ostream& log) {
@@ -113,21 +132,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   AX_ASSIGN_OR_RETURN(d->coords, resolve_mesh(ctx, config.mesh));
   AX_ASSIGN_OR_RETURN(d->scratch, backend->alloc(64));
   if (!d->multi()) return d;
-  if (ctx.coordinator.empty()) {
-    return FailedPrecondition("rank ", ctx.rank, " of ", ctx.world,
-                              ": no coordinator for the TCP store (set AX_COORDINATOR=host:port, "
-                              "or start the ranks with ax-launch or srun --ax-mesh)");
-  }
-  comm::TcpStoreOptions so;
-  so.host_port = ctx.coordinator;
-  so.is_server = ctx.rank == 0;
-  so.rank = ctx.rank;
-  so.world = ctx.world;
-  so.connect_timeout = d->timeout;
-  AX_ASSIGN_OR_RETURN(so.secret, comm::job_store_secret(ctx, d->timeout));
-  StatusOr<std::shared_ptr<comm::TcpStore>> store = comm::make_tcp_store(so);
-  if (!store.ok()) return store.status().with_context("connecting to the job's store");
-  d->store = *store;
+  AX_ASSIGN_OR_RETURN(d->store, connect_job_store(ctx, d->timeout));
   // A collective that fails ends every process; rank 0 hosts the store through which the
   // others learn which rank went missing (a round of a few seconds, docs/comm.md), so it waits
   // for them before it exits.

@@ -9,6 +9,7 @@
 #include "ax/datasets/tokenizer.h"
 #include "ax/trainer/checkpoint.h"
 #include "ax/trainer/comm/store.h"
+#include "ax/trainer/distributed.h"
 #include "ax/trainer/metrics.h"
 #include "ax/trainer/model.h"
 #include "ax/trainer/train_loop.h"
@@ -16,32 +17,6 @@
 
 namespace ax::train {
 namespace {
-
-// Discards the console lines of ranks other than 0.
-class NullStream : public std::ostream {
- public:
-  NullStream() : std::ostream(nullptr) {}
-};
-
-// The job's TCP store (rank 0 hosts it at the coordinator), for a job of several ranks.
-StatusOr<std::shared_ptr<comm::TcpStore>> connect_store(const launcher::JobContext& ctx,
-                                                        comm::Millis timeout) {
-  if (ctx.coordinator.empty()) {
-    return FailedPrecondition("rank ", ctx.rank, " of ", ctx.world,
-                              ": no coordinator for the TCP store (set AX_COORDINATOR=host:port, "
-                              "or start the ranks with ax-launch or srun --ax-mesh)");
-  }
-  comm::TcpStoreOptions so;
-  so.host_port = ctx.coordinator;
-  so.is_server = ctx.rank == 0;
-  so.rank = ctx.rank;
-  so.world = ctx.world;
-  so.connect_timeout = timeout;
-  AX_ASSIGN_OR_RETURN(so.secret, comm::job_store_secret(ctx, timeout));
-  StatusOr<std::shared_ptr<comm::TcpStore>> store = comm::make_tcp_store(so);
-  if (!store.ok()) return store.status().with_context("connecting to the job's store");
-  return *store;
-}
 
 // Only the parameters of the checkpoint, whole.
 std::vector<TensorRegion> parameter_regions(const ParamStore& store) {
@@ -61,7 +36,7 @@ StatusOr<TaskEvalResult> run_eval_command(const EvalCommandOptions& o, std::ostr
   } else {
     AX_ASSIGN_OR_RETURN(ctx, launcher::job_context(launcher::process_env()));
   }
-  NullStream null_out;
+  std::ostream null_out(nullptr);  // discards the console lines of ranks other than 0
   std::ostream& log = ctx.rank == 0 ? console : null_out;
   AX_ASSIGN_OR_RETURN(EvalTask task, parse_eval_task(o.task));
   if (o.batch < 1) return InvalidArgument("--batch must be >= 1");
@@ -95,7 +70,7 @@ StatusOr<TaskEvalResult> run_eval_command(const EvalCommandOptions& o, std::ostr
   std::shared_ptr<comm::TcpStore> store;
   const comm::Millis timeout(static_cast<int64_t>(config.train.comm_timeout_s * 1000));
   if (ctx.world > 1) {
-    AX_ASSIGN_OR_RETURN(store, connect_store(ctx, timeout));
+    AX_ASSIGN_OR_RETURN(store, connect_job_store(ctx, timeout));
   }
 
   int threads = o.threads;

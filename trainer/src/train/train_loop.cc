@@ -33,12 +33,6 @@ using Clock = std::chrono::steady_clock;
 // Separates the dropout seeds of the steps from the other streams drawn from train.seed.
 constexpr uint64_t kDropoutStream = 0x64726f706f757400ULL;  // "dropout"
 
-// Discards everything: the progress lines of ranks other than 0.
-class NullStream : public std::ostream {
- public:
-  NullStream() : std::ostream(nullptr) {}
-};
-
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -120,7 +114,7 @@ class Trainer {
   std::string run_dir_;
   TrainOptions options_;
   launcher::JobContext ctx_;
-  NullStream null_out_;
+  std::ostream null_out_{nullptr};  // discards the progress lines of ranks other than 0
   std::ostream& out_;
   CheckpointManager checkpoints_;
 

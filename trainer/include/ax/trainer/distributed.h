@@ -50,6 +50,12 @@ struct Distributed {
   std::shared_ptr<int64_t> last_checkpoint_ = std::make_shared<int64_t>(-1);
 };
 
+// The job's TCP store, hosted by rank 0 at the coordinator and authenticated with the job's
+// secret, for a job of several ranks (setup_distributed's, and `ax-train eval`'s, which needs no
+// communicators). FailedPrecondition without a coordinator.
+StatusOr<std::shared_ptr<comm::TcpStore>> connect_job_store(const launcher::JobContext& ctx,
+                                                            comm::Millis timeout);
+
 // Reads the job context, resolves the mesh, connects to the store and builds the groups (Gloo on
 // CPU backends, NCCL on CUDA). Logs one line describing the rank's place.
 StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
