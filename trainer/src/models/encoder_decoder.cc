@@ -246,14 +246,9 @@ class EncoderDecoder final : public Model {
                       bool with_memory) {
     ParamStore& ps = *store_;
     // With dropout, the gradient through a mask lands in `branch` (free outside the layers).
-    const auto through = [&](const layers::DropSite& drop, Tensor g) {
-      if (!drop.on()) return g;
-      be->zero(scratch.branch);
-      drop.backward(*be, scratch.branch, g);
-      return scratch.branch;
-    };
     be->zero(s->dres);
-    s->final_norm.backward(*be, s->dres, through(final_drop(*s), dout), s->output(), s->final_acts);
+    s->final_norm.backward(*be, s->dres, final_drop(*s).gradient(*be, dout, scratch.branch),
+                           s->output(), s->final_acts);
     be->zero(s->bias.dbias);
     const LayerContext ctx = context(*s, with_memory);
     for (size_t i = s->layers.size(); i-- > 0;) {
@@ -265,7 +260,8 @@ class EncoderDecoder final : public Model {
     }
     s->bias.backward(*be);
     const int64_t T = s->tokens.shape[1];
-    be->embedding_backward(wte.dw, Tensor(), through(embed_drop(*s), s->dres).view({B, T, C}),
+    be->embedding_backward(wte.dw, Tensor(),
+                           embed_drop(*s).gradient(*be, s->dres, scratch.branch).view({B, T, C}),
                            s->tokens);
   }
 };

@@ -351,6 +351,13 @@ void DropSite::backward(Backend& be, Tensor dinp, Tensor dout) const {
   be.dropout_backward(dinp, dout, keys, dropout->spec(site, feature_offset));
 }
 
+Tensor DropSite::gradient(Backend& be, Tensor dout, Tensor scratch) const {
+  if (!on()) return dout;
+  be.zero(scratch);
+  backward(be, scratch, dout);
+  return scratch;
+}
+
 // ---- Mlp ----
 
 void Mlp::declare(ParamLayout* layout, const std::string& prefix, const BlockOptions& o,
@@ -399,12 +406,7 @@ void Mlp::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, const Acts
                    const Scratch& scratch, const DropSite& drop) const {
   be.zero(scratch.dact);
   proj.backward(be, scratch.dact, dout, acts.act);
-  Tensor dact = scratch.dact;
-  if (drop.on()) {
-    be.zero(scratch.ddrop);
-    drop.backward(be, scratch.ddrop, scratch.dact);
-    dact = scratch.ddrop;
-  }
+  const Tensor dact = drop.gradient(be, scratch.dact, scratch.ddrop);
   be.zero(scratch.dfch);
   if (glu) {
     be.glu_backward(scratch.dfch, dact, acts.fch, *glu);
@@ -512,11 +514,7 @@ void DecoderLayer::backward(Backend& be, Tensor dres, Tensor res_in, const Acts&
   // With dropout, a branch's output gradient is dres through the branch's mask (in `branch`,
   // free in the backward pass).
   const auto branch_grad = [&](uint32_t kind) {
-    const DropSite drop = drop_site(*this, ctx, kind);
-    if (!drop.on()) return dres;
-    be.zero(scratch.branch);
-    drop.backward(be, scratch.branch, dres);
-    return scratch.branch;
+    return drop_site(*this, ctx, kind).gradient(be, dres, scratch.branch);
   };
   be.zero(scratch.dln);
   mlp.backward(be, scratch.dln, branch_grad(kDropMlp), acts.ln2.out, acts.mlp, scratch.mlp,

@@ -68,6 +68,9 @@ struct DropSite {
   void forward(Backend& be, Tensor t) const;
   // dinp (N, F) += the gradient through the mask of dout.
   void backward(Backend& be, Tensor dinp, Tensor dout) const;
+  // The gradient at the site's input: dout itself when the site drops nothing, else dout through
+  // the mask, written into `scratch` (N, F).
+  Tensor gradient(Backend& be, Tensor dout, Tensor scratch) const;
 };
 
 // What a layer reads besides its residual stream; every field may be empty.
