@@ -1,4 +1,4 @@
-// File helpers every test suite uses.
+// File (and port) helpers every test suite uses.
 #pragma once
 
 #include <string>
@@ -10,5 +10,8 @@ namespace ax::testing {
 std::string temp_dir(const std::string& tag);
 void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick), for a test's store.
+int free_port();
 
 }  // namespace ax::testing

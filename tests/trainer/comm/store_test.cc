@@ -5,10 +5,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -253,21 +251,9 @@ TEST(TcpStore, BadOptionsAreRejected) {
   EXPECT_EQ(make_tcp_store(o).status().code(), StatusCode::kInvalidArgument);
 }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(TcpStore, ClientGivesUpConnectingAfterTheTimeout) {
   TcpStoreOptions o;
-  o.host_port = "127.0.0.1:" + std::to_string(free_port());  // nobody listens
+  o.host_port = "127.0.0.1:" + std::to_string(ax::testing::free_port());  // nobody listens
   o.secret = kSecret;
   o.rank = 1;
   o.world = 2;
@@ -284,7 +270,7 @@ TEST(TcpStore, ClientGivesUpConnectingAfterTheTimeout) {
 }
 
 TEST(TcpStore, ClientRetriesUntilTheServerComesUp) {
-  std::string address = "127.0.0.1:" + std::to_string(free_port());
+  std::string address = "127.0.0.1:" + std::to_string(ax::testing::free_port());
   std::thread server([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     TcpStoreOptions o{address, true, 0, 2, Millis(5000), kSecret};
@@ -449,7 +435,7 @@ void run_check_world(int world, const std::vector<std::string>& extra_env,
 
 TEST(StoreCheck, EightProcessesOverTcp) {
   run_check_world(kWorld,
-                  {"AX_COORDINATOR=127.0.0.1:" + std::to_string(free_port()),
+                  {"AX_COORDINATOR=127.0.0.1:" + std::to_string(ax::testing::free_port()),
                    std::string("AX_JOB_SECRET=") + kSecret},
                   {"--store", "tcp", "--timeout", "30"});
 }

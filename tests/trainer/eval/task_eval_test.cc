@@ -5,8 +5,6 @@
 // predictions file) of one process; evaluation during training writes its records, equal to
 // `ax-train eval` on the same checkpoint.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +21,7 @@
 #include "ax/trainer/task_metrics.h"
 #include "ax/trainer/train_loop.h"
 #include "model_test_util.h"
+#include "test_files.h"
 
 namespace ax::train {
 namespace {
@@ -278,22 +277,9 @@ TEST(TaskEval, AFileOfAnotherTaskIsRefusedNamingTheLineAndField) {
       << r.status().message();
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
 // `ax-train eval` on `world` forked ranks of a job; rank 0 writes the predictions.
 void run_sharded(const EvalCommandOptions& options, int world) {
-  const std::string coordinator = "127.0.0.1:" + std::to_string(free_port());
+  const std::string coordinator = "127.0.0.1:" + std::to_string(ax::testing::free_port());
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = ::fork();

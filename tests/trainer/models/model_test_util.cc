@@ -121,11 +121,16 @@ const Corpus& corpus() {
   return c;
 }
 
-Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides) {
+namespace {
+
+// `experiment` resolved on a data directory and tokenizer of the corpus (t5 experiments: the ones
+// with sentinels), as ax-train resolves its command line.
+Config resolve_on(const std::string& experiment, const std::string& data_dir,
+                  const std::string& t5_data_dir, const std::vector<std::string>& overrides) {
   RunRequest request;
   request.experiment = experiment;
   const bool t5 = experiment.find("t5") != std::string::npos;
-  request.data_dir = t5 ? corpus().t5_train_dir : corpus().train_dir;
+  request.data_dir = t5 ? t5_data_dir : data_dir;
   request.tokenizer = t5 ? corpus().t5_tokenizer : corpus().tokenizer;
   request.overrides = overrides;
   StatusOr<Config> config = resolve_config(request);
@@ -136,19 +141,15 @@ Config corpus_config(const std::string& experiment, const std::vector<std::strin
   return *config;
 }
 
+}  // namespace
+
+Config corpus_config(const std::string& experiment, const std::vector<std::string>& overrides) {
+  return resolve_on(experiment, corpus().train_dir, corpus().t5_train_dir, overrides);
+}
+
 Config seq2seq_config(const std::string& experiment, const std::vector<std::string>& overrides) {
-  RunRequest request;
-  request.experiment = experiment;
-  const bool t5 = experiment.find("t5") != std::string::npos;
-  request.data_dir = t5 ? corpus().t5_seq2seq_train_dir : corpus().seq2seq_train_dir;
-  request.tokenizer = t5 ? corpus().t5_tokenizer : corpus().tokenizer;
-  request.overrides = overrides;
-  StatusOr<Config> config = resolve_config(request);
-  if (!config.ok()) {
-    ADD_FAILURE() << config.status().to_string();
-    return Config();
-  }
-  return *config;
+  return resolve_on(experiment, corpus().seq2seq_train_dir, corpus().t5_seq2seq_train_dir,
+                    overrides);
 }
 
 std::vector<uint32_t> random_windows(uint64_t seed, int64_t rows, int64_t seq_len, uint32_t vocab) {

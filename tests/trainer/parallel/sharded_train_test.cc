@@ -4,9 +4,7 @@
 // a checkpoint written on one layout resumes on another with the same losses; a rank that dies
 // or stops makes the others fail promptly, naming it.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +25,7 @@
 #include "ax/trainer/train_loop.h"
 #include "model_test_util.h"
 #include "store_stranger.h"
+#include "test_files.h"
 #include "test_util.h"
 
 namespace ax::train {
@@ -44,20 +43,6 @@ struct Layout {
            std::to_string(tensor);
   }
 };
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 // What to do to one rank mid-run.
 struct Fault {
@@ -86,7 +71,7 @@ std::string slurp(const std::string& path) {
 // Trains `config` in run_dir on layout.world() forked ranks; rank 0 writes each step's loss.
 RunResult run_ranks(const Config& config, const Layout& layout, const std::string& run_dir,
                     const Fault& fault = {}, const std::string& device = "cpu") {
-  const std::string coordinator = "127.0.0.1:" + std::to_string(free_port());
+  const std::string coordinator = "127.0.0.1:" + std::to_string(ax::testing::free_port());
   const std::string losses_path = run_dir + ".losses";
   fs::create_directories(fs::path(run_dir).parent_path());
   fs::remove(losses_path);
