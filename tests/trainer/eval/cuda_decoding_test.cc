@@ -45,32 +45,15 @@ struct Case {
   DType act;
 };
 
-class CudaDecoding : public ::testing::TestWithParam<Case> {};
-
-TEST_P(CudaDecoding, MatchesTheCpuBackend) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU answered";
-  const Case& c = GetParam();
-  auto cpu = make_cpu_backend(2);
-  auto gpu = make_cuda_backend(0, {.act = c.act});
-  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  auto reference = tiny_model(c.experiment, cpu.get());
-  auto model = tiny_model(c.experiment, gpu->get());
-  ASSERT_TRUE(reference && model);
-  copy_weights(*reference, model.get());
-  if (::testing::Test::HasFatalFailure()) return;
-
-  std::mt19937 rng(11);
-  std::vector<std::vector<int32_t>> rows;
-  for (int n : {5, 1, 9, 3}) {
-    std::vector<int32_t>& row = rows.emplace_back();
-    for (int i = 0; i < n; ++i) row.push_back(static_cast<int32_t>(rng() % kVocab));
-  }
+// Greedy decoding on the GPU (with the cache and without) against the CPU's.
+void expect_decoding_matches(const Case& c, const Model& reference, const Model& model,
+                             const std::vector<std::vector<int32_t>>& rows) {
   DecodeOptions o{.max_new_tokens = 12, .keep_logits = true};
-  StatusOr<Decoded> want = decode(*reference, rows, o);
-  StatusOr<Decoded> got = decode(*model, rows, o);
+  StatusOr<Decoded> want = decode(reference, rows, o);
+  StatusOr<Decoded> got = decode(model, rows, o);
   ASSERT_TRUE(want.ok() && got.ok());
   o.use_cache = false;
-  StatusOr<Decoded> whole = decode(*model, rows, o);
+  StatusOr<Decoded> whole = decode(model, rows, o);
   ASSERT_TRUE(whole.ok());
   for (size_t r = 0; r < rows.size(); ++r) {
     ASSERT_FALSE(got->tokens[r].empty() || whole->tokens[r].empty());
@@ -89,6 +72,34 @@ TEST_P(CudaDecoding, MatchesTheCpuBackend) {
     for (size_t v = 0; v < w.size(); ++v) {
       EXPECT_NEAR(g[v], w[v], 1e-3 * (1 + std::abs(w[v]))) << "row " << r << " logit " << v;
     }
+  }
+}
+
+class CudaDecoding : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaDecoding, MatchesTheCpuBackend) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU answered";
+  const Case& c = GetParam();
+  auto cpu = make_cpu_backend(2);
+  auto gpu = make_cuda_backend(0, {.act = c.act});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+  auto reference = tiny_model(c.experiment, cpu.get());
+  auto model = tiny_model(c.experiment, gpu->get());
+  ASSERT_TRUE(reference && model);
+  copy_weights(*reference, model.get());
+  if (::testing::Test::HasFatalFailure()) return;
+
+  std::mt19937 rng(11);
+  // Prompts whose shortest is 1 (every slot after the first is a one-token step) and 3 (a
+  // prefill of three slots, then steps that read the cache rows it wrote).
+  for (const std::vector<int>& lengths : {std::vector<int>{5, 1, 9, 3}, {5, 3, 9, 4}}) {
+    SCOPED_TRACE(testing::Message() << "shortest prompt " << lengths[1]);
+    std::vector<std::vector<int32_t>> rows;
+    for (int n : lengths) {
+      std::vector<int32_t>& row = rows.emplace_back();
+      for (int i = 0; i < n; ++i) row.push_back(static_cast<int32_t>(rng() % kVocab));
+    }
+    expect_decoding_matches(c, *reference, *model, rows);
   }
 }
 

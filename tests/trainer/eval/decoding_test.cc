@@ -166,6 +166,16 @@ TEST(CachedDecoding, RefusesWhatItCannotRun) {
       << too_long.status().to_string();
   EXPECT_TRUE(decode(*model, random_rows({40}, 1), {.max_new_tokens = 25}).ok());
   EXPECT_EQ(decode(*model, {{1, 2}, {}}, {}).status().code(), StatusCode::kInvalidArgument);
+  // A token outside the vocabulary, with and without the cache (the CUDA embedding kernel
+  // would read past the table).
+  for (bool cache : {true, false}) {
+    for (int32_t bad : {static_cast<int32_t>(model->vocab()), -1}) {
+      StatusOr<Decoded> out = decode(*model, {{1, 2}, {3, bad}}, {.use_cache = cache});
+      EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << bad;
+      EXPECT_NE(out.status().message().find("outside the"), std::string::npos)
+          << out.status().message();
+    }
+  }
 }
 
 }  // namespace

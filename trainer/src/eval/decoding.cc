@@ -183,6 +183,14 @@ StatusOr<Decoded> decode(const Model& weights, const std::vector<std::vector<int
                          const DecodeOptions& options) {
   for (size_t b = 0; b < inputs.size(); ++b) {
     if (inputs[b].empty()) return InvalidArgument("input ", b, " to decode is empty");
+    // The CUDA embedding kernel trusts its ids (Model::forward checks them; the cached path
+    // does not go through it): one outside the vocabulary would read past the table.
+    for (int32_t id : inputs[b]) {
+      if (id < 0 || id >= weights.vocab()) {
+        return InvalidArgument("input ", b, " to decode has token ", id, ", outside the ",
+                               weights.vocab(), "-token vocabulary");
+      }
+    }
   }
   if (inputs.empty()) return Decoded{};
   if (weights.sharded() || weights.parallel().tensor_size > 1) {

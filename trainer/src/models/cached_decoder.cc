@@ -227,6 +227,11 @@ void Cached::plan_work(Arena* arena, const DecoderLayer& layer, int64_t n, bool 
 }
 
 void Cached::embed(const Work& w, std::span<const int32_t> tokens, int64_t n) {
+  for (int32_t id : tokens) {
+    // The CUDA embedding kernel does not check ids (a negative one is a zero row).
+    AX_CHECK(id < config_.vocab_size)
+        << "token " << id << " past the embedding's " << config_.vocab_size << " rows";
+  }
   be_->copy_from_host(w.tokens, tokens.data());
   // Learned positions: the table's rows from this pass's first slot.
   Tensor wpe;
