@@ -61,6 +61,31 @@ TEST_P(CudaParityTest, RopeShorterAfterLonger) {
   }
 }
 
+// One backend's RoPE table across head sizes, thetas and first positions (decoding reads rows
+// from a position on; a new head size or theta rebuilds the table in the buffer a larger one left).
+TEST_P(CudaParityTest, RopeTableAcrossHeadSizesThetasAndPositions) {
+  struct Call {
+    int64_t HD;
+    float theta;
+    int64_t T, position;
+  };
+  const int NH = 2, KVH = 1;
+  for (const Call& c : {Call{16, 1e4f, 40, 0}, Call{8, 1e4f, 3, 7}, Call{8, 5e5f, 3, 7},
+                        Call{16, 1e4f, 1, 100}, Call{16, 1e4f, 200, 5}}) {
+    SCOPED_TRACE(testing::Message() << "HD=" << c.HD << " theta=" << c.theta << " T=" << c.T
+                                    << " position=" << c.position);
+    const int64_t R = (NH + 2 * KVH) * c.HD;
+    Pair inp = random({2, c.T, R}, act()), out = zeros({2, c.T, R}, act());
+    ref_->rope_forward(out.ref, inp.ref, NH, KVH, c.theta, c.position);
+    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, c.theta, c.position);
+    expect(out, "rope_forward");
+    Pair dinp = random({2, c.T, R}, act());
+    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, c.theta, c.position);
+    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, c.theta, c.position);
+    expect(dinp, "rope_backward");
+  }
+}
+
 TEST_P(CudaParityTest, SumSquares) {
   for (int64_t n : {1, 1000, (1 << 20) + 3}) {
     Pair x = random({n}, kF32, 3.0f);
