@@ -24,7 +24,7 @@ models="Pile126M,fuji-1B-v2"
 models_given=""  # --models was given: --check runs its pipeline on those
 # --check's parameter counts
 count_models="Pile126M,fuji-1B-v1,fuji-1B-v2,fuji-1B-v3,t5-small,t5-base,t5-large"
-sides="ax,eager,compile"
+sides="ax,ax-cuda-cores,eager,compile"
 device="cuda"
 out=""
 python="${PYTHON:-python3}"
@@ -44,7 +44,9 @@ options:
   --bench PATH        ax-train-bench from a CUDA build (or a --bundle directory's bin/)
   --models LIST       experiments, comma-separated (default $models; also t5-small,
                       t5-base, t5-large, and the tiny-gpt, tiny-llama, tiny-t5 of --check)
-  --sides LIST        ax,eager,compile (default all)
+  --sides LIST        ax,ax-cuda-cores,eager,compile (default all; ax-cuda-cores is ax
+                      again at ax's batch with AX_CUDA_ATTENTION=cuda-cores: what the
+                      tensor-core attention kernels gain)
   --out DIR           results (default \$OUT/gpu-bench when \$OUT is set, else ./gpu-bench-results)
   --python PATH       the Python with PyTorch (default \$PYTHON or python3)
   --budget S          seconds for everything (default $budget); later runs are skipped past it
@@ -253,6 +255,36 @@ run_ax() {  # model
   log "$m ax: no batch fits"
 }
 
+# ax again at the batch ax ran, with the f32 CUDA-core attention kernels for every call
+# (AX_CUDA_ATTENTION=cuda-cores): the table's "ax / this" of this row is what the tensor-core
+# kernels gain, measured in the same call.
+run_ax_cuda_cores() {  # model
+  local m="$1" res="$results/$1.ax-cuda-cores.json" b cap t0 rc=0
+  b="$(json_field "$results/$m.ax.json" batch)"
+  if [[ -z "$b" ]]; then
+    write_error "$res" "ax did not run"
+    return
+  fi
+  cap="$(cap_for 180)"
+  if ((cap < 20)); then
+    write_error "$res" "skipped: the ${budget}s budget is (nearly) spent"
+    log "$m ax-cuda-cores: skipped, out of time"
+    return
+  fi
+  t0=$SECONDS
+  AX_CUDA_ATTENTION=cuda-cores AX_LOG_LEVEL="${AX_LOG_LEVEL:-info}" \
+    LD_LIBRARY_PATH="$ax_libpath" timeout "$cap" "${ax_cmd[@]}" --worker "$m" \
+    --device "$device" --batch "$b" --warmup "$warmup" --steps "$steps" \
+    --max-seconds "$max_seconds" --threads "$(nproc)" \
+    >"$results/$m.ax-cuda-cores.out" 2>"$results/$m.ax-cuda-cores.err" || rc=$?
+  if ((rc == 0)); then
+    tail -1 "$results/$m.ax-cuda-cores.out" >"$res"
+  else
+    write_error "$res" "status $rc: $(grep -v '^\s*$' "$results/$m.ax-cuda-cores.err" | tail -1)"
+  fi
+  log "$m ax-cuda-cores: $(summary "$res") ($((SECONDS - t0)) s)"
+}
+
 run_torch() {  # model, eager|compile, batch sizes (space-separated)
   local m="$1" side="$2" list="$3" res="$results/$1.$2.json" cap t0 rc=0
   cap="$(cap_for "$([[ "$side" == compile ]] && echo 300 || echo 180)")"
@@ -305,7 +337,7 @@ run_all() {
   fi
   results="$out"
   mkdir -p "$results"
-  rm -f "$results"/*.{ax,eager,compile}.json "$results"/*.{err,out,mem} "$results"/device.json \
+  rm -f "$results"/*.{ax,ax-cuda-cores,eager,compile}.json "$results"/*.{err,out,mem} "$results"/device.json \
     "$results"/table.md
   if [[ "$device" == cuda ]]; then
     if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -335,6 +367,7 @@ EOF
   local m list
   for m in ${models//,/ }; do
     [[ ",$sides," == *,ax,* ]] && run_ax "$m"
+    [[ ",$sides," == *,ax-cuda-cores,* ]] && run_ax_cuda_cores "$m"
     [[ ",$sides," == *,eager,* ]] && run_torch "$m" eager "$(default_batches "$m")"
     if [[ ",$sides," == *,compile,* ]]; then
       list="$(compile_batches "$m")"

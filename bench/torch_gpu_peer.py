@@ -518,7 +518,8 @@ def count(a):
 
 # ---- report -----------------------------------------------------------------------------------
 
-SIDES = (("ax", "ax"), ("eager", "PyTorch eager"), ("compile", "torch.compile"))
+SIDES = (("ax", "ax"), ("ax-cuda-cores", "ax, attention on CUDA cores"),
+         ("eager", "PyTorch eager"), ("compile", "torch.compile"))
 
 
 def load(path):
@@ -582,6 +583,8 @@ def report(a):
         fpt = {}
         for side, label in SIDES:
             r = runs[(m, side)]
+            if side == "ax-cuda-cores" and r.get("error") == "not run":
+                continue  # a run without that side
             if "error" in r or not r.get("step_seconds"):
                 why = r.get("error", "no timed steps")
                 tried = ", ".join(str(t["batch"]) for t in r.get("tried", []) if not t["fits"])
@@ -596,8 +599,8 @@ def report(a):
             seq = f"{enc}+{r['seq'] - enc}" if enc else f"{r['seq']}"
             fpt[side] = r["flops_per_token"]
             mfu = f"{100 * tps * r['flops_per_token'] / peak[1]:.1f} %" if peak else "n/a"
-            if side == "ax":
-                ax_tps = tps
+            if side.startswith("ax"):
+                ax_tps = tps if side == "ax" else ax_tps
                 # The backend's own count (its blocks and scratch), then nvidia-smi's sampled
                 # peak over the idle baseline (adds the CUDA context and library handles).
                 mem = (f"{gib(r.get('backend_peak_bytes'))} "

@@ -102,6 +102,15 @@ if(NOT AX_ENABLE_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "sm_80 (A100) and sm_90 (H100/H200)")
     endif()
+    # The backend's bf16 kernels and tensor-core attention (wmma bf16) need sm_80: code built
+    # for an older architecture would be JIT-compiled on a newer device into kernels that trap.
+    foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+      string(REGEX MATCH "^[0-9]+" arch_number "${arch}")
+      if(arch_number AND arch_number LESS 80)
+        message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES has ${arch}: ax's CUDA backend needs "
+                            "sm_80 or later (bf16 tensor cores)")
+      endif()
+    endforeach()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     # NCCL ships with the toolkit image (/usr/local/cuda/lib) or as Debian's libnccl-dev.

@@ -595,7 +595,7 @@ step_bench() {
       >"$step_dir/bench.log" 2>&1 || rc=$?
   fi
   local f
-  for f in "$step_dir"/bench/*.{ax,eager,compile}.json; do
+  for f in "$step_dir"/bench/*.{ax,ax-cuda-cores,eager,compile}.json; do
     [[ -e "$f" ]] || continue
     next_check
     helper bench-run "$f" --write "$check_path"

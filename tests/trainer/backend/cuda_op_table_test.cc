@@ -49,6 +49,7 @@ class OpTableParity : public ::testing::TestWithParam<Param>, protected ParityHa
     return names;
   }
   void check_second_run(const OpCase& c, const std::vector<std::vector<float>>& start);
+  void expect_tensor_cores_ran(const OpCase& c, optable::Env& gpu);
 
   std::map<std::string, Pair> pairs_;
 };
@@ -73,6 +74,22 @@ void OpTableParity::check_second_run(const OpCase& c,
   }
 }
 
+// A case made for the tensor-core attention kernels (`_tc`, op_table_attention.cc): the forward
+// pass again on the same device tensors by a backend with them off gives other bits, so the
+// kernels took the case on this device (a call they refuse runs the CUDA-core kernels quietly,
+// and the bf16 plan's looser attention tolerance would then test nothing new).
+void OpTableParity::expect_tensor_cores_ran(const OpCase& c, optable::Env& gpu) {
+  auto cuda_cores = make_cuda_backend(0, {kBF16, false, false});
+  ASSERT_TRUE(cuda_cores.ok()) << cuda_cores.status().to_string();
+  const std::vector<float> tensor_cores = gpu_values(pairs_["out"]);
+  c.forward(**cuda_cores, gpu);
+  (*cuda_cores)->synchronize();
+  const std::vector<float> other = gpu_values(pairs_["out"]);
+  EXPECT_NE(std::memcmp(tensor_cores.data(), other.data(), other.size() * sizeof(float)), 0)
+      << c.name << ": the same bits with the tensor-core attention kernels off: they did not "
+      << "take the case on this device";
+}
+
 TEST_P(OpTableParity, MatchesTheCpuBackend) {
   const OpCase& c = std::get<1>(GetParam());
   for (const In& in : c.inputs) {
@@ -93,6 +110,9 @@ TEST_P(OpTableParity, MatchesTheCpuBackend) {
     const std::vector<float> want = ref_values(pairs_[out.name]);
     EXPECT_EQ(std::count(want.begin(), want.end(), -INFINITY) > 0, out.neg_inf)
         << out.name << ": the case has -inf values exactly when it forces some";
+  }
+  if (c.name.ends_with("_tc") && mode().act == kBF16 && mode().tensor_core_attention) {
+    expect_tensor_cores_ran(c, gpu);
   }
   if (!c.backward) return;
   for (const Out& out : c.outputs) {
@@ -130,6 +150,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kModes),
                        ::testing::ValuesIn(optable::cases_for(optable::kParity))),
     param_name);
+
+// The attention cases again in the bf16 plan with the tensor-core kernels off: the f32
+// CUDA-core kernels, which run every call the tensor-core kernels do not take.
+std::vector<OpCase> attention_cases() {
+  std::vector<OpCase> cases;
+  for (const OpCase& c : optable::cases_for(optable::kParity)) {
+    if (c.name.rfind("attention", 0) == 0) cases.push_back(c);
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(CudaCoreAttention, OpTableParity,
+                         ::testing::Combine(::testing::Values(kCudaCoreAttention),
+                                            ::testing::ValuesIn(attention_cases())),
+                         param_name);
 
 }  // namespace
 }  // namespace ax::train::parity

@@ -38,7 +38,7 @@ bool ParityHarness::start() {
     skip_reason_ = "no GPU answered: " + make_cuda_backend(0).status().message();
     return false;
   }
-  auto gpu = make_cuda_backend(0, {mode().act, mode().allow_tf32});
+  auto gpu = make_cuda_backend(0, {mode().act, mode().allow_tf32, mode().tensor_core_attention});
   if (!gpu.ok()) {
     ADD_FAILURE() << gpu.status().to_string();
     skip_reason_ = "the CUDA backend failed";
@@ -155,6 +155,9 @@ void ParityHarness::expect(const Pair& p, const std::string& output) {
   double steps = 1, rel = mode().rel;
   if (spec->compare == Compare::kSame) steps = rel = 0;
   if (spec->compare == Compare::kGemm) rel = mode().gemm_rel;
+  const bool tensor_cores =
+      spec->compare == Compare::kAttention && mode().act == kBF16 && mode().tensor_core_attention;
+  if (tensor_cores) rel = kAttentionTensorCoreShare;
   std::vector<float> want = ref_values(p), got = gpu_values(p);
   double sq = 0;
   for (float w : want) sq += std::isfinite(w) ? static_cast<double>(w) * w : 0.0;
@@ -170,6 +173,18 @@ void ParityHarness::expect(const Pair& p, const std::string& output) {
       if (bad++ == 0) first = static_cast<int64_t>(i);
       worst = std::max(worst, std::isfinite(err) ? err / (std::fabs(w) + rms) : INFINITY);
     }
+  }
+  if (tensor_cores) {
+    double se = 0;
+    int64_t n = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!std::isfinite(want[i])) continue;
+      se += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      ++n;
+    }
+    const double rms_err = n > 0 ? std::sqrt(se / static_cast<double>(n)) : 0;
+    EXPECT_LE(rms_err, kAttentionTensorCoreRms * rms)
+        << output << ": rms error " << rms_err << " of an rms " << rms;
   }
   EXPECT_EQ(bad, 0) << output << " (" << spec->why << "): " << bad << " of " << want.size()
                     << " elements differ; first [" << first << "] gpu "

@@ -200,6 +200,28 @@ void add_parity_origin(std::vector<OpCase>& t) {
   }
 }
 
+// Cases the CUDA backend's tensor-core kernels take in its bf16 plan (attention_tc.h: no bias,
+// head size a multiple of 16, rows and the key column in multiples of 8): cross-attention with
+// segments (row 0's last two queries see no key) and GQA, and causal packed self-attention with
+// segments over three 64-row tiles. The op table's packed cases of head size 64, 80 and 128 are
+// taken too. Not in the finite-difference driver (their size; the kernels' math is the same).
+void add_tensor_core_origin(std::vector<OpCase>& t) {
+  std::mt19937 rng(31);
+  for (const auto& [g, packed] :
+       {std::pair{General{2, 37, 130, 4, 2, 32, 0, false, true, 0.18f}, false},
+        std::pair{General{2, 150, 150, 4, 2, 64, 0, true, true, 0.125f}, true}}) {
+    std::vector<int32_t> qs = segment_runs(g.B, g.Tq, 9, rng);
+    std::vector<int32_t> ks = packed ? qs : segment_runs(g.B, g.Tk, 11, rng);
+    if (!packed) qs[g.Tq - 1] = qs[g.Tq - 2] = 1000;
+    OpCase c = attention(shape_of(g, packed, 8, 8, 16), qs, ks, 2.0f, 0.01f, !packed);
+    c.name += "_tc";
+    c.uniform = true;
+    c.same_bits_twice = true;
+    c.drivers = optable::kReference | optable::kParity;
+    t.push_back(c);
+  }
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<OpCase>& t) {
@@ -223,6 +245,7 @@ void add_attention_cases(std::vector<OpCase>& t) {
   add_reference_origin(t);
   add_gradient_origin(t);
   add_parity_origin(t);
+  add_tensor_core_origin(t);
 }
 
 }  // namespace ax::train::optable

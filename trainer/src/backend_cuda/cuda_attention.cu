@@ -1,3 +1,7 @@
+// Attention for the CUDA backend. Calls the tensor-core kernels take (attention_tc.h: bf16, no
+// bias, head size a multiple of 16 up to 128, 16-byte rows) run them, with the device context at
+// the end of this file; every other call runs the f32 kernels below.
+//
 // Flash-style attention in f32 on CUDA cores, the whole of backend.h's AttentionSpec: queries
 // from the rows of q, keys and values from the rows of kv (the same tensor for packed
 // self-attention), lengths Tq and Tk of their own, GQA, causal or not, any scale, and, in the
@@ -26,9 +30,14 @@
 // Lane layout: in a score pass each lane owns one key (or one query) and dots a full head row
 // from shared memory; rows that lanes read across are padded by one float (no bank conflicts).
 // In an accumulation pass each lane owns head-dim columns lane, lane + 32, ...
+#include <mma.h>
+
 #include <algorithm>
+#include <initializer_list>
+#include <type_traits>
 
 #include "attention_plan.h"
+#include "attention_tc.h"
 #include "cuda_common.cuh"
 
 namespace ax::train::cuda {
@@ -502,6 +511,115 @@ dim3 grid_of(int64_t tiles, int64_t heads, int64_t batch) {
               static_cast<unsigned>(batch));
 }
 
+// ---- tensor cores: the device context of attention_tc.h's block programs ----
+
+struct TensorCoreCtx {
+  __device__ void sync() const { __syncthreads(); }
+  template <class F>
+  __device__ void for_each(int n, F f) const {
+    for (int i = threadIdx.x; i < n; i += tc::kThreads) f(i);
+  }
+  template <class F>
+  __device__ void for_each_warp(int n, F f) const {
+    for (int i = threadIdx.x / kWarp; i < n; i += tc::kWarps) f(i);
+  }
+  // c (16×16 f32, pitch ldc) = (load_c ? c : 0) + A·B over k (a multiple of 16): A 16×k bf16,
+  // row-major (col-major when kTransA), B k×16 bf16, row-major (col-major when kTransB). One
+  // warp, all lanes.
+  template <bool kTransA, bool kTransB>
+  __device__ void mma16(float* c, int ldc, bool load_c, const bf16* a, int lda, const bf16* b,
+                        int ldb, int k) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    namespace wmma = nvcuda::wmma;
+    using LayoutA = std::conditional_t<kTransA, wmma::col_major, wmma::row_major>;
+    using LayoutB = std::conditional_t<kTransB, wmma::col_major, wmma::row_major>;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    if (load_c) {
+      wmma::load_matrix_sync(fc, c, ldc, wmma::mem_row_major);
+    } else {
+      wmma::fill_fragment(fc, 0.0f);
+    }
+    for (int kk = 0; kk < k; kk += 16) {
+      wmma::load_matrix_sync(fa, kTransA ? a + kk * lda : a + kk, lda);
+      wmma::load_matrix_sync(fb, kTransB ? b + kk : b + kk * ldb, ldb);
+      wmma::mma_sync(fc, fa, fb, fc);
+    }
+    wmma::store_matrix_sync(c, fc, ldc, wmma::mem_row_major);
+#else
+    __trap();  // the host never launches these kernels before sm_80 (tensor_core_shared = 0)
+#endif
+  }
+  static __device__ float exp(float x) { return expf(x); }
+  static __device__ float log(float x) { return logf(x); }
+  static __device__ bf16 round(float x) { return to_bf16(x); }
+  static __device__ void copy8(bf16* dst, const bf16* src) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+  }
+  static __device__ void zero8(bf16* dst) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+  }
+  static __device__ void store8(bf16* dst, const float* v) {
+    __align__(16) bf16 t[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) t[e] = to_bf16(v[e]);
+    copy8(dst, t);
+  }
+  static __device__ void add8(bf16* dst, const float* v) {
+    __align__(16) bf16 t[8];
+    copy8(t, dst);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) t[e] = to_bf16(to_f32(t[e]) + v[e]);
+    copy8(dst, t);
+  }
+};
+
+// grid (query tiles, NH, B).
+__global__ void __launch_bounds__(tc::kThreads)
+    tc_forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* kv, const int32_t* q_seg,
+                      const int32_t* k_seg, tc::Shape d) {
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  tc::forward_block(TensorCoreCtx{}, tc_smem, out, lse, q, kv, q_seg, k_seg, d,
+                    int64_t{blockIdx.x} * tc::kTile, blockIdx.y, blockIdx.z);
+}
+
+// grid (key tiles, KVH, B).
+__global__ void __launch_bounds__(tc::kThreads)
+    tc_backward_kv_kernel(bf16* dkv, const bf16* dout, const float* lse, const float* D,
+                          const bf16* q, const bf16* kv, const int32_t* q_seg, const int32_t* k_seg,
+                          tc::Shape d) {
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  tc::backward_kv_block(TensorCoreCtx{}, tc_smem, dkv, dout, lse, D, q, kv, q_seg, k_seg, d,
+                        int64_t{blockIdx.x} * tc::kTile, blockIdx.y, blockIdx.z);
+}
+
+// grid (query tiles, NH, B).
+__global__ void __launch_bounds__(tc::kThreads)
+    tc_backward_q_kernel(bf16* dq, const bf16* dout, const float* lse, const float* D,
+                         const bf16* q, const bf16* kv, const int32_t* q_seg, const int32_t* k_seg,
+                         tc::Shape d) {
+  extern __shared__ __align__(128) unsigned char tc_smem[];
+  tc::backward_q_block(TensorCoreCtx{}, tc_smem, dq, dout, lse, D, q, kv, q_seg, k_seg, d,
+                       int64_t{blockIdx.x} * tc::kTile, blockIdx.y, blockIdx.z);
+}
+
+tc::Shape tc_shape(const AttnShape& s) {
+  return {s.B,   s.Tq,        s.Tk,         s.NH,       s.KVH,   s.HD,    s.Rq,
+          s.Rkv, s.NH * s.HD, s.NH / s.KVH, s.k_offset, s.scale, s.causal};
+}
+
+// Whether the tensor-core kernels take a call whose tensors start at `ptrs`.
+template <typename Act>
+bool tensor_cores_take(const AttnShape& s, const AttnMasks<Act>& m,
+                       std::initializer_list<const void*> ptrs) {
+  return s.tensor_core_shared > 0 &&
+         tc::eligible(tc_shape(s), std::is_same_v<Act, bf16>, m.bias != nullptr, ptrs.begin(),
+                      static_cast<int>(ptrs.size()), s.tensor_core_shared);
+}
+
+size_t tc_bytes(tc::Kernel k, int64_t HD) { return tc::layout_for(k, HD).bytes; }
+
 }  // namespace
 
 size_t attention_shared_bytes(int64_t head_dim) {
@@ -525,12 +643,28 @@ void attention_init(size_t max_shared_bytes) {
   allow_shared_bytes<bf16, true>(bytes);
   allow_shared_bytes<float, false>(bytes);
   allow_shared_bytes<float, true>(bytes);
+  const int tc = static_cast<int>(std::min(max_shared_bytes, tc::shared_bytes(tc::kMaxHeadDim)));
+  AX_CUDA_CHECK(
+      cudaFuncSetAttribute(tc_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, tc));
+  AX_CUDA_CHECK(
+      cudaFuncSetAttribute(tc_backward_kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, tc));
+  AX_CUDA_CHECK(
+      cudaFuncSetAttribute(tc_backward_q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, tc));
 }
 
 template <typename Act>
 void attention_forward(Act* out, float* lse, const Act* q, const Act* kv, const AttnShape& s,
                        const AttnMasks<Act>& m, cudaStream_t stream) {
   if (s.B * s.Tq * s.NH == 0) return;
+  if constexpr (std::is_same_v<Act, bf16>) {
+    if (tensor_cores_take(s, m, {out, q, kv})) {
+      tc_forward_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, s.B), tc::kThreads,
+                          tc_bytes(tc::Kernel::kForward, s.HD), stream>>>(
+          out, lse, q, kv, m.q_segments, m.k_segments, tc_shape(s));
+      AX_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   const Dims d = dims_of(s);
   const dim3 grid = grid_of(ceil_div(s.Tq, kBr), s.NH, s.B);
   const size_t bytes = forward_bytes(s.HD);
@@ -555,6 +689,22 @@ void attention_backward(Act* dq, Act* dkv, float* dbias, const Act* dout, const 
   attention_row_dot_kernel<<<static_cast<unsigned>(ceil_div(warps * kWarp, kThreads)), kThreads, 0,
                              stream>>>(row_dots, dout, out, s.B, d);
   AX_CUDA_CHECK_LAUNCH();
+  if constexpr (std::is_same_v<Act, bf16>) {
+    if (dbias == nullptr && tensor_cores_take(s, m, {dq, dkv, dout, q, kv})) {
+      const tc::Shape t = tc_shape(s);
+      if (s.Tk > 0) {
+        tc_backward_kv_kernel<<<grid_of(ceil_div(s.Tk, tc::kTile), s.KVH, s.B), tc::kThreads,
+                                tc_bytes(tc::Kernel::kBackwardKV, s.HD), stream>>>(
+            dkv, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, t);
+        AX_CUDA_CHECK_LAUNCH();
+      }
+      tc_backward_q_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, s.B), tc::kThreads,
+                             tc_bytes(tc::Kernel::kBackwardQ, s.HD), stream>>>(
+          dq, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, t);
+      AX_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   const bool masked = m.present();
   const Masks<Act> masks = masked ? masks_of(s, m) : Masks<Act>{};
   if (s.Tk > 0) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "ax/common/device_check.h"
@@ -43,9 +45,19 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
       gpu_peak({prop.name, prop.major, prop.minor, prop.multiProcessorCount, clock_khz})
           .for_mode(options.act, options.allow_tf32);
   be->max_shared_per_block_ = prop.sharedMemPerBlockOptin;
+  const char* attention = std::getenv("AX_CUDA_ATTENTION");
+  const std::string kernels = attention == nullptr ? "" : attention;
+  if (!kernels.empty() && kernels != "tensor-cores" && kernels != "cuda-cores") {
+    return InvalidArgument("AX_CUDA_ATTENTION is '", kernels,
+                           "': tensor-cores (the default where the kernels take the call) or "
+                           "cuda-cores");
+  }
+  be->tensor_core_attention_ =
+      options.tensor_core_attention && kernels != "cuda-cores" && prop.major >= 8;
   be->name_ = str_cat("cuda:", device, " ", prop.name, " (", prop.multiProcessorCount, " SMs, ",
                       human_bytes(static_cast<double>(prop.totalGlobalMem)), ", sm_", prop.major,
-                      prop.minor, ")", mode_name(options));
+                      prop.minor, ")", mode_name(options),
+                      be->tensor_core_attention_ ? "" : ", attention on CUDA cores");
   AX_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
   be->matmul_ = std::make_unique<LtMatmul>(options.allow_tf32);
   be->allocations_.on_alloc(be->matmul_->workspace(), LtMatmul::workspace_bytes());

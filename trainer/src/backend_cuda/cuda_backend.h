@@ -92,12 +92,16 @@ class CudaBackend final : public Backend {
   // table's; a shorter T reads a prefix of the same layout.
   const float* rope_table(int64_t T, int64_t head_dim, float theta);
 
+  // AttnShape::tensor_core_shared for this device and its options.
+  size_t tensor_core_shared() const { return tensor_core_attention_ ? max_shared_per_block_ : 0; }
+
   int device_ = 0;
   DTypePlan plan_{DType::kBF16};  // ax/trainer/op_checks.h
   cudaStream_t stream_ = nullptr;
   std::string name_;
   double peak_flops_ = 0;
   size_t max_shared_per_block_ = 0;
+  bool tensor_core_attention_ = false;  // options and environment allow it, and sm_80 or later
   std::unique_ptr<LtMatmul> matmul_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

@@ -156,6 +156,10 @@ struct AttnShape {
   int64_t B, Tq, Tk, NH, KVH, HD, Rq, Rkv, k_offset;
   float scale;  // multiplies Q·Kᵀ
   bool causal;
+  // The device's shared memory per block when the tensor-core kernels (attention_tc.h) may take
+  // the call, 0 when they may not (disabled, or a device before sm_80): then, and for calls they
+  // do not take (tc::eligible), the f32 CUDA-core kernels run.
+  size_t tensor_core_shared = 0;
 };
 // The optional inputs, null when absent: a bias (bias_batch = 1 or B, NH, Tq, Tk) added to the
 // scaled scores, and segment ids q_segments (B, Tq) and k_segments (B, Tk), both or neither (a
@@ -170,11 +174,12 @@ struct AttnMasks {
   bool present() const { return bias != nullptr || q_segments != nullptr; }
 };
 inline constexpr int64_t kAttnMaxHeadDim = 256;
-// Shared memory one block of the attention kernels needs for a head size (the largest of the
+// Shared memory one block of the f32 attention kernels needs for a head size (the largest of the
 // kernels); the device must offer it per block.
 size_t attention_shared_bytes(int64_t head_dim);
-// Lets the kernels (both activation types) use up to `max_shared_bytes` of dynamic shared
-// memory (the device's opt-in limit). Once per device, before the first attention launch.
+// Lets the kernels (both activation types, and the tensor-core kernels) use up to
+// `max_shared_bytes` of dynamic shared memory (the device's opt-in limit). Once per device,
+// before the first attention launch.
 void attention_init(size_t max_shared_bytes);
 // out (B,Tq,NH·HD), lse (B,NH,Tq) f32. A query that sees no key gets zeros and lse = -inf.
 template <typename Act>

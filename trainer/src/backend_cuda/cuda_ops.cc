@@ -208,8 +208,9 @@ void expect_attention_fits(const AttentionDims& d, size_t max_shared, const char
       << op << ": head_dim " << d.HD << " is more than this device's attention kernels take";
 }
 
-AttnShape attn_shape(const AttentionDims& d, const AttentionSpec& s) {
-  return {d.B, d.Tq, d.Tk, d.NH, d.KVH, d.HD, d.Rq, d.Rkv, s.k_offset, s.scale, s.causal};
+AttnShape attn_shape(const AttentionDims& d, const AttentionSpec& s, size_t tensor_core_shared) {
+  return {d.B,  d.Tq,  d.Tk,       d.NH,    d.KVH,    d.HD,
+          d.Rq, d.Rkv, s.k_offset, s.scale, s.causal, tensor_core_shared};
 }
 
 template <typename Act>
@@ -232,8 +233,9 @@ void CudaBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
   const AttentionDims d = check_attention_forward(plan_, out, lse, q, kv, spec);
   expect_attention_fits(d, max_shared_per_block_, "attention_forward");
   with_act(plan_.act, [&]<typename Act>() {
-    cuda::attention_forward(ptr<Act>(out), f32(lse), ptr<Act>(q), ptr<Act>(kv), attn_shape(d, spec),
-                            attn_masks<Act>(d, spec), stream_);
+    cuda::attention_forward(ptr<Act>(out), f32(lse), ptr<Act>(q), ptr<Act>(kv),
+                            attn_shape(d, spec, tensor_core_shared()), attn_masks<Act>(d, spec),
+                            stream_);
   });
 }
 
@@ -244,7 +246,7 @@ void CudaBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor
   const AttentionDims d =
       check_attention_backward(plan_, dq, dkv, dbias, dout, out, lse, q, kv, spec);
   expect_attention_fits(d, max_shared_per_block_, "attention_backward");
-  const AttnShape shape = attn_shape(d, spec);
+  const AttnShape shape = attn_shape(d, spec, tensor_core_shared());
   const bool shared_dbias = !dbias.empty() && d.bias_batch == 1;
   auto* floats = static_cast<float*>(scratch(
       attention_backward_scratch_floats(d.B, d.Tq, d.Tk, d.NH, shared_dbias) * sizeof(float)));

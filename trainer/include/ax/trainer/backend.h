@@ -247,6 +247,11 @@ struct CudaBackendOptions {
   // With f32 activations, GEMMs may round their inputs to TF32 on tensor cores
   // (train.allow_tf32); otherwise they multiply in full f32. No effect with bf16 activations.
   bool allow_tf32 = false;
+  // Attention on tensor cores (bf16 products, f32 sums) for the calls its kernels take (bf16,
+  // no bias, head size a multiple of 16 up to 128: docs/cuda-backend.md "Attention kernels");
+  // false, or AX_CUDA_ATTENTION=cuda-cores in the environment: the f32 CUDA-core kernels for
+  // every call.
+  bool tensor_core_attention = true;
 };
 // The CUDA backend on one device. FailedPrecondition "no CUDA device (...)" when none answers or
 // the build has no CUDA backend; InvalidArgument for an ordinal that does not exist or an

@@ -1,0 +1,462 @@
+// Attention on tensor cores (bf16 products, f32 accumulation): the block programs of the forward
+// pass and of both backward kernels, written once against a context `C` that supplies the
+// threads, the barrier and a 16×16 tile product. cuda_attention.cu runs them with a device
+// context (CUDA threads, __syncthreads, nvcuda::wmma); tests/trainer/backend/attention_tc_test.cc
+// runs the same code on the CPU with a context that emulates the tile product and checks the
+// alignment rules wmma imposes, so the tiling, masking and online softmax are tested without a
+// GPU (docs/cuda-backend.md "Attention kernels").
+//
+// Shapes it takes (tc::eligible): bf16 activations, no bias, head size a multiple of 16 up to
+// 128, 16-byte aligned rows (row pitches, key column and base pointers in multiples of 8
+// elements). Causal or not, GQA, segment ids, any Tq and Tk. Everything else runs the f32
+// kernels of cuda_attention.cu.
+//
+// Every phase of a block program is a loop over work items (`for_each`: one per thread;
+// `for_each_warp`: one 16×16 output tile per warp) that reads only what earlier phases wrote and
+// writes only its own items; phases are separated by `sync`. State that lives across phases
+// (running max and sum, the O, dK, dV and dQ accumulators) lives in shared memory, so a phase is
+// the same computation whatever the thread that runs an item.
+//
+// Forward (grid: query tiles × heads × batch): per key tile, S = Q·Kᵀ (f32), the online softmax
+// over the tile's scores (row max from 4 partial maxima per row; P = exp(S - m) rounded to bf16;
+// O rescaled by exp(m_old - m)), O += P·V. lse = m + log(l); a row that sees no key gets zeros
+// and lse = -inf. Backward as FlashAttention-2 with its two halves split so nothing is atomic:
+// per key tile (dK, dV over the group's query heads and query tiles; dV += Pᵀ·dO, dK += dSᵀ·Q)
+// and per query tile (dQ += dS·K); both recompute S and dP = dO·Vᵀ from the saved lse and
+// D = Σ dO·O. P and dS enter the products rounded to bf16.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define AX_TC_FN __device__ __forceinline__
+#define AX_TC_HD __host__ __device__ inline
+#else
+#include <cmath>
+#define AX_TC_FN inline
+#define AX_TC_HD inline
+#endif
+
+namespace ax::train::cuda::tc {
+
+inline constexpr int kTile = 64;  // query rows and keys per tile
+inline constexpr int kWarps = 8;
+inline constexpr int kThreads = kWarps * 32;
+inline constexpr int kMaxHeadDim = 128;
+inline constexpr int kPad = 8;  // elements past each bf16 row (bank spread, 16-byte rows)
+
+struct Shape {
+  int64_t B, Tq, Tk, NH, KVH, HD, Rq, Rkv, OC, group;
+  int64_t k_col;  // column of key head 0 in a kv row; value head 0 is KVH·HD after it
+  float scale;
+  bool causal;
+};
+
+// Row pitches (elements) and byte offsets of a block's shared-memory regions.
+struct Layout {
+  int ld_e;  // bf16 head tiles (kTile, HD + kPad)
+  int ld_s;  // f32 score tiles (kTile, kTile + 4)
+  int ld_p;  // bf16 score tiles (kTile, kTile + kPad)
+  int ld_a;  // f32 accumulators (kTile, HD + 4)
+  size_t q, k, v, dout, s, dp, p, ds, acc, acc2, rows, bytes;
+};
+
+AX_TC_HD size_t align128(size_t n) { return (n + 127) / 128 * 128; }
+
+enum class Kernel { kForward, kBackwardKV, kBackwardQ };
+
+// One block's regions for a kernel: rows holds 13 floats and 2 ints per tile row (Rows).
+AX_TC_HD Layout layout_for(Kernel kernel, int64_t HD) {
+  Layout l{};
+  l.ld_e = static_cast<int>(HD) + kPad;
+  l.ld_s = kTile + 4;
+  l.ld_p = kTile + kPad;
+  l.ld_a = static_cast<int>(HD) + 4;
+  const size_t e_tile = align128(size_t{kTile} * l.ld_e * 2);
+  const size_t s_tile = align128(size_t{kTile} * l.ld_s * 4);
+  const size_t p_tile = align128(size_t{kTile} * l.ld_p * 2);
+  const size_t a_tile = align128(size_t{kTile} * l.ld_a * 4);
+  const bool fwd = kernel == Kernel::kForward, kv = kernel == Kernel::kBackwardKV;
+  size_t at = 0;
+  auto take = [&at](size_t n) {
+    const size_t o = at;
+    at += n;
+    return o;
+  };
+  l.q = take(e_tile);
+  l.k = take(e_tile);
+  l.v = take(e_tile);
+  l.dout = fwd ? 0 : take(e_tile);
+  l.s = take(s_tile);
+  l.dp = fwd ? 0 : take(s_tile);
+  l.p = fwd || kv ? take(p_tile) : 0;
+  l.ds = fwd ? 0 : take(p_tile);
+  l.acc = take(a_tile);
+  l.acc2 = kv ? take(a_tile) : 0;
+  l.rows = take(align128(size_t{kTile} * (13 * 4 + 2 * 4)));
+  l.bytes = at;
+  return l;
+}
+
+// Shared memory the largest of the three block programs needs for a head size.
+AX_TC_HD size_t shared_bytes(int64_t HD) {
+  const size_t f = layout_for(Kernel::kForward, HD).bytes;
+  const size_t kv = layout_for(Kernel::kBackwardKV, HD).bytes;
+  const size_t q = layout_for(Kernel::kBackwardQ, HD).bytes;
+  return f > kv ? (f > q ? f : q) : (kv > q ? kv : q);
+}
+
+// Whether the tensor-core kernels take a call: bf16 activations, no bias, HD a multiple of 16 up
+// to kMaxHeadDim, row pitches and the key column multiples of 8 elements, every tensor's address
+// (`ptrs`, null ones skipped) 16-byte aligned, and shared_bytes(HD) within the device's limit.
+AX_TC_HD bool eligible(const Shape& d, bool bf16, bool bias, const void* const* ptrs, int n_ptrs,
+                       size_t max_shared) {
+  if (!bf16 || bias || d.HD % 16 != 0 || d.HD > kMaxHeadDim || d.Rq % 8 != 0 || d.Rkv % 8 != 0 ||
+      d.k_col % 8 != 0 || shared_bytes(d.HD) > max_shared) {
+    return false;
+  }
+  for (int i = 0; i < n_ptrs; ++i) {
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// The per-row scratch of a block (in `rows`): f32 vectors of kTile, then the segment ids.
+struct Rows {
+  float *m, *l, *m_new, *lse, *D;
+  float *part_max, *part_sum;  // (kTile, 4)
+  int32_t *q_seg, *k_seg;
+};
+
+AX_TC_FN Rows rows_of(unsigned char* smem, const Layout& l) {
+  float* f = reinterpret_cast<float*>(smem + l.rows);
+  Rows r;
+  r.m = f;
+  r.l = f + kTile;
+  r.m_new = f + 2 * kTile;
+  r.lse = f + 3 * kTile;
+  r.D = f + 4 * kTile;
+  r.part_max = f + 5 * kTile;
+  r.part_sum = f + 9 * kTile;
+  r.q_seg = reinterpret_cast<int32_t*>(f + 13 * kTile);
+  r.k_seg = r.q_seg + kTile;
+  return r;
+}
+
+AX_TC_FN bool visible(int64_t query, int64_t key, const Shape& d) {
+  return query < d.Tq && key < d.Tk && (!d.causal || key <= query);
+}
+
+// kTile rows of a head (HD columns) from a (T, stride) matrix into a shared tile of pitch ld,
+// 8 elements (16 bytes) per item; rows past T are zero.
+template <class C, class E>
+AX_TC_FN void load_rows(const C& c, E* dst, int ld, const E* src, int64_t stride, int64_t t0,
+                        int64_t T, int64_t HD) {
+  const int per_row = static_cast<int>(HD / 8);
+  c.for_each(kTile * per_row, [&](int i) {
+    const int r = i / per_row, col = i % per_row * 8;
+    if (t0 + r < T) {
+      C::copy8(dst + r * ld + col, src + (t0 + r) * stride + col);
+    } else {
+      C::zero8(dst + r * ld + col);
+    }
+  });
+}
+
+// The segment ids of kTile positions from t0 into dst (0 past T: never visible), when present.
+template <class C>
+AX_TC_FN void load_segments(const C& c, int32_t* dst, const int32_t* seg, int64_t t0, int64_t T) {
+  if (seg == nullptr) return;
+  c.for_each(kTile, [&](int i) { dst[i] = t0 + i < T ? seg[t0 + i] : 0; });
+}
+
+// Tile `tile` (of 16) of a kTile × kTile f32 output (pitch ldc) = A·Bᵀ over HD, A and B bf16 head
+// tiles of pitch ld.
+template <class C, class E>
+AX_TC_FN void scores(const C& c, int tile, float* out, int ldc, const E* a, const E* b, int ld,
+                     int64_t HD) {
+  const int i = tile / (kTile / 16), j = tile % (kTile / 16);
+  c.template mma16<false, true>(out + i * 16 * ldc + j * 16, ldc, false, a + i * 16 * ld, ld,
+                                b + j * 16 * ld, ld, static_cast<int>(HD));
+}
+
+// acc (kTile × HD, f32, pitch lda) += op(A)·B with A a kTile × kTile bf16 tile (transposed when
+// kTransA) and B kTile × HD bf16 rows; `tile` indexes the 16×16 output tiles.
+template <bool kTransA, class C, class E>
+AX_TC_FN void accumulate(const C& c, int tile, float* acc, int lda, const E* a, int ldp, const E* b,
+                         int ld, int64_t HD) {
+  const int col_tiles = static_cast<int>(HD / 16);
+  const int i = tile / col_tiles, j = tile % col_tiles;
+  const E* a_tile = kTransA ? a + i * 16 : a + i * 16 * ldp;
+  c.template mma16<kTransA, false>(acc + i * 16 * lda + j * 16, lda, true, a_tile, ldp, b + j * 16,
+                                   ld, kTile);
+}
+
+template <class C>
+AX_TC_FN void zero_f32(const C& c, float* dst, int n) {
+  c.for_each(n, [&](int i) { dst[i] = 0.0f; });
+}
+
+// One forward block: kTile query rows from q0 of head h of batch row b. out (B, Tq, OC),
+// lse (B, NH, Tq).
+template <class C, class E>
+AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse, const E* q,
+                            const E* kv, const int32_t* q_seg, const int32_t* k_seg, const Shape& d,
+                            int64_t q0, int64_t h, int64_t b) {
+  const Layout L = layout_for(Kernel::kForward, d.HD);
+  E* qs = reinterpret_cast<E*>(smem + L.q);
+  E* ks = reinterpret_cast<E*>(smem + L.k);
+  E* vs = reinterpret_cast<E*>(smem + L.v);
+  float* S = reinterpret_cast<float*>(smem + L.s);
+  E* P = reinterpret_cast<E*>(smem + L.p);
+  float* O = reinterpret_cast<float*>(smem + L.acc);
+  const Rows R = rows_of(smem, L);
+  const int64_t HD = d.HD;
+  const int hd = static_cast<int>(HD);
+  const bool segs = q_seg != nullptr;
+  const E* kb = kv + b * d.Tk * d.Rkv + d.k_col + h / d.group * HD;
+
+  load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
+  if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
+  c.for_each(kTile * L.ld_a, [&](int i) { O[i] = 0.0f; });
+  c.for_each(kTile, [&](int r) {
+    R.m[r] = -INFINITY;
+    R.l[r] = 0.0f;
+  });
+  const int64_t key_end = d.causal ? (d.Tk < q0 + kTile ? d.Tk : q0 + kTile) : d.Tk;
+  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+    c.sync();
+    load_rows(c, ks, L.ld_e, kb, d.Rkv, k0, d.Tk, HD);
+    load_rows(c, vs, L.ld_e, kb + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
+    if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
+    c.sync();
+    c.for_each_warp(16, [&](int t) { scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD); });
+    c.sync();
+    // Scale and mask the scores in place; a partial maximum per quarter of a row (keys
+    // part, part + 4, ...).
+    c.for_each(kTile * 4, [&](int i) {
+      const int r = i / 4, part = i % 4;
+      float mx = -INFINITY;
+      for (int j = part; j < kTile; j += 4) {
+        bool ok = visible(q0 + r, k0 + j, d);
+        if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
+        const float s = ok ? S[r * L.ld_s + j] * d.scale : -INFINITY;
+        S[r * L.ld_s + j] = s;
+        mx = s > mx ? s : mx;
+      }
+      R.part_max[i] = mx;
+    });
+    c.sync();
+    // P = exp(S - m_new), partial sums, and O's rows rescaled by exp(m_old - m_new).
+    c.for_each(kTile * 4, [&](int i) {
+      const int r = i / 4, part = i % 4;
+      const float m_old = R.m[r];
+      float m_new = m_old;
+      for (int p = 0; p < 4; ++p) {
+        const float x = R.part_max[r * 4 + p];
+        m_new = x > m_new ? x : m_new;
+      }
+      const bool empty = m_new == -INFINITY;  // no visible key yet
+      const float alpha = empty ? 1.0f : C::exp(m_old - m_new);
+      float sum = 0.0f;
+      for (int j = part; j < kTile; j += 4) {
+        const float p = empty ? 0.0f : C::exp(S[r * L.ld_s + j] - m_new);
+        P[r * L.ld_p + j] = C::round(p);
+        sum += p;
+      }
+      R.part_sum[i] = sum;
+      if (part == 0) R.m_new[r] = m_new;
+      for (int col = part; col < hd; col += 4) O[r * L.ld_a + col] *= alpha;
+    });
+    c.sync();
+    c.for_each_warp(4 * hd / 16,
+                    [&](int t) { accumulate<false>(c, t, O, L.ld_a, P, L.ld_p, vs, L.ld_e, HD); });
+    c.for_each(kTile, [&](int r) {
+      const float m_new = R.m_new[r];
+      const float alpha = m_new == -INFINITY ? 1.0f : C::exp(R.m[r] - m_new);
+      const float* ps = R.part_sum + r * 4;
+      R.l[r] = R.l[r] * alpha + ((ps[0] + ps[1]) + (ps[2] + ps[3]));
+      R.m[r] = m_new;
+    });
+  }
+  c.sync();
+  const int per_row = hd / 8;
+  c.for_each(kTile * per_row, [&](int i) {
+    const int r = i / per_row, col = i % per_row * 8;
+    const int64_t t = q0 + r;
+    if (t >= d.Tq) return;
+    const float l = R.l[r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // 0: every key masked (or Tk = 0)
+    float v[8];
+    for (int e = 0; e < 8; ++e) v[e] = O[r * L.ld_a + col + e] * inv;
+    C::store8(out + (b * d.Tq + t) * d.OC + h * HD + col, v);
+  });
+  c.for_each(kTile, [&](int r) {
+    const int64_t t = q0 + r;
+    if (t >= d.Tq) return;
+    const float l = R.l[r];
+    lse[(b * d.NH + h) * d.Tq + t] = l > 0.0f ? R.m[r] + C::log(l) : -INFINITY;
+  });
+}
+
+// P and dS of a (query tile q0, key tile k0) pair from S and dP (f32, in shared memory):
+// P = exp(scale·S - lse) where visible, dS = P·(dP - D)·scale; a row with lse = -inf has none.
+template <class C, class E>
+AX_TC_FN void probabilities(const C& c, const Layout& L, const Rows& R, const float* S,
+                            const float* dP, E* P, E* dS, bool segs, const Shape& d, int64_t q0,
+                            int64_t k0) {
+  c.for_each(kTile * kTile, [&](int i) {
+    const int r = i / kTile, j = i % kTile;
+    bool ok = visible(q0 + r, k0 + j, d) && R.lse[r] != -INFINITY;
+    if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
+    float p = 0.0f, ds = 0.0f;
+    if (ok) {
+      p = C::exp(S[r * L.ld_s + j] * d.scale - R.lse[r]);
+      ds = p * (dP[r * L.ld_s + j] - R.D[r]) * d.scale;
+    }
+    if (P != nullptr) P[r * L.ld_p + j] = C::round(p);
+    dS[r * L.ld_p + j] = C::round(ds);
+  });
+}
+
+// lse and D of kTile query rows from q0 of head h (0 past Tq).
+template <class C>
+AX_TC_FN void load_row_stats(const C& c, const Rows& R, const float* lse, const float* D,
+                             const Shape& d, int64_t q0, int64_t h, int64_t b) {
+  c.for_each(kTile, [&](int r) {
+    const int64_t t = q0 + r;
+    const int64_t at = (b * d.NH + h) * d.Tq + t;
+    R.lse[r] = t < d.Tq ? lse[at] : 0.0f;
+    R.D[r] = t < d.Tq ? D[at] : 0.0f;
+  });
+}
+
+// acc's first kTile rows (f32) added to kTile rows of a (T, stride) bf16 matrix from t0.
+template <class C, class E>
+AX_TC_FN void add_rows(const C& c, E* dst, int64_t stride, int64_t t0, int64_t T, const float* acc,
+                       int lda, int64_t HD) {
+  const int per_row = static_cast<int>(HD / 8);
+  c.for_each(kTile * per_row, [&](int i) {
+    const int r = i / per_row, col = i % per_row * 8;
+    if (t0 + r < T) C::add8(dst + (t0 + r) * stride + col, acc + r * lda + col);
+  });
+}
+
+// dK and dV of kTile keys from k0 of key/value head g of batch row b, over the group's query
+// heads; added into dkv's key and value columns. D (B, NH, Tq) = Σ dO·O per row.
+template <class C, class E>
+AX_TC_FN void backward_kv_block(const C& c, unsigned char* smem, E* dkv, const E* dout,
+                                const float* lse, const float* D, const E* q, const E* kv,
+                                const int32_t* q_seg, const int32_t* k_seg, const Shape& d,
+                                int64_t k0, int64_t g, int64_t b) {
+  const Layout L = layout_for(Kernel::kBackwardKV, d.HD);
+  E* qs = reinterpret_cast<E*>(smem + L.q);
+  E* ks = reinterpret_cast<E*>(smem + L.k);
+  E* vs = reinterpret_cast<E*>(smem + L.v);
+  E* dos = reinterpret_cast<E*>(smem + L.dout);
+  float* S = reinterpret_cast<float*>(smem + L.s);
+  float* dP = reinterpret_cast<float*>(smem + L.dp);
+  E* P = reinterpret_cast<E*>(smem + L.p);
+  E* dS = reinterpret_cast<E*>(smem + L.ds);
+  float* dK = reinterpret_cast<float*>(smem + L.acc);
+  float* dV = reinterpret_cast<float*>(smem + L.acc2);
+  const Rows R = rows_of(smem, L);
+  const int64_t HD = d.HD;
+  const int hd = static_cast<int>(HD);
+  const bool segs = q_seg != nullptr;
+  const int64_t kv_offset = b * d.Tk * d.Rkv + d.k_col + g * HD;
+
+  load_rows(c, ks, L.ld_e, kv + kv_offset, d.Rkv, k0, d.Tk, HD);
+  load_rows(c, vs, L.ld_e, kv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
+  if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
+  zero_f32(c, dK, kTile * L.ld_a);
+  zero_f32(c, dV, kTile * L.ld_a);
+  // Causal: a query sees key k0 only from query k0 on (tiles start at multiples of kTile).
+  const int64_t q_begin = d.causal ? k0 / kTile * kTile : 0;
+  const int acc_tiles = 4 * hd / 16;
+  for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
+    for (int64_t q0 = q_begin; q0 < d.Tq; q0 += kTile) {
+      c.sync();
+      load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
+      load_rows(c, dos, L.ld_e, dout + b * d.Tq * d.OC + h * HD, d.OC, q0, d.Tq, HD);
+      load_row_stats(c, R, lse, D, d, q0, h, b);
+      if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
+      c.sync();
+      c.for_each_warp(32, [&](int t) {
+        if (t < 16) {
+          scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD);
+        } else {
+          scores(c, t - 16, dP, L.ld_s, dos, vs, L.ld_e, HD);
+        }
+      });
+      c.sync();
+      probabilities(c, L, R, S, dP, P, dS, segs, d, q0, k0);
+      c.sync();
+      // dV += Pᵀ·dO and dK += dSᵀ·Q (rows: keys; the products run over the tile's queries).
+      c.for_each_warp(2 * acc_tiles, [&](int t) {
+        if (t < acc_tiles) {
+          accumulate<true>(c, t, dV, L.ld_a, P, L.ld_p, dos, L.ld_e, HD);
+        } else {
+          accumulate<true>(c, t - acc_tiles, dK, L.ld_a, dS, L.ld_p, qs, L.ld_e, HD);
+        }
+      });
+    }
+  }
+  c.sync();
+  add_rows(c, dkv + kv_offset, d.Rkv, k0, d.Tk, dK, L.ld_a, HD);
+  add_rows(c, dkv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, dV, L.ld_a, HD);
+}
+
+// dQ of kTile query rows from q0 of head h of batch row b, added into dq's query columns.
+template <class C, class E>
+AX_TC_FN void backward_q_block(const C& c, unsigned char* smem, E* dq, const E* dout,
+                               const float* lse, const float* D, const E* q, const E* kv,
+                               const int32_t* q_seg, const int32_t* k_seg, const Shape& d,
+                               int64_t q0, int64_t h, int64_t b) {
+  const Layout L = layout_for(Kernel::kBackwardQ, d.HD);
+  E* qs = reinterpret_cast<E*>(smem + L.q);
+  E* ks = reinterpret_cast<E*>(smem + L.k);
+  E* vs = reinterpret_cast<E*>(smem + L.v);
+  E* dos = reinterpret_cast<E*>(smem + L.dout);
+  float* S = reinterpret_cast<float*>(smem + L.s);
+  float* dP = reinterpret_cast<float*>(smem + L.dp);
+  E* dS = reinterpret_cast<E*>(smem + L.ds);
+  float* dQ = reinterpret_cast<float*>(smem + L.acc);
+  const Rows R = rows_of(smem, L);
+  const int64_t HD = d.HD;
+  const int hd = static_cast<int>(HD);
+  const bool segs = q_seg != nullptr;
+  const E* kb = kv + b * d.Tk * d.Rkv + d.k_col + h / d.group * HD;
+
+  load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
+  load_rows(c, dos, L.ld_e, dout + b * d.Tq * d.OC + h * HD, d.OC, q0, d.Tq, HD);
+  load_row_stats(c, R, lse, D, d, q0, h, b);
+  if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
+  zero_f32(c, dQ, kTile * L.ld_a);
+  const int64_t key_end = d.causal ? (d.Tk < q0 + kTile ? d.Tk : q0 + kTile) : d.Tk;
+  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+    c.sync();
+    load_rows(c, ks, L.ld_e, kb, d.Rkv, k0, d.Tk, HD);
+    load_rows(c, vs, L.ld_e, kb + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
+    if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
+    c.sync();
+    c.for_each_warp(32, [&](int t) {
+      if (t < 16) {
+        scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD);
+      } else {
+        scores(c, t - 16, dP, L.ld_s, dos, vs, L.ld_e, HD);
+      }
+    });
+    c.sync();
+    probabilities<C, E>(c, L, R, S, dP, nullptr, dS, segs, d, q0, k0);
+    c.sync();
+    c.for_each_warp(4 * hd / 16, [&](int t) {
+      accumulate<false>(c, t, dQ, L.ld_a, dS, L.ld_p, ks, L.ld_e, HD);
+    });
+  }
+  c.sync();
+  add_rows(c, dq + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, dQ, L.ld_a, HD);
+}
+
+}  // namespace ax::train::cuda::tc
