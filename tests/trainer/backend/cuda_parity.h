@@ -54,9 +54,10 @@ inline constexpr Mode kCudaCoreAttention = {
 // enter the products rounded to bf16, and a gradient's few large errors come where dP - D
 // cancels (as in the bf16 plan itself). Allowed: one bf16 step plus this share of
 // |ref| + rms(ref), and an rms error of at most kAttentionTensorCoreRms of rms(ref). Measured on
-// the CPU emulation of the kernels against cpu-bf16 (attention_tc_test.cc, held to 4e-2 and
-// 1e-2): share at most 2.9e-2, rms error at most 3.4e-3.
-inline constexpr double kAttentionTensorCoreShare = 6e-2;
+// the CPU emulation of the kernels against cpu-bf16, the backward pass from cpu-bf16's out and
+// lse as here (attention_tc_test.cc, held to 3e-2 and 1e-2): share at most 1.5e-2, rms error
+// at most 2.7e-3.
+inline constexpr double kAttentionTensorCoreShare = 5e-2;
 inline constexpr double kAttentionTensorCoreRms = 1e-2;
 
 inline void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }
@@ -109,7 +110,7 @@ inline constexpr OutputSpec kOutputs[] = {
      "tile products recomputed, expf; q's columns past the query heads stay as they were"},
     {"attention_backward dkv", Compare::kAttention,
      "tile products recomputed, expf; kv's columns outside the key and value heads stay"},
-    {"attention_backward dbias", Compare::kRounded,
+    {"attention_backward dbias", Compare::kAttention,
      "expf; a shared bias's batch rows summed in chunks (partials, then in order), not one by one"},
     {"gelu_forward", Compare::kRounded, "tanhf"},
     {"gelu_backward", Compare::kRounded, "tanhf"},

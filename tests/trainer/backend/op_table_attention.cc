@@ -200,20 +200,27 @@ void add_parity_origin(std::vector<OpCase>& t) {
   }
 }
 
-// Cases the CUDA backend's tensor-core kernels take in its bf16 plan (attention_tc.h: no bias,
-// head size a multiple of 16, rows and the key column in multiples of 8): cross-attention with
-// segments (row 0's last two queries see no key) and GQA, and causal packed self-attention with
-// segments over three 64-row tiles. The op table's packed cases of head size 64, 80 and 128 are
-// taken too. Not in the finite-difference driver (their size; the kernels' math is the same).
+// Cases the CUDA backend's tensor-core kernels take in its bf16 plan (attention_tc.h: head size
+// a multiple of 16, rows and the key column in multiples of 8): cross-attention with segments
+// (row 0's last two queries see no key), GQA and a bias per row; causal packed self-attention
+// with segments over three 64-row tiles; T5's encoder self-attention (a bias shared by the
+// batch, its gradient over three rows, segments). The op table's packed cases of head size 64,
+// 80 and 128 are taken too. Not in the finite-difference driver (their size; the kernels' math
+// is the same as the smaller cases').
 void add_tensor_core_origin(std::vector<OpCase>& t) {
+  struct Case {
+    General g;
+    bool packed;
+  };
   std::mt19937 rng(31);
-  for (const auto& [g, packed] :
-       {std::pair{General{2, 37, 130, 4, 2, 32, 0, false, true, 0.18f}, false},
-        std::pair{General{2, 150, 150, 4, 2, 64, 0, true, true, 0.125f}, true}}) {
+  for (const Case& k : {Case{{2, 37, 130, 4, 2, 32, 2, false, true, 0.18f}, false},
+                        Case{{2, 150, 150, 4, 2, 64, 0, true, true, 0.125f}, true},
+                        Case{{3, 100, 100, 4, 4, 64, 1, false, true, 0.125f}, true}}) {
+    const General& g = k.g;
     std::vector<int32_t> qs = segment_runs(g.B, g.Tq, 9, rng);
-    std::vector<int32_t> ks = packed ? qs : segment_runs(g.B, g.Tk, 11, rng);
-    if (!packed) qs[g.Tq - 1] = qs[g.Tq - 2] = 1000;
-    OpCase c = attention(shape_of(g, packed, 8, 8, 16), qs, ks, 2.0f, 0.01f, !packed);
+    std::vector<int32_t> ks = k.packed ? qs : segment_runs(g.B, g.Tk, 11, rng);
+    if (!k.packed) qs[g.Tq - 1] = qs[g.Tq - 2] = 1000;
+    OpCase c = attention(shape_of(g, k.packed, 8, 8, 16), qs, ks, 2.0f, 0.01f, !k.packed);
     c.name += "_tc";
     c.uniform = true;
     c.same_bits_twice = true;

@@ -6,10 +6,11 @@
 // alignment rules wmma imposes, so the tiling, masking and online softmax are tested without a
 // GPU (docs/cuda-backend.md "Attention kernels").
 //
-// Shapes it takes (tc::eligible): bf16 activations, no bias, head size a multiple of 16 up to
-// 128, 16-byte aligned rows (row pitches, key column and base pointers in multiples of 8
-// elements). Causal or not, GQA, segment ids, any Tq and Tk. Everything else runs the f32
-// kernels of cuda_attention.cu.
+// Shapes it takes (tc::eligible): bf16 activations, head size a multiple of 16 up to 128, 16-byte
+// aligned rows (row pitches, key column and base pointers in multiples of 8 elements). Causal or
+// not, GQA, segment ids, an additive bias (T5's relative position bias, shared by the batch or
+// per row) with its gradient, any Tq and Tk. Everything else runs the f32 kernels of
+// cuda_attention.cu.
 //
 // Every phase of a block program is a loop over work items (`for_each`: one per thread;
 // `for_each_warp`: one 16×16 output tile per warp) that reads only what earlier phases wrote and
@@ -23,7 +24,9 @@
 // and lse = -inf. Backward as FlashAttention-2 with its two halves split so nothing is atomic:
 // per key tile (dK, dV over the group's query heads and query tiles; dV += Pᵀ·dO, dK += dSᵀ·Q)
 // and per query tile (dQ += dS·K); both recompute S and dP = dO·Vᵀ from the saved lse and
-// D = Σ dO·O. P and dS enter the products rounded to bf16.
+// D = Σ dO·O. P and dS enter the products rounded to bf16. The bias gradient is dS before the
+// scale, f32, written by the dQ program (which sees each score once): a block walks a chunk of
+// batch rows in order and adds into one slot (attention_plan.h), so no sum is atomic.
 #pragma once
 
 #include <cstddef>
@@ -107,12 +110,13 @@ AX_TC_HD size_t shared_bytes(int64_t HD) {
   return f > kv ? (f > q ? f : q) : (kv > q ? kv : q);
 }
 
-// Whether the tensor-core kernels take a call: bf16 activations, no bias, HD a multiple of 16 up
-// to kMaxHeadDim, row pitches and the key column multiples of 8 elements, every tensor's address
-// (`ptrs`, null ones skipped) 16-byte aligned, and shared_bytes(HD) within the device's limit.
-AX_TC_HD bool eligible(const Shape& d, bool bf16, bool bias, const void* const* ptrs, int n_ptrs,
+// Whether the tensor-core kernels take a call: bf16 activations, HD a multiple of 16 up to
+// kMaxHeadDim, row pitches and the key column multiples of 8 elements, the addresses of q, kv
+// and the rows they move 16 bytes at a time (`ptrs`) 16-byte aligned, and shared_bytes(HD)
+// within the device's limit.
+AX_TC_HD bool eligible(const Shape& d, bool bf16, const void* const* ptrs, int n_ptrs,
                        size_t max_shared) {
-  if (!bf16 || bias || d.HD % 16 != 0 || d.HD > kMaxHeadDim || d.Rq % 8 != 0 || d.Rkv % 8 != 0 ||
+  if (!bf16 || d.HD % 16 != 0 || d.HD > kMaxHeadDim || d.Rq % 8 != 0 || d.Rkv % 8 != 0 ||
       d.k_col % 8 != 0 || shared_bytes(d.HD) > max_shared) {
     return false;
   }
@@ -142,6 +146,20 @@ AX_TC_FN Rows rows_of(unsigned char* smem, const Layout& l) {
   r.q_seg = reinterpret_cast<int32_t*>(f + 13 * kTile);
   r.k_seg = r.q_seg + kTile;
   return r;
+}
+
+// The optional additive bias, (Bb, NH, Tq, Tk) in the activation type: null, or shared by the
+// batch (batch_stride 0) or one per row (batch_stride NH·Tq·Tk).
+template <class E>
+struct Bias {
+  const E* values;
+  int64_t batch_stride;
+};
+
+// The (Tq, Tk) bias of head h of batch row b, or null.
+template <class E>
+AX_TC_FN const E* head_bias(const Bias<E>& bias, const Shape& d, int64_t b, int64_t h) {
+  return bias.values == nullptr ? nullptr : bias.values + b * bias.batch_stride + h * d.Tq * d.Tk;
 }
 
 AX_TC_FN bool visible(int64_t query, int64_t key, const Shape& d) {
@@ -202,8 +220,8 @@ AX_TC_FN void zero_f32(const C& c, float* dst, int n) {
 // lse (B, NH, Tq).
 template <class C, class E>
 AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse, const E* q,
-                            const E* kv, const int32_t* q_seg, const int32_t* k_seg, const Shape& d,
-                            int64_t q0, int64_t h, int64_t b) {
+                            const E* kv, const int32_t* q_seg, const int32_t* k_seg,
+                            const Bias<E>& bias, const Shape& d, int64_t q0, int64_t h, int64_t b) {
   const Layout L = layout_for(Kernel::kForward, d.HD);
   E* qs = reinterpret_cast<E*>(smem + L.q);
   E* ks = reinterpret_cast<E*>(smem + L.k);
@@ -216,6 +234,7 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
   const int hd = static_cast<int>(HD);
   const bool segs = q_seg != nullptr;
   const E* kb = kv + b * d.Tk * d.Rkv + d.k_col + h / d.group * HD;
+  const E* hb = head_bias(bias, d, b, h);
 
   load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
   if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
@@ -233,7 +252,7 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
     c.sync();
     c.for_each_warp(16, [&](int t) { scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD); });
     c.sync();
-    // Scale and mask the scores in place; a partial maximum per quarter of a row (keys
+    // Scale, bias and mask the scores in place; a partial maximum per quarter of a row (keys
     // part, part + 4, ...).
     c.for_each(kTile * 4, [&](int i) {
       const int r = i / 4, part = i % 4;
@@ -241,7 +260,11 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
       for (int j = part; j < kTile; j += 4) {
         bool ok = visible(q0 + r, k0 + j, d);
         if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
-        const float s = ok ? S[r * L.ld_s + j] * d.scale : -INFINITY;
+        float s = -INFINITY;
+        if (ok) {
+          s = S[r * L.ld_s + j] * d.scale;
+          if (hb != nullptr) s += C::f32(hb[(q0 + r) * d.Tk + k0 + j]);
+        }
         S[r * L.ld_s + j] = s;
         mx = s > mx ? s : mx;
       }
@@ -300,21 +323,36 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
   });
 }
 
+// Where the dQ program writes the bias gradient of a head: (Tq, Tk) f32, written (`assign`) or
+// added; out null: none.
+struct BiasGrad {
+  float* out;
+  bool assign;
+};
+
 // P and dS of a (query tile q0, key tile k0) pair from S and dP (f32, in shared memory):
-// P = exp(scale·S - lse) where visible, dS = P·(dP - D)·scale; a row with lse = -inf has none.
+// P = exp(scale·S + bias - lse) where visible, dS = P·(dP - D)·scale; a row with lse = -inf has
+// none. The bias gradient P·(dP - D) goes to db for the pair's scores inside (Tq, Tk).
 template <class C, class E>
 AX_TC_FN void probabilities(const C& c, const Layout& L, const Rows& R, const float* S,
-                            const float* dP, E* P, E* dS, bool segs, const Shape& d, int64_t q0,
-                            int64_t k0) {
+                            const float* dP, E* P, E* dS, bool segs, const E* hb, BiasGrad db,
+                            const Shape& d, int64_t q0, int64_t k0) {
   c.for_each(kTile * kTile, [&](int i) {
     const int r = i / kTile, j = i % kTile;
     bool ok = visible(q0 + r, k0 + j, d) && R.lse[r] != -INFINITY;
     if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
-    float p = 0.0f, ds = 0.0f;
+    float p = 0.0f, ds = 0.0f;  // ds: the gradient of the biased score, then of Q·Kᵀ
     if (ok) {
-      p = C::exp(S[r * L.ld_s + j] * d.scale - R.lse[r]);
-      ds = p * (dP[r * L.ld_s + j] - R.D[r]) * d.scale;
+      float s = S[r * L.ld_s + j] * d.scale;
+      if (hb != nullptr) s += C::f32(hb[(q0 + r) * d.Tk + k0 + j]);
+      p = C::exp(s - R.lse[r]);
+      ds = p * (dP[r * L.ld_s + j] - R.D[r]);
     }
+    if (db.out != nullptr && q0 + r < d.Tq && k0 + j < d.Tk) {
+      float* e = db.out + (q0 + r) * d.Tk + k0 + j;
+      *e = db.assign ? ds : *e + ds;
+    }
+    ds *= d.scale;
     if (P != nullptr) P[r * L.ld_p + j] = C::round(p);
     dS[r * L.ld_p + j] = C::round(ds);
   });
@@ -348,8 +386,8 @@ AX_TC_FN void add_rows(const C& c, E* dst, int64_t stride, int64_t t0, int64_t T
 template <class C, class E>
 AX_TC_FN void backward_kv_block(const C& c, unsigned char* smem, E* dkv, const E* dout,
                                 const float* lse, const float* D, const E* q, const E* kv,
-                                const int32_t* q_seg, const int32_t* k_seg, const Shape& d,
-                                int64_t k0, int64_t g, int64_t b) {
+                                const int32_t* q_seg, const int32_t* k_seg, const Bias<E>& bias,
+                                const Shape& d, int64_t k0, int64_t g, int64_t b) {
   const Layout L = layout_for(Kernel::kBackwardKV, d.HD);
   E* qs = reinterpret_cast<E*>(smem + L.q);
   E* ks = reinterpret_cast<E*>(smem + L.k);
@@ -391,7 +429,8 @@ AX_TC_FN void backward_kv_block(const C& c, unsigned char* smem, E* dkv, const E
         }
       });
       c.sync();
-      probabilities(c, L, R, S, dP, P, dS, segs, d, q0, k0);
+      probabilities(c, L, R, S, dP, P, dS, segs, head_bias(bias, d, b, h), BiasGrad{nullptr, false},
+                    d, q0, k0);
       c.sync();
       // dV += Pᵀ·dO and dK += dSᵀ·Q (rows: keys; the products run over the tile's queries).
       c.for_each_warp(2 * acc_tiles, [&](int t) {
@@ -408,12 +447,13 @@ AX_TC_FN void backward_kv_block(const C& c, unsigned char* smem, E* dkv, const E
   add_rows(c, dkv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, dV, L.ld_a, HD);
 }
 
-// dQ of kTile query rows from q0 of head h of batch row b, added into dq's query columns.
+// dQ of kTile query rows from q0 of head h of batch row b, added into dq's query columns, and
+// the bias gradient of those rows into db.
 template <class C, class E>
 AX_TC_FN void backward_q_block(const C& c, unsigned char* smem, E* dq, const E* dout,
                                const float* lse, const float* D, const E* q, const E* kv,
-                               const int32_t* q_seg, const int32_t* k_seg, const Shape& d,
-                               int64_t q0, int64_t h, int64_t b) {
+                               const int32_t* q_seg, const int32_t* k_seg, const Bias<E>& bias,
+                               BiasGrad db, const Shape& d, int64_t q0, int64_t h, int64_t b) {
   const Layout L = layout_for(Kernel::kBackwardQ, d.HD);
   E* qs = reinterpret_cast<E*>(smem + L.q);
   E* ks = reinterpret_cast<E*>(smem + L.k);
@@ -449,7 +489,7 @@ AX_TC_FN void backward_q_block(const C& c, unsigned char* smem, E* dq, const E* 
       }
     });
     c.sync();
-    probabilities<C, E>(c, L, R, S, dP, nullptr, dS, segs, d, q0, k0);
+    probabilities<C, E>(c, L, R, S, dP, nullptr, dS, segs, head_bias(bias, d, b, h), db, d, q0, k0);
     c.sync();
     c.for_each_warp(4 * hd / 16, [&](int t) {
       accumulate<false>(c, t, dQ, L.ld_a, dS, L.ld_p, ks, L.ld_e, HD);
@@ -457,6 +497,22 @@ AX_TC_FN void backward_q_block(const C& c, unsigned char* smem, E* dq, const E* 
   }
   c.sync();
   add_rows(c, dq + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, dQ, L.ld_a, HD);
+}
+
+// The dQ program over batch rows [b_begin, b_end) in order for query tile q0 of head h; the bias
+// gradient of head h goes to `slot` ((Tq, Tk) f32; null: none), written by the first row when
+// `assign` (scratch partials), else added.
+template <class C, class E>
+AX_TC_FN void backward_q_rows(const C& c, unsigned char* smem, E* dq, const E* dout,
+                              const float* lse, const float* D, const E* q, const E* kv,
+                              const int32_t* q_seg, const int32_t* k_seg, const Bias<E>& bias,
+                              float* slot, bool assign, const Shape& d, int64_t q0, int64_t h,
+                              int64_t b_begin, int64_t b_end) {
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    if (b != b_begin) c.sync();  // the previous row's last reads of shared memory
+    backward_q_block(c, smem, dq, dout, lse, D, q, kv, q_seg, k_seg, bias,
+                     BiasGrad{slot, assign && b == b_begin}, d, q0, h, b);
+  }
 }
 
 }  // namespace ax::train::cuda::tc

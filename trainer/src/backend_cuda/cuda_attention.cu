@@ -1,6 +1,6 @@
-// Attention for the CUDA backend. Calls the tensor-core kernels take (attention_tc.h: bf16, no
-// bias, head size a multiple of 16 up to 128, 16-byte rows) run them, with the device context at
-// the end of this file; every other call runs the f32 kernels below.
+// Attention for the CUDA backend. Calls the tensor-core kernels take (attention_tc.h: bf16, head
+// size a multiple of 16 up to 128, 16-byte rows) run them, with the device context
+// TensorCoreCtx below; every other call runs the f32 kernels that come first.
 //
 // Flash-style attention in f32 on CUDA cores, the whole of backend.h's AttentionSpec: queries
 // from the rows of q, keys and values from the rows of kv (the same tensor for packed
@@ -553,6 +553,7 @@ struct TensorCoreCtx {
   }
   static __device__ float exp(float x) { return expf(x); }
   static __device__ float log(float x) { return logf(x); }
+  static __device__ float f32(bf16 x) { return to_f32(x); }
   static __device__ bf16 round(float x) { return to_bf16(x); }
   static __device__ void copy8(bf16* dst, const bf16* src) {
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -578,9 +579,9 @@ struct TensorCoreCtx {
 // grid (query tiles, NH, B).
 __global__ void __launch_bounds__(tc::kThreads)
     tc_forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* kv, const int32_t* q_seg,
-                      const int32_t* k_seg, tc::Shape d) {
+                      const int32_t* k_seg, tc::Bias<bf16> bias, tc::Shape d) {
   extern __shared__ __align__(128) unsigned char tc_smem[];
-  tc::forward_block(TensorCoreCtx{}, tc_smem, out, lse, q, kv, q_seg, k_seg, d,
+  tc::forward_block(TensorCoreCtx{}, tc_smem, out, lse, q, kv, q_seg, k_seg, bias, d,
                     int64_t{blockIdx.x} * tc::kTile, blockIdx.y, blockIdx.z);
 }
 
@@ -588,20 +589,27 @@ __global__ void __launch_bounds__(tc::kThreads)
 __global__ void __launch_bounds__(tc::kThreads)
     tc_backward_kv_kernel(bf16* dkv, const bf16* dout, const float* lse, const float* D,
                           const bf16* q, const bf16* kv, const int32_t* q_seg, const int32_t* k_seg,
-                          tc::Shape d) {
+                          tc::Bias<bf16> bias, tc::Shape d) {
   extern __shared__ __align__(128) unsigned char tc_smem[];
-  tc::backward_kv_block(TensorCoreCtx{}, tc_smem, dkv, dout, lse, D, q, kv, q_seg, k_seg, d,
+  tc::backward_kv_block(TensorCoreCtx{}, tc_smem, dkv, dout, lse, D, q, kv, q_seg, k_seg, bias, d,
                         int64_t{blockIdx.x} * tc::kTile, blockIdx.y, blockIdx.z);
 }
 
-// grid (query tiles, NH, B).
+// grid (query tiles, NH, batch chunks): dQ of a query tile of one head over a chunk of batch
+// rows in order (one row unless a shared bias's gradient is wanted: DbiasOut, as the CUDA-core
+// dQ kernel), and the bias gradient into the chunk's slot.
 __global__ void __launch_bounds__(tc::kThreads)
     tc_backward_q_kernel(bf16* dq, const bf16* dout, const float* lse, const float* D,
                          const bf16* q, const bf16* kv, const int32_t* q_seg, const int32_t* k_seg,
-                         tc::Shape d) {
+                         tc::Bias<bf16> bias, DbiasOut dbias, int64_t B, tc::Shape d) {
   extern __shared__ __align__(128) unsigned char tc_smem[];
-  tc::backward_q_block(TensorCoreCtx{}, tc_smem, dq, dout, lse, D, q, kv, q_seg, k_seg, d,
-                       int64_t{blockIdx.x} * tc::kTile, blockIdx.y, blockIdx.z);
+  const int64_t b_begin = int64_t{blockIdx.z} * dbias.rows_per_block;
+  const int64_t b_end = min(B, b_begin + dbias.rows_per_block);
+  float* slot = dbias.out == nullptr ? nullptr
+                                     : dbias.out + blockIdx.z * dbias.slot_stride +
+                                           int64_t{blockIdx.y} * d.Tq * d.Tk;
+  tc::backward_q_rows(TensorCoreCtx{}, tc_smem, dq, dout, lse, D, q, kv, q_seg, k_seg, bias, slot,
+                      dbias.assign, d, int64_t{blockIdx.x} * tc::kTile, blockIdx.y, b_begin, b_end);
 }
 
 tc::Shape tc_shape(const AttnShape& s) {
@@ -611,11 +619,14 @@ tc::Shape tc_shape(const AttnShape& s) {
 
 // Whether the tensor-core kernels take a call whose tensors start at `ptrs`.
 template <typename Act>
-bool tensor_cores_take(const AttnShape& s, const AttnMasks<Act>& m,
-                       std::initializer_list<const void*> ptrs) {
+bool tensor_cores_take(const AttnShape& s, std::initializer_list<const void*> ptrs) {
   return s.tensor_core_shared > 0 &&
-         tc::eligible(tc_shape(s), std::is_same_v<Act, bf16>, m.bias != nullptr, ptrs.begin(),
+         tc::eligible(tc_shape(s), std::is_same_v<Act, bf16>, ptrs.begin(),
                       static_cast<int>(ptrs.size()), s.tensor_core_shared);
+}
+
+tc::Bias<bf16> tc_bias(const AttnShape& s, const AttnMasks<bf16>& m) {
+  return {m.bias, m.bias_batch == 1 ? 0 : s.NH * s.Tq * s.Tk};
 }
 
 size_t tc_bytes(tc::Kernel k, int64_t HD) { return tc::layout_for(k, HD).bytes; }
@@ -657,10 +668,10 @@ void attention_forward(Act* out, float* lse, const Act* q, const Act* kv, const 
                        const AttnMasks<Act>& m, cudaStream_t stream) {
   if (s.B * s.Tq * s.NH == 0) return;
   if constexpr (std::is_same_v<Act, bf16>) {
-    if (tensor_cores_take(s, m, {out, q, kv})) {
+    if (tensor_cores_take<Act>(s, {out, q, kv})) {
       tc_forward_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, s.B), tc::kThreads,
                           tc_bytes(tc::Kernel::kForward, s.HD), stream>>>(
-          out, lse, q, kv, m.q_segments, m.k_segments, tc_shape(s));
+          out, lse, q, kv, m.q_segments, m.k_segments, tc_bias(s, m), tc_shape(s));
       AX_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -689,52 +700,56 @@ void attention_backward(Act* dq, Act* dkv, float* dbias, const Act* dout, const 
   attention_row_dot_kernel<<<static_cast<unsigned>(ceil_div(warps * kWarp, kThreads)), kThreads, 0,
                              stream>>>(row_dots, dout, out, s.B, d);
   AX_CUDA_CHECK_LAUNCH();
-  if constexpr (std::is_same_v<Act, bf16>) {
-    if (dbias == nullptr && tensor_cores_take(s, m, {dq, dkv, dout, q, kv})) {
-      const tc::Shape t = tc_shape(s);
-      if (s.Tk > 0) {
-        tc_backward_kv_kernel<<<grid_of(ceil_div(s.Tk, tc::kTile), s.KVH, s.B), tc::kThreads,
-                                tc_bytes(tc::Kernel::kBackwardKV, s.HD), stream>>>(
-            dkv, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, t);
-        AX_CUDA_CHECK_LAUNCH();
-      }
-      tc_backward_q_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, s.B), tc::kThreads,
-                             tc_bytes(tc::Kernel::kBackwardQ, s.HD), stream>>>(
-          dq, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, t);
-      AX_CUDA_CHECK_LAUNCH();
-      return;
-    }
-  }
-  const bool masked = m.present();
-  const Masks<Act> masks = masked ? masks_of(s, m) : Masks<Act>{};
-  if (s.Tk > 0) {
-    const dim3 grid = grid_of(ceil_div(s.Tk, kBc), s.KVH, s.B);
-    const size_t bytes = backward_kv_bytes(s.HD, masked);
-    if (masked) {
-      attention_backward_kv_kernel<Act, true>
-          <<<grid, kThreads, bytes, stream>>>(dkv, dout, lse, row_dots, q, kv, d, masks);
-    } else {
-      attention_backward_kv_kernel<Act, false>
-          <<<grid, kThreads, bytes, stream>>>(dkv, dout, lse, row_dots, q, kv, d, masks);
-    }
-    AX_CUDA_CHECK_LAUNCH();
-  }
   // The bias gradient: per batch row into dbias, or for a shared bias in chunks of rows.
   const bool shared = dbias != nullptr && m.bias_batch == 1;
   const DbiasPlan plan = dbias_plan(s.B, s.Tq, s.Tk, s.NH, shared);
   const int64_t n = s.NH * s.Tq * s.Tk;
   DbiasOut out_db{dbias, shared ? 0 : n, plan.rows_per_chunk, false};
   if (plan.partials) out_db = {row_dots + s.B * s.NH * s.Tq, n, plan.rows_per_chunk, true};
-  const dim3 grid = grid_of(ceil_div(s.Tq, kBr), s.NH, plan.chunks);
-  const size_t bytes = backward_q_bytes(s.HD);
-  if (masked) {
-    attention_backward_q_kernel<Act, true>
-        <<<grid, kThreads, bytes, stream>>>(dq, dout, lse, row_dots, q, kv, d, masks, out_db, s.B);
-  } else {
-    attention_backward_q_kernel<Act, false>
-        <<<grid, kThreads, bytes, stream>>>(dq, dout, lse, row_dots, q, kv, d, masks, out_db, s.B);
+  bool tensor_cores = false;
+  if constexpr (std::is_same_v<Act, bf16>) {
+    tensor_cores = tensor_cores_take<Act>(s, {dq, dkv, dout, q, kv});
+    if (tensor_cores) {
+      const tc::Shape t = tc_shape(s);
+      const tc::Bias<bf16> bias = tc_bias(s, m);
+      if (s.Tk > 0) {
+        tc_backward_kv_kernel<<<grid_of(ceil_div(s.Tk, tc::kTile), s.KVH, s.B), tc::kThreads,
+                                tc_bytes(tc::Kernel::kBackwardKV, s.HD), stream>>>(
+            dkv, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, bias, t);
+        AX_CUDA_CHECK_LAUNCH();
+      }
+      tc_backward_q_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, plan.chunks), tc::kThreads,
+                             tc_bytes(tc::Kernel::kBackwardQ, s.HD), stream>>>(
+          dq, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, bias, out_db, s.B, t);
+      AX_CUDA_CHECK_LAUNCH();
+    }
   }
-  AX_CUDA_CHECK_LAUNCH();
+  if (!tensor_cores) {
+    const bool masked = m.present();
+    const Masks<Act> masks = masked ? masks_of(s, m) : Masks<Act>{};
+    if (s.Tk > 0) {
+      const dim3 grid = grid_of(ceil_div(s.Tk, kBc), s.KVH, s.B);
+      const size_t bytes = backward_kv_bytes(s.HD, masked);
+      if (masked) {
+        attention_backward_kv_kernel<Act, true>
+            <<<grid, kThreads, bytes, stream>>>(dkv, dout, lse, row_dots, q, kv, d, masks);
+      } else {
+        attention_backward_kv_kernel<Act, false>
+            <<<grid, kThreads, bytes, stream>>>(dkv, dout, lse, row_dots, q, kv, d, masks);
+      }
+      AX_CUDA_CHECK_LAUNCH();
+    }
+    const dim3 grid = grid_of(ceil_div(s.Tq, kBr), s.NH, plan.chunks);
+    const size_t bytes = backward_q_bytes(s.HD);
+    if (masked) {
+      attention_backward_q_kernel<Act, true><<<grid, kThreads, bytes, stream>>>(
+          dq, dout, lse, row_dots, q, kv, d, masks, out_db, s.B);
+    } else {
+      attention_backward_q_kernel<Act, false><<<grid, kThreads, bytes, stream>>>(
+          dq, dout, lse, row_dots, q, kv, d, masks, out_db, s.B);
+    }
+    AX_CUDA_CHECK_LAUNCH();
+  }
   if (out_db.assign) {
     attention_dbias_sum_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dbias, out_db.out,
                                                                                plan.chunks, n, d);
