@@ -70,6 +70,7 @@ struct HostCtx {
   static float exp(float x) { return std::exp(x); }
   static float log(float x) { return std::log(x); }
   static float f32(Bf16 x) { return f32_from_bf16(x.bits); }
+  static float mul(float a, float b) { return a * b; }
   static Bf16 round(float x) { return {bf16_from_f32(x)}; }
   static void copy8(Bf16* dst, const Bf16* src) {
     rule(aligned(dst, 16) && aligned(src, 16));
@@ -112,6 +113,7 @@ struct Case {
   float uniform = 0;
   float grad0 = 0.01f;     // the scale of the gradients backward adds to
   int64_t bias_batch = 0;  // an additive bias (bias_batch, NH, Tq, Tk) and its gradient; 0: none
+  float scale = 0;         // multiplies Q·Kᵀ; 0: 1/sqrt(HD)
 };
 
 std::vector<Bf16> to_bf16(const std::vector<float>& v) {
@@ -272,8 +274,9 @@ Error error(const std::vector<float>& got, const std::vector<float>& want) {
   return {worst, n > 0 && rms > 0 ? std::sqrt(se / n) / rms : 0};
 }
 
-// The share of |want| + rms(want) beyond one bf16 step that got needs (cuda_parity.cc's rule).
-double parity_share(const std::vector<float>& got, const std::vector<float>& want) {
+// The share of |want| + rms(want) beyond one step of the output's dtype (bf16, or f32 for lse
+// and dbias) that got needs (cuda_parity.cc's rule).
+double parity_share(const std::vector<float>& got, const std::vector<float>& want, bool f32) {
   double ss = 0;
   for (float w : want) ss += std::isfinite(w) ? double{w} * w : 0.0;
   const double rms = want.empty() ? 0 : std::sqrt(ss / static_cast<double>(want.size()));
@@ -283,7 +286,7 @@ double parity_share(const std::vector<float>& got, const std::vector<float>& wan
     const double g = got[i], w = want[i];
     int e = 0;
     std::frexp(std::max(std::abs(g), std::abs(w)), &e);
-    const double step = std::ldexp(1.0, e - 8);
+    const double step = std::ldexp(1.0, e - (f32 ? 24 : 8));
     need = std::max(need, (std::abs(g - w) - step) / (std::abs(w) + rms));
   }
   return need;
@@ -309,7 +312,7 @@ TEST_P(TensorCoreAttention, BlockProgramsMatchTheCpuBackend) {
   d.OC = OC;
   d.group = k.NH / k.KVH;
   d.k_col = k.packed ? OC : k.k_offset;
-  d.scale = 1.0f / std::sqrt(static_cast<float>(k.HD));
+  d.scale = k.scale > 0 ? k.scale : 1.0f / std::sqrt(static_cast<float>(k.HD));
   d.causal = k.causal;
   const void* none[] = {nullptr};
   ASSERT_TRUE(eligible(d, true, none, 1, 227 * 1024)) << "a case the kernels must take";
@@ -336,7 +339,8 @@ TEST_P(TensorCoreAttention, BlockProgramsMatchTheCpuBackend) {
     if (!k.packed) qs[d.Tq - 1] = qs[d.Tq - 2] = 1000;
   }
   const int64_t n_bias = k.bias_batch * d.NH * d.Tq * d.Tk;
-  const std::vector<float> bias = draw(n_bias, 1.0f), dbias0 = draw(n_bias, k.grad0);
+  const std::vector<float> bias = draw(n_bias, k.uniform > 0 ? k.uniform : 1.0f);
+  const std::vector<float> dbias0 = draw(n_bias, k.grad0);
 
   // The CPU backends on the same values: f32, and cpu-bf16 (bf16 storage, f32 math: the plan
   // the CUDA parity suite holds the bf16 GPU path to).
@@ -422,10 +426,12 @@ TEST_P(TensorCoreAttention, BlockProgramsMatchTheCpuBackend) {
   if (k.bias_batch == 1 && d.B > 1) {
     // A shared bias's gradient: one dQ block walking every batch row into dbias, instead of
     // the plan's partials, gives the same results but the bias gradient's sum order.
-    const Result one_chunk = run_tc(d, in, false, d.B);
-    EXPECT_TRUE(same_bits(fwd.dq, one_chunk.dq) && same_bits(fwd.dkv, one_chunk.dkv));
-    const Error e = error(one_chunk.dbias, fwd.dbias);
-    EXPECT_LT(e.worst, 1e-5) << "dbias from one chunk against the plan's partials";
+    // And chunks of two rows into partials (the first row of a chunk assigns, the next adds).
+    for (int64_t rows : {d.B, int64_t{2}}) {
+      const Result other = run_tc(d, in, false, rows);
+      EXPECT_TRUE(same_bits(fwd.dq, other.dq) && same_bits(fwd.dkv, other.dkv)) << rows;
+      EXPECT_LT(error(other.dbias, fwd.dbias).worst, 1e-5) << "dbias, chunks of " << rows;
+    }
   }
 
   // Against f32: the kernels round P and dS to bf16 for the products, the outputs once. Their
@@ -456,7 +462,7 @@ TEST_P(TensorCoreAttention, BlockProgramsMatchTheCpuBackend) {
     // share of |ref| + rms(ref), against cpu-bf16, whose out and lse the backward pass starts
     // from there.
     const std::vector<float>& parity_got = i < 2 ? *got[i] : *parity_grads[i - 2];
-    const double need = parity_share(parity_got, *plan[i]);
+    const double need = parity_share(parity_got, *plan[i], i == 1 || i == 4);
     const double rms_to_plan = error(parity_got, *plan[i]).rms;
     std::printf("  against cpu-bf16: parity share needed %.2e, rms %.2e\n", need, rms_to_plan);
     EXPECT_LE(need, kParityShare) << names[i];
@@ -489,8 +495,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"t5_encoder_shared_bias", 3, 100, 100, 4, 4, 64, false, true, true, 0, 0, 0, 0, 0.01f,
              1},
         Case{"t5_decoder_shared_bias", 2, 70, 70, 2, 2, 64, true, true, true, 0, 0, 0, 0, 0.01f, 1},
-        Case{"cross_bias_per_row", 2, 37, 130, 4, 2, 32, false, false, true, 8, 8, 16, 0, 0.01f,
-             2}),
+        Case{"cross_bias_per_row", 2, 37, 130, 4, 2, 32, false, false, true, 8, 8, 16, 0, 0.01f, 2},
+        // The op table's `_tc` cases (op_table_attention.cc) with its values and scales.
+        Case{"table_cross_bias_per_row", 2, 37, 130, 4, 2, 32, false, false, true, 8, 8, 16, 2,
+             0.01f, 2, 0.18f},
+        Case{"table_packed_causal_segments", 2, 150, 150, 4, 2, 64, true, true, true, 0, 0, 0, 2,
+             0.01f, 0, 0.125f},
+        Case{"table_t5_shared_bias", 3, 100, 100, 4, 4, 64, false, true, true, 0, 0, 0, 2, 0.01f, 1,
+             0.125f}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(TensorCoreAttention, EligibleShapesOnly) {

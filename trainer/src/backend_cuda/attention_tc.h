@@ -262,7 +262,7 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
         if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
         float s = -INFINITY;
         if (ok) {
-          s = S[r * L.ld_s + j] * d.scale;
+          s = C::mul(S[r * L.ld_s + j], d.scale);  // rounded alone, as the backward's
           if (hb != nullptr) s += C::f32(hb[(q0 + r) * d.Tk + k0 + j]);
         }
         S[r * L.ld_s + j] = s;
@@ -343,7 +343,7 @@ AX_TC_FN void probabilities(const C& c, const Layout& L, const Rows& R, const fl
     if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
     float p = 0.0f, ds = 0.0f;  // ds: the gradient of the biased score, then of Q·Kᵀ
     if (ok) {
-      float s = S[r * L.ld_s + j] * d.scale;
+      float s = C::mul(S[r * L.ld_s + j], d.scale);  // as the forward's, never fused
       if (hb != nullptr) s += C::f32(hb[(q0 + r) * d.Tk + k0 + j]);
       p = C::exp(s - R.lse[r]);
       ds = p * (dP[r * L.ld_s + j] - R.D[r]);

@@ -554,6 +554,9 @@ struct TensorCoreCtx {
   static __device__ float exp(float x) { return expf(x); }
   static __device__ float log(float x) { return logf(x); }
   static __device__ float f32(bf16 x) { return to_f32(x); }
+  // A product nvcc may not fuse with the add or subtract that follows (the forward and backward
+  // programs must compute the same score).
+  static __device__ float mul(float a, float b) { return __fmul_rn(a, b); }
   static __device__ bf16 round(float x) { return to_bf16(x); }
   static __device__ void copy8(bf16* dst, const bf16* src) {
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
