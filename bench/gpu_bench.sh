@@ -21,6 +21,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 peer="$here/torch_gpu_peer.py"
 bench=""
 models="Pile126M,fuji-1B-v2"
+attention_shapes="pile126m,fuji-1b,llama-hd128,t5-encoder,t5-decoder"  # ax-attention-bench
 models_given=""  # --models was given: --check runs its pipeline on those
 # --check's parameter counts
 count_models="Pile126M,fuji-1B-v1,fuji-1B-v2,fuji-1B-v3,t5-small,t5-base,t5-large"
@@ -285,6 +286,33 @@ run_ax_cuda_cores() {  # model
   log "$m ax-cuda-cores: $(summary "$res") ($((SECONDS - t0)) s)"
 }
 
+# The attention op alone (bench/attention_bench.cc, beside ax-train-bench): ax's tensor-core and
+# CUDA-core kernels and PyTorch's SDPA at the models' attention shapes, into attention.md; the
+# report prints it under the table. On the CPU (--check) the smoke shape only; its failure there
+# fails the check.
+attention_status=0
+run_attention() {
+  local attn rc=0 cap shapes t0=$SECONDS
+  attn="$(dirname "$bench")/ax-attention-bench"
+  if [[ ! -x "$attn" ]]; then
+    echo "ax-attention-bench is not beside $bench: not run" >"$results/attention.md"
+    log "attention alone: not run (no ax-attention-bench beside ax-train-bench)"
+    return
+  fi
+  shapes="$([[ "$device" == cuda ]] && echo "$attention_shapes" || echo tiny)"
+  cap="$(cap_for 90)"
+  # ax_cmd is the loader (when the bundle's glibc is needed) and ax-train-bench: the same loader.
+  AX_LOG_LEVEL=warning LD_LIBRARY_PATH="$ax_libpath" timeout "$cap" \
+    "${ax_cmd[@]:0:${#ax_cmd[@]}-1}" "$attn" --device "$device" --shapes "$shapes" --repeats 5 \
+    --peer --python "$python" >"$results/attention.md" 2>"$results/attention.err" || rc=$?
+  if ((rc != 0)); then
+    echo "ax-attention-bench: status $rc: $(grep -v '^\s*$' "$results/attention.err" | tail -1)" \
+      >>"$results/attention.md"
+    attention_status=1
+  fi
+  log "attention alone: $( ((rc == 0)) && echo "measured" || echo "status $rc") ($((SECONDS - t0)) s)"
+}
+
 run_torch() {  # model, eager|compile, batch sizes (space-separated)
   local m="$1" side="$2" list="$3" res="$results/$1.$2.json" cap t0 rc=0
   cap="$(cap_for "$([[ "$side" == compile ]] && echo 300 || echo 180)")"
@@ -338,6 +366,7 @@ run_all() {
   results="$out"
   mkdir -p "$results"
   rm -f "$results"/*.{ax,ax-cuda-cores,eager,compile}.json "$results"/*.{err,out,mem} "$results"/device.json \
+    "$results"/attention.md \
     "$results"/table.md
   if [[ "$device" == cuda ]]; then
     if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -365,6 +394,7 @@ EOF
   log "results in $results; budget ${budget}s; $warmup warm-up + up to $steps timed steps" \
     "(at most ${max_seconds}s) per run"
   local m list
+  [[ ",$sides," == *,ax,* ]] && run_attention
   for m in ${models//,/ }; do
     [[ ",$sides," == *,ax,* ]] && run_ax "$m"
     [[ ",$sides," == *,eager,* ]] && run_torch "$m" eager "$(default_batches "$m")"
@@ -442,6 +472,10 @@ EOF
       status=1
     fi
   done
+  if ((attention_status != 0)); then
+    echo "check: ax-attention-bench failed: $(tail -1 "$results/attention.md")"
+    status=1
+  fi
   exit "$status"
 }
 

@@ -624,6 +624,14 @@ def report(a):
     print()
     for line in ratios:
         print(line)
+    attention = os.path.join(d, "attention.md")
+    if os.path.exists(attention):  # ax-attention-bench's table (bench/gpu_bench.sh)
+        print()
+        print("Attention alone (ax-attention-bench: ax's tensor-core and CUDA-core kernels, "
+              "PyTorch's SDPA, the same shapes):")
+        with open(attention) as f:
+            print(f.read().rstrip())
+        print()
     for m in models:
         for line in T5X_PUBLISHED.get(m, []):
             print(f"{m}: anchor, published, not measured here: {line}")

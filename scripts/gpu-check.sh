@@ -58,8 +58,8 @@ options:
   --python PATH    the Python with PyTorch (default \$PYTHON, else the first of python3 and
                    /usr/bin/python3 that has torch)
   --output FILE    report: write the report here instead of into docs/benchmarks-gpu.md
-  --cpu-build DIR  --check: the CPU build with ax-train, ax-launch, ax-data, ax-train-bench
-                   (default build/cpu)
+  --cpu-build DIR  --check: the CPU build with ax-train, ax-launch, ax-data, ax-train-bench,
+                   ax-attention-bench (default build/cpu)
   --cuda-build DIR --check: a CUDA build holding the gpu test binaries (default
                    build/cuda-check; without it the tests step records them as not built)
 EOF
@@ -150,7 +150,7 @@ make_bundle() {  # AX_BUILD TEST_BUILD CORPUS_DIR
   local axb="$1" testb="$2" corpus="$3" bins=() tests=() t f
   rm -rf "$bundle"
   mkdir -p "$bundle"
-  for f in trainer/ax-train launcher/ax-launch bench/ax-train-bench; do
+  for f in trainer/ax-train launcher/ax-launch bench/ax-train-bench bench/ax-attention-bench; do
     [[ -x "$axb/$f" ]] || die "$axb/$f is not built"
     bins+=("$axb/$f")
   done
@@ -191,7 +191,8 @@ do_bundle() {
     exit 1
   fi
   # shellcheck disable=SC2086  # the test targets are words
-  cmake --build "$build" -j "$(nproc)" --target ax-train ax-launch ax-data ax-train-bench $tests
+  cmake --build "$build" -j "$(nproc)" --target ax-train ax-launch ax-data ax-train-bench \
+    ax-attention-bench $tests
   make_bundle "$build" "$build" "$root/build/gpu-check-corpus"
   log "carry build/gpu-check-bundle in each device call (docs/notes/gpu-session.md)"
 }
