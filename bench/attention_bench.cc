@@ -8,8 +8,9 @@
 // and the ratios. On the CPU (--device cpu|cpu-bf16) the same program times the CPU backend (no
 // kernel choice there): the smoke test of bench/gpu_bench.sh --check.
 //
-//   ax-attention-bench [--device cuda] [--shapes pile126m,fuji-1b,t5-encoder,t5-decoder]
-//                      [--repeats 10] [--peer] [--python python3]
+//   ax-attention-bench [--device cuda] [--shapes
+//   pile126m,fuji-1b,llama-hd128,t5-encoder,t5-decoder]
+//                      [--repeats 10] [--peer] [--python python3] [--peer-script PATH]
 //
 // Values are random (the speed does not depend on them); each backward pass adds into the same
 // gradients. Method: docs/benchmarks-gpu.md ("Attention alone").
@@ -243,6 +244,8 @@ int main_impl(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)");
   app.add_flag("--peer", o.peer, "also time PyTorch's scaled_dot_product_attention");
   app.add_option("--python", o.python, "the Python with PyTorch for --peer (default python3)");
+  app.add_option("--peer-script", o.peer_script,
+                 "bench/torch_attention_peer.py where the checkout is (default: the build's)");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
 
   std::vector<AttnShape> list;

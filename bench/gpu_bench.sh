@@ -11,8 +11,11 @@
 #   bench/gpu_bench.sh --bundle build/gpu-bench --bench /tmp/cudab/bench/ax-train-bench
 #
 # ax's side is `ax-train-bench --worker` (ax-train's step on random tokens, no data loader, no
-# checkpoint), one process per batch size tried: status 4 (or "out of memory") = does not fit.
-# PyTorch's side is bench/torch_gpu_peer.py, which tries its batch sizes in one process.
+# checkpoint), one process per batch size tried: status 4 (or "out of memory") = does not fit;
+# then again at that batch with AX_CUDA_ATTENTION=cuda-cores (side ax-cuda-cores, last for each
+# model). PyTorch's side is bench/torch_gpu_peer.py, which tries its batch sizes in one process.
+# First of all, ax-attention-bench (beside ax-train-bench) times the attention op alone against
+# PyTorch's SDPA (attention.md; at most 90 s).
 # Exit status: 0 done (the table says which runs failed), 1 --check found a difference,
 # 2 bad command line, 3 no GPU answered.
 set -euo pipefail
@@ -108,10 +111,14 @@ log() { printf '[%4d s] %s\n' "$((SECONDS - start))" "$*"; }
 source "$here/../scripts/lib/bundle.sh"
 
 make_bundle() {
-  bundle_copy "$bundle" "$bench"
+  # ax-attention-bench too when it was built beside ax-train-bench (run_attention looks there).
+  local bins=("$bench") attn
+  attn="$(dirname "$bench")/ax-attention-bench"
+  [[ -x "$attn" ]] && bins+=("$attn")
+  bundle_copy "$bundle" "${bins[@]}"
   ls -l "$bundle/bin" "$bundle/lib" "$bundle/lib/glibc"
   echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle; from the GPU machine it needs:" \
-    "$(bundle_machine_libraries "$bench")"
+    "$(bundle_machine_libraries "${bins[@]}")"
 }
 
 # ---- running ax-train-bench on another machine ------------------------------------------------
@@ -304,7 +311,8 @@ run_attention() {
   # ax_cmd is the loader (when the bundle's glibc is needed) and ax-train-bench: the same loader.
   AX_LOG_LEVEL=warning LD_LIBRARY_PATH="$ax_libpath" timeout "$cap" \
     "${ax_cmd[@]:0:${#ax_cmd[@]}-1}" "$attn" --device "$device" --shapes "$shapes" --repeats 5 \
-    --peer --python "$python" >"$results/attention.md" 2>"$results/attention.err" || rc=$?
+    --peer --python "$python" --peer-script "$here/torch_attention_peer.py" \
+    >"$results/attention.md" 2>"$results/attention.err" || rc=$?
   if ((rc != 0)); then
     echo "ax-attention-bench: status $rc: $(grep -v '^\s*$' "$results/attention.err" | tail -1)" \
       >>"$results/attention.md"

@@ -106,7 +106,8 @@ if(NOT AX_ENABLE_CUDA STREQUAL "OFF")
     # for an older architecture would be JIT-compiled on a newer device into kernels that trap.
     foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
       string(REGEX MATCH "^[0-9]+" arch_number "${arch}")
-      if(arch_number AND arch_number LESS 80)
+      if(arch STREQUAL "all" OR arch STREQUAL "all-major" OR
+         (arch_number AND arch_number LESS 80))
         message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES has ${arch}: ax's CUDA backend needs "
                             "sm_80 or later (bf16 tensor cores)")
       endif()

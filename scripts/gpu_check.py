@@ -338,6 +338,9 @@ def merge_bench(benches, dest):
         notes += [n for n in summary.get("notes", []) if n not in notes]
         for f in glob.glob(os.path.join(d, "bench", "*.json")):
             shutil.copy(f, os.path.join(dest, "bench"))
+        attention = os.path.join(d, "bench", "attention.md")  # ax-attention-bench's table
+        if os.path.exists(attention):
+            shutil.copy(attention, os.path.join(dest, "bench"))
     merged = dict(benches[-1][0], checks=list(checks.values()), notes=notes,
                   seconds=sum(s["seconds"] for s, _ in benches))
     merged["status"] = step_status(merged["checks"])

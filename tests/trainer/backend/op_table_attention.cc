@@ -204,9 +204,9 @@ void add_parity_origin(std::vector<OpCase>& t) {
 // a multiple of 16, rows and the key column in multiples of 8): cross-attention with segments
 // (row 0's last two queries see no key), GQA and a bias per row; causal packed self-attention
 // with segments over three 64-row tiles; T5's encoder self-attention (a bias shared by the
-// batch, its gradient over three rows, segments). The op table's packed cases of head size 64,
-// 80 and 128 are taken too. Not in the finite-difference driver (their size; the kernels' math
-// is the same as the smaller cases').
+// batch, its gradient over three rows, segments). The op table's packed cases of head size 16,
+// 64, 80 and 128 (add_parity_origin's packed case with segments among them) are taken too. Not in
+// the finite-difference driver (their size; the kernels' math is the same as the smaller cases').
 void add_tensor_core_origin(std::vector<OpCase>& t) {
   struct Case {
     General g;

@@ -248,7 +248,8 @@ struct CudaBackendOptions {
   // (train.allow_tf32); otherwise they multiply in full f32. No effect with bf16 activations.
   bool allow_tf32 = false;
   // Attention on tensor cores (bf16 products, f32 sums) for the calls its kernels take (bf16,
-  // no bias, head size a multiple of 16 up to 128: docs/cuda-backend.md "Attention kernels");
+  // head size a multiple of 16 up to 128, 16-byte aligned rows; segments and a bias too:
+  // docs/cuda-backend.md "Attention kernels");
   // false, or AX_CUDA_ATTENTION=cuda-cores in the environment: the f32 CUDA-core kernels for
   // every call.
   bool tensor_core_attention = true;
