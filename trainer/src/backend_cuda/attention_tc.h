@@ -148,6 +148,26 @@ AX_TC_FN Rows rows_of(unsigned char* smem, const Layout& l) {
   return r;
 }
 
+// A block's shared-memory regions as typed pointers (Layout's offsets); a region the kernel's
+// layout does not have points at the start of shared memory and is not used.
+template <class E>
+struct Regions {
+  E *q, *k, *v, *dout, *p, *ds;  // bf16 tiles
+  float *s, *dp, *acc, *acc2;    // f32 tiles
+};
+
+template <class E>
+AX_TC_FN Regions<E> regions_of(unsigned char* smem, const Layout& l) {
+  auto e = [&](size_t at) { return reinterpret_cast<E*>(smem + at); };
+  auto f = [&](size_t at) { return reinterpret_cast<float*>(smem + at); };
+  return {e(l.q), e(l.k), e(l.v), e(l.dout), e(l.p), e(l.ds), f(l.s), f(l.dp), f(l.acc), f(l.acc2)};
+}
+
+// The end of the keys a query tile from q0 sees: causal tiles stop at the diagonal.
+AX_TC_FN int64_t key_end(const Shape& d, int64_t q0) {
+  return d.causal ? (d.Tk < q0 + kTile ? d.Tk : q0 + kTile) : d.Tk;
+}
+
 // The optional additive bias, (Bb, NH, Tq, Tk) in the activation type: null, or shared by the
 // batch (batch_stride 0) or one per row (batch_stride NH·Tq·Tk).
 template <class E>
@@ -223,12 +243,7 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
                             const E* kv, const int32_t* q_seg, const int32_t* k_seg,
                             const Bias<E>& bias, const Shape& d, int64_t q0, int64_t h, int64_t b) {
   const Layout L = layout_for(Kernel::kForward, d.HD);
-  E* qs = reinterpret_cast<E*>(smem + L.q);
-  E* ks = reinterpret_cast<E*>(smem + L.k);
-  E* vs = reinterpret_cast<E*>(smem + L.v);
-  float* S = reinterpret_cast<float*>(smem + L.s);
-  E* P = reinterpret_cast<E*>(smem + L.p);
-  float* O = reinterpret_cast<float*>(smem + L.acc);
+  const Regions<E> M = regions_of<E>(smem, L);
   const Rows R = rows_of(smem, L);
   const int64_t HD = d.HD;
   const int hd = static_cast<int>(HD);
@@ -236,21 +251,21 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
   const E* kb = kv + b * d.Tk * d.Rkv + d.k_col + h / d.group * HD;
   const E* hb = head_bias(bias, d, b, h);
 
-  load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
+  load_rows(c, M.q, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
   if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
-  c.for_each(kTile * L.ld_a, [&](int i) { O[i] = 0.0f; });
+  c.for_each(kTile * L.ld_a, [&](int i) { M.acc[i] = 0.0f; });
   c.for_each(kTile, [&](int r) {
     R.m[r] = -INFINITY;
     R.l[r] = 0.0f;
   });
-  const int64_t key_end = d.causal ? (d.Tk < q0 + kTile ? d.Tk : q0 + kTile) : d.Tk;
-  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+  const int64_t keys = key_end(d, q0);
+  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
     c.sync();
-    load_rows(c, ks, L.ld_e, kb, d.Rkv, k0, d.Tk, HD);
-    load_rows(c, vs, L.ld_e, kb + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
+    load_rows(c, M.k, L.ld_e, kb, d.Rkv, k0, d.Tk, HD);
+    load_rows(c, M.v, L.ld_e, kb + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
     if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
     c.sync();
-    c.for_each_warp(16, [&](int t) { scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD); });
+    c.for_each_warp(16, [&](int t) { scores(c, t, M.s, L.ld_s, M.q, M.k, L.ld_e, HD); });
     c.sync();
     // Scale, bias and mask the scores in place; a partial maximum per quarter of a row (keys
     // part, part + 4, ...).
@@ -262,10 +277,10 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
         if (segs) ok = ok && R.q_seg[r] == R.k_seg[j];
         float s = -INFINITY;
         if (ok) {
-          s = C::mul(S[r * L.ld_s + j], d.scale);  // rounded alone, as the backward's
+          s = C::mul(M.s[r * L.ld_s + j], d.scale);  // rounded alone, as the backward's
           if (hb != nullptr) s += C::f32(hb[(q0 + r) * d.Tk + k0 + j]);
         }
-        S[r * L.ld_s + j] = s;
+        M.s[r * L.ld_s + j] = s;
         mx = s > mx ? s : mx;
       }
       R.part_max[i] = mx;
@@ -284,17 +299,18 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
       const float alpha = empty ? 1.0f : C::exp(m_old - m_new);
       float sum = 0.0f;
       for (int j = part; j < kTile; j += 4) {
-        const float p = empty ? 0.0f : C::exp(S[r * L.ld_s + j] - m_new);
-        P[r * L.ld_p + j] = C::round(p);
+        const float p = empty ? 0.0f : C::exp(M.s[r * L.ld_s + j] - m_new);
+        M.p[r * L.ld_p + j] = C::round(p);
         sum += p;
       }
       R.part_sum[i] = sum;
       if (part == 0) R.m_new[r] = m_new;
-      for (int col = part; col < hd; col += 4) O[r * L.ld_a + col] *= alpha;
+      for (int col = part; col < hd; col += 4) M.acc[r * L.ld_a + col] *= alpha;
     });
     c.sync();
-    c.for_each_warp(4 * hd / 16,
-                    [&](int t) { accumulate<false>(c, t, O, L.ld_a, P, L.ld_p, vs, L.ld_e, HD); });
+    c.for_each_warp(4 * hd / 16, [&](int t) {
+      accumulate<false>(c, t, M.acc, L.ld_a, M.p, L.ld_p, M.v, L.ld_e, HD);
+    });
     c.for_each(kTile, [&](int r) {
       const float m_new = R.m_new[r];
       const float alpha = m_new == -INFINITY ? 1.0f : C::exp(R.m[r] - m_new);
@@ -312,7 +328,7 @@ AX_TC_FN void forward_block(const C& c, unsigned char* smem, E* out, float* lse,
     const float l = R.l[r];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // 0: every key masked (or Tk = 0)
     float v[8];
-    for (int e = 0; e < 8; ++e) v[e] = O[r * L.ld_a + col + e] * inv;
+    for (int e = 0; e < 8; ++e) v[e] = M.acc[r * L.ld_a + col + e] * inv;
     C::store8(out + (b * d.Tq + t) * d.OC + h * HD + col, v);
   });
   c.for_each(kTile, [&](int r) {
@@ -381,6 +397,31 @@ AX_TC_FN void add_rows(const C& c, E* dst, int64_t stride, int64_t t0, int64_t T
   });
 }
 
+// The query side of a backward tile pair: Q and dO rows from q0 of head h of batch row b, their
+// lse and D, and their segment ids (when present).
+template <class C, class E>
+AX_TC_FN void load_query_tile(const C& c, const Layout& L, const Regions<E>& M, const Rows& R,
+                              const E* q, const E* dout, const float* lse, const float* D,
+                              const int32_t* q_seg, const Shape& d, int64_t q0, int64_t h,
+                              int64_t b) {
+  load_rows(c, M.q, L.ld_e, q + b * d.Tq * d.Rq + h * d.HD, d.Rq, q0, d.Tq, d.HD);
+  load_rows(c, M.dout, L.ld_e, dout + b * d.Tq * d.OC + h * d.HD, d.OC, q0, d.Tq, d.HD);
+  load_row_stats(c, R, lse, D, d, q0, h, b);
+  if (q_seg != nullptr) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
+}
+
+// S = Q·Kᵀ and dP = dO·Vᵀ of a tile pair, one phase of 32 warp tiles.
+template <class C, class E>
+AX_TC_FN void scores_and_dp(const C& c, const Layout& L, const Regions<E>& M, int64_t HD) {
+  c.for_each_warp(32, [&](int t) {
+    if (t < 16) {
+      scores(c, t, M.s, L.ld_s, M.q, M.k, L.ld_e, HD);
+    } else {
+      scores(c, t - 16, M.dp, L.ld_s, M.dout, M.v, L.ld_e, HD);
+    }
+  });
+}
+
 // dK and dV of kTile keys from k0 of key/value head g of batch row b, over the group's query
 // heads; added into dkv's key and value columns. D (B, NH, Tq) = Σ dO·O per row.
 template <class C, class E>
@@ -389,62 +430,45 @@ AX_TC_FN void backward_kv_block(const C& c, unsigned char* smem, E* dkv, const E
                                 const int32_t* q_seg, const int32_t* k_seg, const Bias<E>& bias,
                                 const Shape& d, int64_t k0, int64_t g, int64_t b) {
   const Layout L = layout_for(Kernel::kBackwardKV, d.HD);
-  E* qs = reinterpret_cast<E*>(smem + L.q);
-  E* ks = reinterpret_cast<E*>(smem + L.k);
-  E* vs = reinterpret_cast<E*>(smem + L.v);
-  E* dos = reinterpret_cast<E*>(smem + L.dout);
-  float* S = reinterpret_cast<float*>(smem + L.s);
-  float* dP = reinterpret_cast<float*>(smem + L.dp);
-  E* P = reinterpret_cast<E*>(smem + L.p);
-  E* dS = reinterpret_cast<E*>(smem + L.ds);
-  float* dK = reinterpret_cast<float*>(smem + L.acc);
-  float* dV = reinterpret_cast<float*>(smem + L.acc2);
+  const Regions<E> M = regions_of<E>(smem, L);
   const Rows R = rows_of(smem, L);
   const int64_t HD = d.HD;
   const int hd = static_cast<int>(HD);
   const bool segs = q_seg != nullptr;
   const int64_t kv_offset = b * d.Tk * d.Rkv + d.k_col + g * HD;
 
-  load_rows(c, ks, L.ld_e, kv + kv_offset, d.Rkv, k0, d.Tk, HD);
-  load_rows(c, vs, L.ld_e, kv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
+  load_rows(c, M.k, L.ld_e, kv + kv_offset, d.Rkv, k0, d.Tk, HD);
+  load_rows(c, M.v, L.ld_e, kv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
   if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
-  zero_f32(c, dK, kTile * L.ld_a);
-  zero_f32(c, dV, kTile * L.ld_a);
+  zero_f32(c, M.acc, kTile * L.ld_a);
+  zero_f32(c, M.acc2, kTile * L.ld_a);
   // Causal: a query sees key k0 only from query k0 on (tiles start at multiples of kTile).
   const int64_t q_begin = d.causal ? k0 / kTile * kTile : 0;
   const int acc_tiles = 4 * hd / 16;
   for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
     for (int64_t q0 = q_begin; q0 < d.Tq; q0 += kTile) {
       c.sync();
-      load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
-      load_rows(c, dos, L.ld_e, dout + b * d.Tq * d.OC + h * HD, d.OC, q0, d.Tq, HD);
-      load_row_stats(c, R, lse, D, d, q0, h, b);
-      if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
+      load_query_tile(c, L, M, R, q, dout, lse, D, q_seg, d, q0, h, b);
       c.sync();
-      c.for_each_warp(32, [&](int t) {
-        if (t < 16) {
-          scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD);
-        } else {
-          scores(c, t - 16, dP, L.ld_s, dos, vs, L.ld_e, HD);
-        }
-      });
+      scores_and_dp(c, L, M, HD);
       c.sync();
-      probabilities(c, L, R, S, dP, P, dS, segs, head_bias(bias, d, b, h), BiasGrad{nullptr, false},
-                    d, q0, k0);
+      probabilities(c, L, R, M.s, M.dp, M.p, M.ds, segs, head_bias(bias, d, b, h),
+                    BiasGrad{nullptr, false}, d, q0, k0);
       c.sync();
-      // dV += Pᵀ·dO and dK += dSᵀ·Q (rows: keys; the products run over the tile's queries).
+      // dV (acc2) += Pᵀ·dO and dK (acc) += dSᵀ·Q (rows: keys; the products run over the tile's
+      // queries).
       c.for_each_warp(2 * acc_tiles, [&](int t) {
         if (t < acc_tiles) {
-          accumulate<true>(c, t, dV, L.ld_a, P, L.ld_p, dos, L.ld_e, HD);
+          accumulate<true>(c, t, M.acc2, L.ld_a, M.p, L.ld_p, M.dout, L.ld_e, HD);
         } else {
-          accumulate<true>(c, t - acc_tiles, dK, L.ld_a, dS, L.ld_p, qs, L.ld_e, HD);
+          accumulate<true>(c, t - acc_tiles, M.acc, L.ld_a, M.ds, L.ld_p, M.q, L.ld_e, HD);
         }
       });
     }
   }
   c.sync();
-  add_rows(c, dkv + kv_offset, d.Rkv, k0, d.Tk, dK, L.ld_a, HD);
-  add_rows(c, dkv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, dV, L.ld_a, HD);
+  add_rows(c, dkv + kv_offset, d.Rkv, k0, d.Tk, M.acc, L.ld_a, HD);
+  add_rows(c, dkv + kv_offset + d.KVH * HD, d.Rkv, k0, d.Tk, M.acc2, L.ld_a, HD);
 }
 
 // dQ of kTile query rows from q0 of head h of batch row b, added into dq's query columns, and
@@ -455,48 +479,33 @@ AX_TC_FN void backward_q_block(const C& c, unsigned char* smem, E* dq, const E* 
                                const int32_t* q_seg, const int32_t* k_seg, const Bias<E>& bias,
                                BiasGrad db, const Shape& d, int64_t q0, int64_t h, int64_t b) {
   const Layout L = layout_for(Kernel::kBackwardQ, d.HD);
-  E* qs = reinterpret_cast<E*>(smem + L.q);
-  E* ks = reinterpret_cast<E*>(smem + L.k);
-  E* vs = reinterpret_cast<E*>(smem + L.v);
-  E* dos = reinterpret_cast<E*>(smem + L.dout);
-  float* S = reinterpret_cast<float*>(smem + L.s);
-  float* dP = reinterpret_cast<float*>(smem + L.dp);
-  E* dS = reinterpret_cast<E*>(smem + L.ds);
-  float* dQ = reinterpret_cast<float*>(smem + L.acc);
+  const Regions<E> M = regions_of<E>(smem, L);
   const Rows R = rows_of(smem, L);
   const int64_t HD = d.HD;
   const int hd = static_cast<int>(HD);
   const bool segs = q_seg != nullptr;
   const E* kb = kv + b * d.Tk * d.Rkv + d.k_col + h / d.group * HD;
 
-  load_rows(c, qs, L.ld_e, q + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, HD);
-  load_rows(c, dos, L.ld_e, dout + b * d.Tq * d.OC + h * HD, d.OC, q0, d.Tq, HD);
-  load_row_stats(c, R, lse, D, d, q0, h, b);
-  if (segs) load_segments(c, R.q_seg, q_seg + b * d.Tq, q0, d.Tq);
-  zero_f32(c, dQ, kTile * L.ld_a);
-  const int64_t key_end = d.causal ? (d.Tk < q0 + kTile ? d.Tk : q0 + kTile) : d.Tk;
-  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
+  load_query_tile(c, L, M, R, q, dout, lse, D, q_seg, d, q0, h, b);
+  zero_f32(c, M.acc, kTile * L.ld_a);
+  const int64_t keys = key_end(d, q0);
+  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
     c.sync();
-    load_rows(c, ks, L.ld_e, kb, d.Rkv, k0, d.Tk, HD);
-    load_rows(c, vs, L.ld_e, kb + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
+    load_rows(c, M.k, L.ld_e, kb, d.Rkv, k0, d.Tk, HD);
+    load_rows(c, M.v, L.ld_e, kb + d.KVH * HD, d.Rkv, k0, d.Tk, HD);
     if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
     c.sync();
-    c.for_each_warp(32, [&](int t) {
-      if (t < 16) {
-        scores(c, t, S, L.ld_s, qs, ks, L.ld_e, HD);
-      } else {
-        scores(c, t - 16, dP, L.ld_s, dos, vs, L.ld_e, HD);
-      }
-    });
+    scores_and_dp(c, L, M, HD);
     c.sync();
-    probabilities<C, E>(c, L, R, S, dP, nullptr, dS, segs, head_bias(bias, d, b, h), db, d, q0, k0);
+    probabilities<C, E>(c, L, R, M.s, M.dp, nullptr, M.ds, segs, head_bias(bias, d, b, h), db, d,
+                        q0, k0);
     c.sync();
     c.for_each_warp(4 * hd / 16, [&](int t) {
-      accumulate<false>(c, t, dQ, L.ld_a, dS, L.ld_p, ks, L.ld_e, HD);
+      accumulate<false>(c, t, M.acc, L.ld_a, M.ds, L.ld_p, M.k, L.ld_e, HD);
     });
   }
   c.sync();
-  add_rows(c, dq + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, dQ, L.ld_a, HD);
+  add_rows(c, dq + b * d.Tq * d.Rq + h * HD, d.Rq, q0, d.Tq, M.acc, L.ld_a, HD);
 }
 
 // The dQ program over batch rows [b_begin, b_end) in order for query tile q0 of head h; the bias

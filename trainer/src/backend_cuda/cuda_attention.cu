@@ -55,28 +55,12 @@ static_assert(kBr % kWarps == 0, "each warp owns whole rows");
 
 static_assert(kBr == kAttnQueryTile, "attention_plan.h counts the dQ kernel's blocks");
 
-struct Dims {
-  int64_t Tq, Tk, NH, KVH, HD, Rq, Rkv, OC, group;
-  int64_t k_col;  // column of key head 0 in a kv row; value head 0 is KVH·HD after it
-  float scale;
-  bool causal;
-};
+// The shapes both kernel sets read (attention_tc.h's; B only by the tensor-core kernels).
+using Dims = tc::Shape;
 
 Dims dims_of(const AttnShape& s) {
-  Dims d;
-  d.Tq = s.Tq;
-  d.Tk = s.Tk;
-  d.NH = s.NH;
-  d.KVH = s.KVH;
-  d.HD = s.HD;
-  d.Rq = s.Rq;
-  d.Rkv = s.Rkv;
-  d.OC = s.NH * s.HD;
-  d.group = s.NH / s.KVH;
-  d.k_col = s.k_offset;
-  d.scale = s.scale;
-  d.causal = s.causal;
-  return d;
+  return {s.B,   s.Tq,        s.Tk,         s.NH,       s.KVH,   s.HD,    s.Rq,
+          s.Rkv, s.NH * s.HD, s.NH / s.KVH, s.k_offset, s.scale, s.causal};
 }
 
 // The optional inputs of the masked kernels, null when absent.
@@ -116,9 +100,7 @@ struct DbiasOut {
   bool assign;
 };
 
-__device__ __forceinline__ bool visible(int64_t query, int64_t key, const Dims& d) {
-  return query < d.Tq && key < d.Tk && (!d.causal || key <= query);
-}
+using tc::visible;  // a key exists, is not in the future (causal)
 
 // The segment id of position i of n (0 past the end: such positions are never visible).
 __device__ __forceinline__ int32_t segment_at(const int32_t* seg, int64_t i, int64_t n) {
@@ -615,16 +597,11 @@ __global__ void __launch_bounds__(tc::kThreads)
                       dbias.assign, d, int64_t{blockIdx.x} * tc::kTile, blockIdx.y, b_begin, b_end);
 }
 
-tc::Shape tc_shape(const AttnShape& s) {
-  return {s.B,   s.Tq,        s.Tk,         s.NH,       s.KVH,   s.HD,    s.Rq,
-          s.Rkv, s.NH * s.HD, s.NH / s.KVH, s.k_offset, s.scale, s.causal};
-}
-
 // Whether the tensor-core kernels take a call whose tensors start at `ptrs`.
 template <typename Act>
 bool tensor_cores_take(const AttnShape& s, std::initializer_list<const void*> ptrs) {
   return s.tensor_core_shared > 0 &&
-         tc::eligible(tc_shape(s), std::is_same_v<Act, bf16>, ptrs.begin(),
+         tc::eligible(dims_of(s), std::is_same_v<Act, bf16>, ptrs.begin(),
                       static_cast<int>(ptrs.size()), s.tensor_core_shared);
 }
 
@@ -670,16 +647,16 @@ template <typename Act>
 void attention_forward(Act* out, float* lse, const Act* q, const Act* kv, const AttnShape& s,
                        const AttnMasks<Act>& m, cudaStream_t stream) {
   if (s.B * s.Tq * s.NH == 0) return;
+  const Dims d = dims_of(s);
   if constexpr (std::is_same_v<Act, bf16>) {
     if (tensor_cores_take<Act>(s, {out, q, kv})) {
       tc_forward_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, s.B), tc::kThreads,
                           tc_bytes(tc::Kernel::kForward, s.HD), stream>>>(
-          out, lse, q, kv, m.q_segments, m.k_segments, tc_bias(s, m), tc_shape(s));
+          out, lse, q, kv, m.q_segments, m.k_segments, tc_bias(s, m), d);
       AX_CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  const Dims d = dims_of(s);
   const dim3 grid = grid_of(ceil_div(s.Tq, kBr), s.NH, s.B);
   const size_t bytes = forward_bytes(s.HD);
   if (m.present()) {
@@ -713,17 +690,16 @@ void attention_backward(Act* dq, Act* dkv, float* dbias, const Act* dout, const 
   if constexpr (std::is_same_v<Act, bf16>) {
     tensor_cores = tensor_cores_take<Act>(s, {dq, dkv, dout, q, kv});
     if (tensor_cores) {
-      const tc::Shape t = tc_shape(s);
       const tc::Bias<bf16> bias = tc_bias(s, m);
       if (s.Tk > 0) {
         tc_backward_kv_kernel<<<grid_of(ceil_div(s.Tk, tc::kTile), s.KVH, s.B), tc::kThreads,
                                 tc_bytes(tc::Kernel::kBackwardKV, s.HD), stream>>>(
-            dkv, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, bias, t);
+            dkv, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, bias, d);
         AX_CUDA_CHECK_LAUNCH();
       }
       tc_backward_q_kernel<<<grid_of(ceil_div(s.Tq, tc::kTile), s.NH, plan.chunks), tc::kThreads,
                              tc_bytes(tc::Kernel::kBackwardQ, s.HD), stream>>>(
-          dq, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, bias, out_db, s.B, t);
+          dq, dout, lse, row_dots, q, kv, m.q_segments, m.k_segments, bias, out_db, s.B, d);
       AX_CUDA_CHECK_LAUNCH();
     }
   }
