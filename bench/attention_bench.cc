@@ -31,6 +31,7 @@
 
 #include "ax/common/cli.h"
 #include "ax/trainer/backend.h"
+#include "ax/trainer/tensor.h"
 #include "ax/trainer/train_loop.h"
 
 namespace ax::train {
@@ -108,6 +109,7 @@ class Tensors {
   std::string error;
 
  private:
+  // A zeroed tensor, or N(0, stddev²) values written in its dtype (bf16 rounded to nearest).
   Tensor make(DType dtype, std::vector<int64_t> dims, float stddev) {
     Tensor t(nullptr, dtype, {});
     for (int64_t d : dims) t.shape[t.ndim++] = d;
@@ -119,22 +121,14 @@ class Tensors {
     t.data = *mem;
     owned_.push_back(t.data);
     if (stddev > 0) {
-      // Drawn in f32, then cast by the backend into the tensor's dtype.
-      Tensor host_f32(nullptr, DType::kF32, {});
-      for (int64_t d : dims) host_f32.shape[host_f32.ndim++] = d;
-      StatusOr<void*> tmp = be_.alloc(host_f32.bytes());
-      if (!tmp.ok()) {
-        error = tmp.status().to_string();
-        return t;
-      }
-      host_f32.data = *tmp;
       std::normal_distribution<float> dist(0.0f, stddev);
-      std::vector<float> v(static_cast<size_t>(host_f32.numel()));
+      std::vector<float> v(static_cast<size_t>(t.numel()));
       for (float& x : v) x = dist(rng_);
-      be_.copy_from_host(host_f32, v.data());
-      be_.copy(t, host_f32);
-      be_.synchronize();
-      be_.free(host_f32.data);
+      std::vector<uint16_t> bits;
+      if (dtype == DType::kBF16) {
+        for (float x : v) bits.push_back(bf16_from_f32(x));
+      }
+      be_.copy_from_host(t, bits.empty() ? static_cast<const void*>(v.data()) : bits.data());
     }
     return t;
   }

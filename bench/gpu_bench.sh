@@ -215,6 +215,14 @@ default_batches() {
   esac
 }
 
+# One ax-train-bench worker run: ax_worker MODEL BATCH CAP PREFIX writes PREFIX.out and
+# PREFIX.err and returns the worker's status (124: past CAP seconds).
+ax_worker() {
+  AX_LOG_LEVEL="${AX_LOG_LEVEL:-info}" LD_LIBRARY_PATH="$ax_libpath" timeout "$3" \
+    "${ax_cmd[@]}" --worker "$1" --device "$device" --batch "$2" --warmup "$warmup" \
+    --steps "$steps" --max-seconds "$max_seconds" --threads "$(nproc)" >"$4.out" 2>"$4.err"
+}
+
 run_ax() {  # model
   local m="$1" res="$results/$1.ax.json" b rc cap t0 mem
   if [[ -n "$ax_problem" ]]; then
@@ -234,11 +242,7 @@ run_ax() {  # model
     t0=$SECONDS
     mem_start "$results/$m.ax.mem"
     rc=0
-    AX_LOG_LEVEL="${AX_LOG_LEVEL:-info}" LD_LIBRARY_PATH="$ax_libpath" timeout "$cap" \
-      "${ax_cmd[@]}" --worker "$m" \
-      --device "$device" --batch "$b" --warmup "$warmup" --steps "$steps" \
-      --max-seconds "$max_seconds" --threads "$(nproc)" \
-      >"$results/$m.ax.b$b.out" 2>"$results/$m.ax.b$b.err" || rc=$?
+    ax_worker "$m" "$b" "$cap" "$results/$m.ax.b$b" || rc=$?
     mem="$(mem_stop "$results/$m.ax.mem")"
     if ((rc == 0)); then
       # The device memory the run used, as nvidia-smi saw it, joins ax's JSON line.
@@ -280,11 +284,7 @@ run_ax_cuda_cores() {  # model
     return
   fi
   t0=$SECONDS
-  AX_CUDA_ATTENTION=cuda-cores AX_LOG_LEVEL="${AX_LOG_LEVEL:-info}" \
-    LD_LIBRARY_PATH="$ax_libpath" timeout "$cap" "${ax_cmd[@]}" --worker "$m" \
-    --device "$device" --batch "$b" --warmup "$warmup" --steps "$steps" \
-    --max-seconds "$max_seconds" --threads "$(nproc)" \
-    >"$results/$m.ax-cuda-cores.out" 2>"$results/$m.ax-cuda-cores.err" || rc=$?
+  AX_CUDA_ATTENTION=cuda-cores ax_worker "$m" "$b" "$cap" "$results/$m.ax-cuda-cores" || rc=$?
   if ((rc == 0)); then
     tail -1 "$results/$m.ax-cuda-cores.out" >"$res"
   else
