@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "ax/common/cli.h"
-#include "ax/trainer/backend.h"
-#include "ax/trainer/tensor.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/backend/backend.h"
+#include "ax/trainer/backend/tensor.h"
+#include "ax/trainer/train/train_loop.h"
 
 namespace ax::train {
 namespace {

@@ -33,11 +33,11 @@
 #include "ax/common/logging.h"
 #include "ax/common/status.h"
 #include "ax/common/strings.h"
-#include "ax/datasets/shard_reader.h"
-#include "ax/datasets/shard_writer.h"
-#include "ax/datasets/token_loader.h"
-#include "ax/datasets/tokenize.h"
-#include "ax/datasets/tokenizer.h"
+#include "ax/datasets/loader/token_loader.h"
+#include "ax/datasets/shards/shard_reader.h"
+#include "ax/datasets/shards/shard_writer.h"
+#include "ax/datasets/text/tokenize.h"
+#include "ax/datasets/text/tokenizer.h"
 
 namespace ax::data {
 namespace {

@@ -21,11 +21,11 @@
 
 #include "ax/common/cli.h"
 #include "ax/common/strings.h"
-#include "ax/trainer/cached_decoder.h"
-#include "ax/trainer/config.h"
-#include "ax/trainer/decoding.h"
-#include "ax/trainer/model.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/eval/decoding.h"
+#include "ax/trainer/models/cached_decoder.h"
+#include "ax/trainer/models/model.h"
+#include "ax/trainer/train/train_loop.h"
 
 namespace ax::train {
 namespace {

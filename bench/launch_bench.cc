@@ -176,7 +176,7 @@ Status all_at_once(int ranks, const std::function<Status(int)>& join) {
 // The TCP store's admission: a rank's make_tcp_store (connect, greeting, HMAC proofs both ways)
 // against a bare connect, alone and 8 ranks at once.
 Status store_rows(int runs) {
-  StatusOr<std::string> secret = new_job_secret();
+  StatusOr<std::string> secret = job::new_job_secret();
   if (!secret.ok()) return secret.status();
   namespace comm = train::comm;
   StatusOr<std::shared_ptr<comm::TcpStore>> rank0 =

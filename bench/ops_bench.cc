@@ -2,7 +2,7 @@
 // (4 layers, d256, 4 heads, T256, B8, V8192) and prints one table line per op: best-of-N time,
 // GFLOP/s for GEMM-bound ops, and the speed-up over the same op on one thread (the peer measured
 // in the same run). Usage: ax-ops-bench [threads] [repetitions]. The OpenBLAS kernels follow
-// AX_OPENBLAS_CORETYPE (trainer/src/backend/cpu_blas.cc).
+// AX_OPENBLAS_CORETYPE (trainer/backend/src/cpu_blas.cc).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ax/common/cli.h"
-#include "ax/trainer/backend.h"
+#include "ax/trainer/backend/backend.h"
 
 namespace {
 

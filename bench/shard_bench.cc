@@ -21,10 +21,10 @@
 
 #include "ax/common/cli.h"
 #include "ax/trainer/comm/communicator.h"
-#include "ax/trainer/config.h"
-#include "ax/trainer/model.h"
-#include "ax/trainer/optimizer.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/models/model.h"
+#include "ax/trainer/optim/optimizer.h"
+#include "ax/trainer/train/train_loop.h"
 
 namespace ax::train {
 namespace {
@@ -201,7 +201,7 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
 Report run_layout(const Config& config, const Layout& layout, int threads_single, const Options& o,
                   bool prefetch = true) {
   const std::string coordinator = "127.0.0.1:" + std::to_string(free_port());
-  StatusOr<std::string> secret = launcher::new_job_secret();
+  StatusOr<std::string> secret = job::new_job_secret();
   if (!secret.ok()) return {};
   int fds[2];
   if (::pipe(fds) != 0) return {};

@@ -4,7 +4,7 @@
   python3 bench/torch_gpu_peer.py count --model fuji-1B-v2
   python3 bench/torch_gpu_peer.py report RESULTS_DIR
 
-`run` builds the named experiment exactly as ax does (trainer/src/config/experiments.cc,
+`run` builds the named experiment exactly as ax does (trainer/config/src/experiments.cc,
 docs/parameter-names.md): the `gpt` family (pre-LayerNorm, fused qkv with biases, GELU (tanh),
 learned positions, LM head tied to the token embedding) or the `llama` family (RMSNorm, fused qkv
 without biases, RoPE "rotate half", grouped-query attention, SwiGLU with the gate first, head tied
@@ -19,7 +19,7 @@ position bias is a learned additive mask), z-loss 1e-4, T5x's Pile recipe's Adam
 schedule. Its batch has the shapes of ax's span-corrupted rows (ENC_SL encoder tokens, DEC_SL
 decoder tokens, of which the real targets T5's random_spans_helper gives, 114 for ENC_SL 512;
 the rest padding, masked), the same on both sides; tokens/s counts encoder and decoder tokens,
-FLOPs are ax's encoder-decoder count (flops_per_row in trainer/src/models/encoder_decoder.cc).
+FLOPs are ax's encoder-decoder count (flops_per_row in trainer/models/src/encoder_decoder.cc).
 
 A step is what ax-train-bench's worker does: forward, mean cross-entropy, backward, global-norm
 clipping, AdamW (weight decay on matrices and embeddings, ax's schedule), with f32 master weights
@@ -47,7 +47,7 @@ import sys
 import time
 import types
 
-# ---- ax's experiments (trainer/src/config/experiments.cc) -------------------------------------
+# ---- ax's experiments (trainer/config/src/experiments.cc) -------------------------------------
 
 
 def _gpt(layers, dim, heads, hidden, vocab, seq, init_std):
@@ -148,7 +148,7 @@ def padded_vocab(c):
 
 def flops_per_token(c, matmul_params, enc_matmul_params=0):
     """gpt/llama: 6·N + 6·L·H·Q·T: PaLM's count with causal attention halved, as MaxText counts it
-    (ax's flops_per_token with causal = true, trainer/src/config/metrics.cc). t5: ax's
+    (ax's flops_per_token with causal = true, trainer/config/src/metrics.cc). t5: ax's
     EncoderDecoder::flops_per_row over the row's encoder + decoder tokens: 6 FLOPs per matmul
     parameter per token of its stack (the LM head with the decoder), the encoder's whole Te x Te
     attention, the decoder's causal half of Td x Td and its cross-attention's whole Td x Te."""
@@ -169,7 +169,7 @@ def row_tokens(c):
 
 
 # Dense bf16 peak of the device: the bf16 column of ax's CUDA backend table (gpu_peak in
-# trainer/src/backend_cuda/gpu_peak.cc), for the report's cross-check.
+# trainer/backend_cuda/src/gpu_peak.cc), for the report's cross-check.
 def peak_bf16_flops(props, clock_khz):
     name, major, minor, sms = props.name, props.major, props.minor, props.multi_processor_count
     if (major, minor) == (9, 0):

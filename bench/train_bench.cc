@@ -36,13 +36,14 @@
 #include "ax/common/cli.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
-#include "ax/trainer/backend.h"
-#include "ax/trainer/config.h"
-#include "ax/trainer/metrics.h"
-#include "ax/trainer/model.h"
-#include "ax/trainer/optimizer.h"
-#include "ax/trainer/step_rows.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/backend/backend.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/metrics/metrics.h"
+#include "ax/trainer/models/flops.h"
+#include "ax/trainer/models/model.h"
+#include "ax/trainer/optim/optimizer.h"
+#include "ax/trainer/train/step_rows.h"
+#include "ax/trainer/train/train_loop.h"
 
 namespace {
 

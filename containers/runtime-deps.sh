@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the ax binaries need at run time: the shared libraries ldd lists, plus the one ax loads
-# itself with dlopen (OpenBLAS, trainer/src/backend/cpu_blas.cc) and that library's own
+# itself with dlopen (OpenBLAS, trainer/backend/src/cpu_blas.cc) and that library's own
 # dependencies, plus (--packages) the verbs providers NCCL and Gloo load. NVML
 # (libnvidia-ml.so.1) is not listed: it belongs to the driver, and the container runtime's hook
 # (enroot's 98-nvidia.sh, the NVIDIA container toolkit) mounts it.

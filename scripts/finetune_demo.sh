@@ -28,7 +28,7 @@ if [[ -n "${AX_BUILD:-}" ]]; then
   build=$AX_BUILD
 else
   bash scripts/setup.sh
-  build=$(bash scripts/build.sh | tail -n 1)
+  build=$(bash scripts/build.sh "" ax-data ax-train | tail -n 1)
 fi
 axdata="$build/datasets/ax-data"
 axtrain="$build/trainer/ax-train"

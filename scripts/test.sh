@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The test command on a fresh machine: installs what ax needs (with PyTorch for the oracle test),
-# builds the CPU configuration and runs the unit suite, then a short libFuzzer run of the shard
-# reader, then ax inside a minimal container image (root only; tests/containers), then the `slurm`
-# suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md). Where the CUDA toolkit
-# is installed it also compiles the CUDA backend with its `gpu` tests and runs
-# `scripts/gpu-check.sh --check` (the GPU acceptance's every part on the CPU).
+# builds ax once and runs the unit suite, the e2e test (the main job's run with fewer steps), a
+# short libFuzzer run of the shard reader, ax inside a minimal container image (root only;
+# tests/containers), then the `slurm` suite on a local 4-node Slurm cluster (root only;
+# docs/testing-slurm.md). Where the CUDA toolkit is installed the one build is the CUDA
+# configuration (preset cuda: the CUDA backend and its `gpu` tests compile, sm_80 and sm_90; with
+# no GPU every program falls back to the CPU and the gpu tests skip themselves), and
+# `scripts/gpu-check.sh --check` runs every part of the GPU acceptance on the CPU; without the
+# toolkit it is the CPU configuration. No source is compiled twice (the fuzzer's instrumented
+# build of the shard reader aside).
 # Before the unit suite, `clang-format --dry-run --Werror` over every tracked .cc, .h and .cu file
-# (the layout STYLE.md asks for; .clang-format). Ends with one line "tests: N passed, N failed" (plus why the container test or the slurm suite
-# was skipped, if it was).
+# (the layout STYLE.md asks for; .clang-format). Ends with one line "tests: N passed, N failed"
+# (plus why the container test or the slurm suite was skipped, if it was).
 #   AX_FUZZ_SECONDS=0 skips the fuzz run; AX_SLURM_TESTS=0 skips the slurm suite;
-#   AX_CUDA_CHECK=0 skips compiling the CUDA backend (done when nvcc is installed);
+#   AX_CUDA_CHECK=0 builds the CPU configuration even where the toolkit is installed;
 #   AX_GPU_CHECK=0 skips scripts/gpu-check.sh --check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +21,11 @@ slurm_tests="${AX_SLURM_TESTS:-1}"
 groups=(--with oracle --with container)
 [[ "$slurm_tests" == 0 ]] || groups+=(--with slurm)
 bash scripts/setup.sh "${groups[@]}"
-build=$(bash scripts/build.sh cpu | tail -n 1)
+preset=cpu
+if [[ "${AX_CUDA_CHECK:-1}" != 0 && -x /usr/local/cuda/bin/nvcc ]]; then preset=cuda; fi
+build_start=$SECONDS
+build=$(bash scripts/build.sh "$preset" | tail -n 1)
+echo "build ($preset): $((SECONDS - build_start)) s wall time"
 log=$(mktemp)
 slurm_log=$(mktemp)
 container_log=$(mktemp)
@@ -41,32 +49,21 @@ else
   format_failed=1
   echo "clang-format: the files above are not formatted (clang-format -i FILE)" >&2
 fi
-ctest --test-dir "$build" -L unit --output-on-failure -j "$(nproc)" --timeout 600 | tee "$log" ||
-  rc=$?
+ctest --test-dir "$build" -L '^(unit|e2e)$' --output-on-failure -j "$(nproc)" --timeout 600 |
+  tee "$log" || rc=$?
 
-# The CUDA backend compiles here even without a GPU: build it (sm_80, sm_90) with the tests that
-# use it, then run the `gpu` label, whose tests skip themselves when no GPU answers.
+# The CUDA configuration built above: its gpu tests skip themselves when no GPU answers.
 cuda_passed=0 cuda_failed=0 cuda_note="" cuda_built=0
-if [[ "${AX_CUDA_CHECK:-1}" != 0 && -x /usr/local/cuda/bin/nvcc ]]; then
-  cuda_build=build/cuda-check
+if [[ "$preset" == cuda ]]; then
+  cuda_built=1
   cuda_log=$(mktemp)
-  if cmake -S . -B "$cuda_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DAX_ENABLE_CUDA=ON \
-      -DAX_BUILD_BENCH=OFF >"$cuda_log" 2>&1 &&
-    # shellcheck disable=SC2046  # the gpu test targets are words
-    cmake --build "$cuda_build" -j "$(nproc)" --target ax_trainer_backend_cuda \
-      $(python3 scripts/gpu_check.py gpu-tests .) >>"$cuda_log" 2>&1; then
-    cuda_passed=1 cuda_built=1
-    echo "cuda: the CUDA backend and its gpu tests compile (sm_80, sm_90)"
-    ctest --test-dir "$cuda_build" -L gpu --timeout 600 >"$cuda_log" 2>&1 || cuda_failed=1
-    cuda_skipped=$(grep -c '(Skipped)$' "$cuda_log" || true)
-    cuda_ran=$(grep -cE 'Test +#[0-9]+: .* Passed' "$cuda_log" || true)
-    cuda_passed=$((cuda_passed + cuda_ran))
-    ((cuda_skipped == 0)) || cuda_note="$cuda_skipped gpu tests skipped: no GPU answered"
-  else
-    cuda_failed=1
-    echo "cuda: compiling the CUDA backend FAILED" >&2
-    tail -n 40 "$cuda_log" >&2
-  fi
+  echo "cuda: the CUDA backend and its gpu tests compiled (sm_80, sm_90) in $build"
+  ctest --test-dir "$build" -L gpu --timeout 600 >"$cuda_log" 2>&1 || cuda_failed=1
+  cuda_skipped=$(grep -c '(Skipped)$' "$cuda_log" || true)
+  cuda_ran=$(grep -cE 'Test +#[0-9]+: .* Passed' "$cuda_log" || true)
+  cuda_passed=$((1 + cuda_ran))
+  ((cuda_skipped == 0)) || cuda_note="$cuda_skipped gpu tests skipped: no GPU answered"
+  ((cuda_failed == 0)) || grep -E 'Failed|\*\*\*' "$cuda_log" | head -20 >&2
   rm -f "$cuda_log"
 fi
 
@@ -81,7 +78,7 @@ elif ((cuda_built == 0)); then
   gpucheck_skip="the CUDA backend did not compile"
 else
   gpucheck_start=$SECONDS
-  if bash scripts/gpu-check.sh --check --cpu-build "$build" --cuda-build build/cuda-check; then
+  if bash scripts/gpu-check.sh --check --cpu-build "$build" --cuda-build "$build"; then
     gpucheck_passed=1
   else
     gpucheck_failed=1

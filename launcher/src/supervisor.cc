@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/mempolicy.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -26,6 +25,7 @@
 #include "ax/common/file_io.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
+#include "ax/topology/numa_binding.h"
 
 extern char** environ;
 
@@ -41,13 +41,6 @@ constexpr int kPreemptedExit = 75;  // EX_TEMPFAIL: the trainer checkpointed on 
 // when it is on this node, by the launcher's line for it).
 constexpr int kCollectiveFailedExit = 3;
 constexpr size_t kMaxLine = 64 * 1024;
-
-// Node masks for set_mempolicy/get_mempolicy: 1024 nodes, as many as Linux configures at most.
-constexpr int kMaxNumaNodes = 1024;
-constexpr int kMaskBits = 8 * sizeof(unsigned long);
-using NodeMask = unsigned long[kMaxNumaNodes / kMaskBits];
-// The kernel reads maxnode - 1 bits of a mask.
-constexpr unsigned long kMaskMaxNode = kMaxNumaNodes + 1;
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -191,7 +184,7 @@ Status Supervisor::prepare() {
 }
 
 void Supervisor::resolve_memory_nodes() {
-  std::vector<int> allowed = allowed_memory_nodes();
+  std::vector<int> allowed = topo::allowed_memory_nodes();
   std::map<int, std::vector<int>> absent;  // node -> ranks
   for (Child& c : children_) {
     int node = c.plan->mem_node;
@@ -218,7 +211,7 @@ void Supervisor::spawn(Child& c, Launchable& l, int out_w) {
     dup2(out_w, STDOUT_FILENO);
     dup2(out_w, STDERR_FILENO);
     if (l.bind) sched_setaffinity(0, sizeof l.cpus, &l.cpus);
-    if (l.mem_node >= 0 && prefer_memory_node(l.mem_node) != 0) {
+    if (l.mem_node >= 0 && topo::prefer_memory_node(l.mem_node) != 0) {
       const char* what = "ax-launch: warning: set_mempolicy failed; memory not bound\n";
       (void)!write(STDERR_FILENO, what, strlen(what));
     }
@@ -494,25 +487,6 @@ StatusOr<int> Supervisor::run() {
 StatusOr<int> supervise(const std::vector<RankPlan>& ranks, const SuperviseOptions& options) {
   Supervisor supervisor(ranks, options);
   return supervisor.run();
-}
-
-std::vector<int> allowed_memory_nodes() {
-  NodeMask mask = {};
-  std::vector<int> out;
-  if (syscall(SYS_get_mempolicy, nullptr, mask, kMaskMaxNode, nullptr, MPOL_F_MEMS_ALLOWED) != 0) {
-    return out;
-  }
-  for (int n = 0; n < kMaxNumaNodes; ++n) {
-    if ((mask[n / kMaskBits] >> (n % kMaskBits)) & 1UL) out.push_back(n);
-  }
-  return out;
-}
-
-int prefer_memory_node(int node) {
-  if (node < 0 || node >= kMaxNumaNodes) return EINVAL;
-  NodeMask mask = {};
-  mask[node / kMaskBits] = 1UL << (node % kMaskBits);
-  return syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask, kMaskMaxNode) == 0 ? 0 : errno;
 }
 
 }  // namespace ax::launcher

@@ -14,7 +14,7 @@
 
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
-#include "ax/launcher/job_context.h"
+#include "ax/job_context/job_context.h"
 #include "ax/launcher/launch_options.h"
 #include "ax/launcher/rank_plan.h"
 #include "ax/launcher/supervisor.h"
@@ -61,17 +61,17 @@ std::string hostname() {
 // job scripts and srun with spank_ax.so export one that every node's ax-launch shares), else,
 // on a single node, a fresh one. Never on a command line, never logged.
 ax::Status provide_job_secret(int nnodes) {
-  const char* given = std::getenv(ax::launcher::kJobSecretVar);
-  if (given != nullptr && *given != '\0') return ax::launcher::check_job_secret(given);
+  const char* given = std::getenv(ax::job::kJobSecretVar);
+  if (given != nullptr && *given != '\0') return ax::job::check_job_secret(given);
   if (nnodes > 1) {
     return ax::InvalidArgument(
-        "--nnodes ", nnodes, ": every node's ax-launch needs the same ",
-        ax::launcher::kJobSecretVar, " in its environment (the sbatch/ job scripts and srun with ",
+        "--nnodes ", nnodes, ": every node's ax-launch needs the same ", ax::job::kJobSecretVar,
+        " in its environment (the sbatch/ job scripts and srun with ",
         "spank_ax.so export one; docs/launch.md says how to make one by hand)");
   }
-  ax::StatusOr<std::string> secret = ax::launcher::new_job_secret();
+  ax::StatusOr<std::string> secret = ax::job::new_job_secret();
   if (!secret.ok()) return secret.status();
-  if (setenv(ax::launcher::kJobSecretVar, secret->c_str(), 1) != 0) {
+  if (setenv(ax::job::kJobSecretVar, secret->c_str(), 1) != 0) {
     return ax::IoError("setenv", errno);
   }
   return ax::Status::Ok();
@@ -92,7 +92,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!o.coordinator_port_of.empty()) {
-    std::cout << ax::launcher::coordinator_port(o.coordinator_port_of[0], o.coordinator_port_of[1])
+    std::cout << ax::job::coordinator_port(o.coordinator_port_of[0], o.coordinator_port_of[1])
               << "\n";
     return 0;
   }

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "ax/common/strings.h"
-#include "ax/launcher/job_context.h"
+#include "ax/job_context/job_context.h"
 #include "ax/launcher/rank_plan.h"
 #include "ax/topology/mesh.h"
 
@@ -139,7 +139,7 @@ StatusOr<std::string> first_host(const std::string& nodelist) {
   if (nodelist.size() > kMaxArgLength) {
     return InvalidArgument("node list longer than ", kMaxArgLength, " characters");
   }
-  AX_ASSIGN_OR_RETURN(std::string host, launcher::first_host(nodelist));
+  AX_ASSIGN_OR_RETURN(std::string host, job::first_host(nodelist));
   if (host.size() > kMaxHostname) {
     return InvalidArgument("node list '", nodelist, "': no valid first host name");
   }
@@ -147,15 +147,15 @@ StatusOr<std::string> first_host(const std::string& nodelist) {
 }
 
 Status export_job_secret() {
-  AX_ASSIGN_OR_RETURN(std::string secret, launcher::new_job_secret());
-  if (::setenv(launcher::kJobSecretVar, secret.c_str(), 1) != 0) {
-    return IoError(str_cat("setenv ", launcher::kJobSecretVar), errno);
+  AX_ASSIGN_OR_RETURN(std::string secret, job::new_job_secret());
+  if (::setenv(job::kJobSecretVar, secret.c_str(), 1) != 0) {
+    return IoError(str_cat("setenv ", job::kJobSecretVar), errno);
   }
   return Status::Ok();
 }
 
 int coordinator_port(uint32_t job_id, uint32_t step_id) {
-  return launcher::coordinator_port(job_id, step_id);
+  return job::coordinator_port(job_id, step_id);
 }
 
 }  // namespace ax::spank

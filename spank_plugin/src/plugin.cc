@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/launcher/supervisor.h"
+#include "ax/topology/numa_binding.h"
 #include "ax/topology/topology.h"
 #include "config.h"
 #include "env.h"
@@ -210,13 +210,13 @@ Status task_init(spank_t sp) {
   // Memory binding degrades instead of failing the task: a node the task may not allocate on
   // (fixture of another machine, cpuset cgroup) or a refused policy only leaves it unbound.
   if (env->mem_node >= 0) {
-    std::vector<int> allowed = launcher::allowed_memory_nodes();
+    std::vector<int> allowed = topo::allowed_memory_nodes();
     if (std::find(allowed.begin(), allowed.end(), env->mem_node) == allowed.end()) {
       slurm_verbose(
           "ax: task %d: NUMA node %d is not one the task may allocate on; memory not "
           "bound",
           *local, env->mem_node);
-    } else if (int err = launcher::prefer_memory_node(env->mem_node); err != 0) {
+    } else if (int err = topo::prefer_memory_node(env->mem_node); err != 0) {
       slurm_info("ax: task %d: set_mempolicy(NUMA node %d): %s; memory not bound", *local,
                  env->mem_node, strerror(err));
     }

@@ -1,7 +1,7 @@
 // Chat conversations rendered into (prompt, response) pairs: the built-in templates by hand, a
 // template file, multi-turn conversations (the last assistant message is the response), and the
 // errors a user can make.
-#include "ax/datasets/chat_template.h"
+#include "ax/datasets/text/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ax/datasets/doc_splitter.h"
+#include "ax/datasets/text/doc_splitter.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/text_source.h"
+#include "ax/datasets/text/text_source.h"
 #include "test_util.h"
 
 namespace ax::data {

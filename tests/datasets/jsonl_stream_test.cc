@@ -1,4 +1,4 @@
-// The streaming jsonl reader (datasets/src/json_line.cc behind TextSource) against what it
+// The streaming jsonl reader (datasets/text/src/json_line.cc behind TextSource) against what it
 // replaced: nlohmann's whole-line parse and field lookup. Random records, many of them mutated
 // into invalid JSON, must give the same documents, set names and verdicts, also when every
 // document goes through the temporary file and comes back in tiny parts, and when lines are long
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ax/common/strings.h"
-#include "ax/datasets/text_source.h"
+#include "ax/datasets/text/text_source.h"
 #include "test_util.h"
 
 namespace ax::data {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/text_source.h"
+#include "ax/datasets/text/text_source.h"
 #include "test_util.h"
 
 namespace ax::data {

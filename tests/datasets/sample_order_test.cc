@@ -1,4 +1,4 @@
-#include "ax/datasets/sample_order.h"
+#include "ax/datasets/loader/sample_order.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ax/datasets/seq2seq_loader.h"
+#include "ax/datasets/loader/seq2seq_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/shard_writer.h"
+#include "ax/datasets/shards/shard_writer.h"
 #include "test_util.h"
 
 namespace ax::data {

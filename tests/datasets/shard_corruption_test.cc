@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/dataset_index.h"
-#include "ax/datasets/shard_reader.h"
-#include "ax/datasets/shard_writer.h"
+#include "ax/datasets/shards/dataset_index.h"
+#include "ax/datasets/shards/shard_reader.h"
+#include "ax/datasets/shards/shard_writer.h"
 #include "test_util.h"
 
 namespace ax::data {

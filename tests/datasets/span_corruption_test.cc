@@ -1,7 +1,7 @@
 // T5 span corruption: lengths as T5's random_spans_helper computes them (hand-checked), the noise
 // mask's structure, sentinel numbering and EOS on a hand-made case, and a property test over 10k
 // random lengths that the corrupted example always decodes back to the raw tokens.
-#include "ax/datasets/span_corruption.h"
+#include "ax/datasets/loader/span_corruption.h"
 
 #include <gtest/gtest.h>
 

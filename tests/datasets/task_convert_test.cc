@@ -1,7 +1,7 @@
 // Task converters on small files written here in the official layouts (GLUE's MNLI tsv,
 // MultiNLI's jsonl, SQuAD v1.1 JSON, the OpenAI Lambada jsonl, LAMBADA's plain text), and the
 // converted MNLI through `tokenize --format seq2seq`.
-#include "ax/datasets/task_convert.h"
+#include "ax/datasets/text/task_convert.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/dataset_index.h"
-#include "ax/datasets/shard_reader.h"
-#include "ax/datasets/tokenize.h"
-#include "ax/datasets/tokenizer.h"
+#include "ax/datasets/shards/dataset_index.h"
+#include "ax/datasets/shards/shard_reader.h"
+#include "ax/datasets/text/tokenize.h"
+#include "ax/datasets/text/tokenizer.h"
 #include "test_model.h"
 #include "test_util.h"
 

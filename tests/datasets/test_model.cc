@@ -5,7 +5,7 @@
 #include <map>
 #include <mutex>
 
-#include "ax/datasets/tokenizer.h"
+#include "ax/datasets/text/tokenizer.h"
 #include "test_util.h"
 
 namespace ax::data::testing {

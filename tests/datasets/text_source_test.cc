@@ -1,4 +1,4 @@
-#include "ax/datasets/text_source.h"
+#include "ax/datasets/text/text_source.h"
 
 #include <gtest/gtest.h>
 #include <zstd.h>

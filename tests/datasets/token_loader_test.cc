@@ -1,4 +1,4 @@
-#include "ax/datasets/token_loader.h"
+#include "ax/datasets/loader/token_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "ax/datasets/shard_writer.h"
+#include "ax/datasets/shards/shard_writer.h"
 #include "test_util.h"
 
 namespace ax::data {

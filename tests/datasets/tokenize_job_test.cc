@@ -1,7 +1,7 @@
 // Tokenization as the tasks of a job (tokenize_job.h): the same merged dataset for any number of
 // tasks, and the same token stream and training order as one `ax-data tokenize`; finished files
 // survive a re-run, a merge needs every part and is safe to repeat.
-#include "ax/datasets/tokenize_job.h"
+#include "ax/datasets/text/tokenize_job.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "ax/common/strings.h"
-#include "ax/datasets/shard_reader.h"
-#include "ax/datasets/token_loader.h"
-#include "ax/datasets/tokenizer.h"
+#include "ax/datasets/loader/token_loader.h"
+#include "ax/datasets/shards/shard_reader.h"
+#include "ax/datasets/text/tokenizer.h"
 #include "test_model.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "ax/datasets/tokenize.h"
+#include "ax/datasets/text/tokenize.h"
 
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/doc_splitter.h"
-#include "ax/datasets/shard_reader.h"
-#include "ax/datasets/tokenizer.h"
+#include "ax/datasets/shards/shard_reader.h"
+#include "ax/datasets/text/doc_splitter.h"
+#include "ax/datasets/text/tokenizer.h"
 #include "test_model.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "ax/datasets/tokenizer.h"
+#include "ax/datasets/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/shard_writer.h"
+#include "ax/datasets/shards/shard_writer.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/shard_reader.h"
+#include "ax/datasets/shards/shard_reader.h"
 
 namespace {
 

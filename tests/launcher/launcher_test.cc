@@ -18,6 +18,7 @@
 #include "ax/launcher/launch_options.h"
 #include "ax/launcher/rank_plan.h"
 #include "ax/launcher/supervisor.h"
+#include "ax/topology/numa_binding.h"
 #include "ax/topology/topology.h"
 #include "test_files.h"
 
@@ -169,7 +170,7 @@ TEST(LaunchTest, CudaVisibleDevicesDecidesOrdinals) {
 TEST(LaunchTest, MemoryIsPreferredOnTheGpusNumaNode) {
   StatusOr<topo::Topology> node = topo::load_topology(kFixtures + "/pcie-4gpu.json");
   ASSERT_TRUE(node.ok()) << node.status().to_string();
-  std::vector<int> allowed = allowed_memory_nodes();
+  std::vector<int> allowed = topo::allowed_memory_nodes();
   ASSERT_FALSE(allowed.empty()) << "this kernel has no NUMA memory policy";
   auto here = [&](int n) { return std::find(allowed.begin(), allowed.end(), n) != allowed.end(); };
   std::string dir = ax::testing::temp_dir("launch_numa");
@@ -436,9 +437,9 @@ TEST(RankPlanTest, MemoryNodeIsTheGpusNumaNode) {
 }
 
 TEST(MemoryBindingTest, RejectsNodesOutOfRange) {
-  EXPECT_EQ(prefer_memory_node(-1), EINVAL);
-  EXPECT_EQ(prefer_memory_node(4096), EINVAL);
-  std::vector<int> allowed = allowed_memory_nodes();
+  EXPECT_EQ(topo::prefer_memory_node(-1), EINVAL);
+  EXPECT_EQ(topo::prefer_memory_node(4096), EINVAL);
+  std::vector<int> allowed = topo::allowed_memory_nodes();
   EXPECT_TRUE(std::is_sorted(allowed.begin(), allowed.end()));
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The job scripts derive the ax-launch coordinator port in bash (sbatch/ax_job.sh ax_coordinator:
-# they run where the ax binaries may exist only inside a container image); the rule must be the
-# C++ one (launcher::coordinator_port, which spank_ax.so also uses) for step slot 63. Compares
+# The job scripts derive the ax-launch coordinator port in bash (ax_coordinator in
+# sbatch/lib/launch.sh: they run where the ax binaries may exist only inside a container image);
+# the rule must be the C++ one (job::coordinator_port, which spank_ax.so also uses) for step
+# slot 63. Compares
 # both over job ids that exercise the modulo and the 32-bit range.
 #   coordinator_port_test.sh REPO_DIR AX_LAUNCH
 set -uo pipefail

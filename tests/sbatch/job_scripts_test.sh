@@ -7,7 +7,7 @@
 # read is warned about (a name close to one it reads, another script's variable, an AX_* that
 # nothing reads). T5x's fine-tuning scripts and Pax's Lambada script (issue 14) build their
 # commands from their variables and refuse bad ones. The list of AX_* names in sbatch/ax_job.sh
-# must cover every one the C++ sources read.
+# (sbatch/lib/lint.sh) must cover every one the C++ sources read.
 #   job_scripts_test.sh REPO_DIR
 set -uo pipefail
 REPO="${1:?usage: $0 REPO_DIR}"
@@ -379,18 +379,19 @@ else
 fi
 
 # Every AX_* name the C++ sources read (a string literal that is exactly the name) is one
-# ax_job.sh knows, so that it is never warned about as unread.
-known="$(sed -n '/^AX_KNOWN_ENV=/,/"$/p' "$SUB/ax_job.sh")"
+# the job scripts know (AX_KNOWN_ENV, sbatch/lib/lint.sh), so that it is never warned about as
+# unread.
+known="$(sed -n '/^AX_KNOWN_ENV=/,/"$/p' "$SUB/lib/lint.sh")"
 missing=()
 while read -r name; do
   grep -qw -- "$name" <<<"$known" || missing+=("$name")
 done < <(grep -rhE '"AX_[A-Z0-9_]+"' --include=*.cc --include=*.h \
-  "$REPO"/{common,trainer,launcher,topology,datasets,spank_plugin} | grep -vE '^\s*//' |
+  "$REPO"/{common,trainer,launcher,topology,job_context,datasets,spank_plugin} | grep -vE '^\s*//' |
   grep -oE '"AX_[A-Z0-9_]+"' | tr -d '"' | sort -u)
 if ((${#missing[@]} == 0)) && [[ -n "$known" ]]; then
-  ok "AX_KNOWN_ENV in ax_job.sh lists every AX_* the sources read"
+  ok "AX_KNOWN_ENV (lib/lint.sh) lists every AX_* the sources read"
 else
-  bad "AX_KNOWN_ENV in ax_job.sh lacks: ${missing[*]:-<no AX_KNOWN_ENV found>}"
+  bad "AX_KNOWN_ENV (lib/lint.sh) lacks: ${missing[*]:-<no AX_KNOWN_ENV found>}"
 fi
 
 echo "job_scripts_test: $passed checks passed, $failed failed"

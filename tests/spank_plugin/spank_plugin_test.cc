@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "ax/launcher/job_context.h"
+#include "ax/job_context/job_context.h"
 #include "ax/topology/topology.h"
 #include "config.h"
 #include "env.h"
@@ -226,7 +226,7 @@ TEST(SpankEnv, EveryStepGetsAFreshJobSecret) {
   ASSERT_TRUE(export_job_secret().ok());
   const std::string first = std::getenv("AX_JOB_SECRET");
   EXPECT_EQ(first.size(), 64u);
-  EXPECT_TRUE(launcher::check_job_secret(first).ok());
+  EXPECT_TRUE(job::check_job_secret(first).ok());
   ASSERT_TRUE(export_job_secret().ok());
   EXPECT_NE(std::getenv("AX_JOB_SECRET"), first);
   ::unsetenv("AX_JOB_SECRET");

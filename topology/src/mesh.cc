@@ -1,5 +1,5 @@
-// Mesh derivation (DESIGN.md "Mesh"): find the ICI domains of the job, fit the requested shapes to
-// them, and place every rank. The layout follows
+// Mesh derivation (docs/architecture.md "Mesh"): find the ICI domains of the job, fit the requested
+// shapes to them, and place every rank. The layout follows
 // jax.experimental.mesh_utils.create_hybrid_device_mesh: one granule per ICI domain, domains in
 // node order, the DCN coordinate the major component.
 #include "ax/topology/mesh.h"

@@ -17,7 +17,7 @@
 #include "ax/common/cli.h"
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
-#include "ax/launcher/job_context.h"
+#include "ax/job_context/job_context.h"
 #include "ax/trainer/comm/store.h"
 
 namespace {
@@ -50,7 +50,7 @@ void add_options(CLI::App& app, Args* args) {
 }
 
 StatusOr<std::shared_ptr<ax::train::comm::TcpStore>> open_tcp(const std::string& host_port,
-                                                              const ax::launcher::JobContext& ctx,
+                                                              const ax::job::JobContext& ctx,
                                                               Millis timeout) {
   ax::train::comm::TcpStoreOptions options;
   options.host_port = host_port;
@@ -63,7 +63,7 @@ StatusOr<std::shared_ptr<ax::train::comm::TcpStore>> open_tcp(const std::string&
 }
 
 StatusOr<std::shared_ptr<Store>> open_store(const std::string& kind, const Args& args,
-                                            const ax::launcher::JobContext& ctx) {
+                                            const ax::job::JobContext& ctx) {
   if (kind == "pmix") return ax::train::comm::make_pmix_store();
   if (kind == "file") {
     if (args.dir.empty()) return ax::InvalidArgument("--store file needs --dir DIR");
@@ -82,7 +82,7 @@ StatusOr<std::shared_ptr<Store>> open_store(const std::string& kind, const Args&
 }
 
 // PMIx finds the coordinator: rank 0 hosts a TCP store on a free port and publishes its address.
-Status pmix_bootstraps_tcp(Store& pmix, const ax::launcher::JobContext& ctx, Millis timeout) {
+Status pmix_bootstraps_tcp(Store& pmix, const ax::job::JobContext& ctx, Millis timeout) {
   const std::string key = "ax-store-check/coordinator";
   std::shared_ptr<ax::train::comm::TcpStore> tcp;
   if (ctx.rank == 0) {
@@ -100,7 +100,7 @@ Status pmix_bootstraps_tcp(Store& pmix, const ax::launcher::JobContext& ctx, Mil
   return Status::Ok();
 }
 
-Status run(const Args& args, const ax::launcher::JobContext& ctx) {
+Status run(const Args& args, const ax::job::JobContext& ctx) {
   std::string kind = !args.store.empty() ? args.store : ctx.pmix ? "pmix" : "tcp";
   AX_ASSIGN_OR_RETURN(std::shared_ptr<Store> store, open_store(kind, args, ctx));
   AX_RETURN_IF_ERROR(store->set(ax::str_cat("ax-store-check/", ctx.rank),
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   Args args;
   add_options(app, &args);
   if (std::optional<int> exit = ax::cli::parse_or_exit(app, argc, argv)) return *exit;
-  StatusOr<ax::launcher::JobContext> ctx = ax::launcher::job_context(ax::launcher::process_env());
+  StatusOr<ax::job::JobContext> ctx = ax::job::job_context(ax::job::process_env());
   if (!ctx.ok()) {
     std::cerr << "ax-store-check: job context: " << ctx.status().message() << "\n";
     return 2;

@@ -11,11 +11,11 @@
 #include "ax/common/cli.h"
 #include "ax/common/env.h"
 #include "ax/common/strings.h"
-#include "ax/trainer/checkpoint.h"
-#include "ax/trainer/config.h"
-#include "ax/trainer/eval_command.h"
-#include "ax/trainer/sampler.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/train/eval_command.h"
+#include "ax/trainer/train/sampler.h"
+#include "ax/trainer/train/train_loop.h"
 
 namespace ax::train {
 namespace {

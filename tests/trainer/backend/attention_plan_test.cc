@@ -1,5 +1,5 @@
 // The CUDA attention backward pass's plan for the gradient of a bias shared by the batch
-// (trainer/src/backend_cuda/attention_plan.h), run on the host: the chunks of batch rows cover the
+// (trainer/backend_cuda/src/attention_plan.h), run on the host: the chunks of batch rows cover the
 // batch with none empty, the partials stay within their bound, the dQ grid is filled where the
 // batch allows, and the parity suite's cases get the chunkings its comments promise.
 #include "attention_plan.h"

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "attention_plan.h"
-#include "ax/trainer/backend.h"
-#include "ax/trainer/tensor.h"
+#include "ax/trainer/backend/backend.h"
+#include "ax/trainer/backend/tensor.h"
 #include "backend_test_util.h"
 
 namespace ax::train::cuda::tc {
@@ -164,7 +164,7 @@ struct Inputs {
   std::vector<float> given_lse;
 };
 
-// The emulated kernels over the whole grid, as cuda_attention.cu launches them. The dQ grid's
+// The emulated kernels over the whole grid, as cuda_attention_tc.cu launches them. The dQ grid's
 // batch chunks follow dbias_plan (attention_plan.h), or hold `rows` batch rows each when given.
 Result run_tc(const Shape& d, const Inputs& in, bool reverse, int64_t rows = 0) {
   HostCtx c{reverse};

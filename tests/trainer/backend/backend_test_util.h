@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "ax/trainer/backend.h"
+#include "ax/trainer/backend/backend.h"
 
 namespace ax::train::testing {
 

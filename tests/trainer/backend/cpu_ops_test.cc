@@ -11,8 +11,8 @@
 #include <cstring>
 #include <limits>
 
-#include "ax/trainer/dropout_mask.h"
-#include "ax/trainer/op_checks.h"
+#include "ax/trainer/backend/dropout_mask.h"
+#include "ax/trainer/backend/op_checks.h"
 #include "backend_test_util.h"
 
 namespace ax::train {

@@ -1,4 +1,4 @@
-// The CUDA backend's GEMM split (trainer/src/backend_cuda/gemm_split.h), run on the host: every
+// The CUDA backend's GEMM split (trainer/backend_cuda/src/gemm_split.h), run on the host: every
 // piece's operands fit the span limit, and the pieces, executed in order by a reference GEMM in
 // cuBLAS's column-major terms, give exactly what the whole GEMM gives (small integer values, so
 // the sums are exact whatever their order).

@@ -1,4 +1,4 @@
-// The CUDA backend's peak FLOP/s table (trainer/src/backend_cuda/gpu_peak.h) on devices described
+// The CUDA backend's peak FLOP/s table (trainer/backend_cuda/src/gpu_peak.h) on devices described
 // by hand, as cudaGetDeviceProperties names them: datasheet dense figures for the boards we train
 // on, SMs × clock × the per-SM rate elsewhere, and the peak each dtype plan's MFU is against.
 #include "gpu_peak.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ax/trainer/dropout_mask.h"
+#include "ax/trainer/backend/dropout_mask.h"
 
 namespace ax::train::optable {
 namespace {

@@ -12,7 +12,7 @@
 #include <tuple>
 
 #include "ax/common/check.h"
-#include "ax/trainer/dropout_mask.h"
+#include "ax/trainer/backend/dropout_mask.h"
 #include "op_reference.h"
 
 namespace ax::train::optable {

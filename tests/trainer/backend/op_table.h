@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/trainer/backend.h"
+#include "ax/trainer/backend/backend.h"
 
 namespace ax::train::optable {
 

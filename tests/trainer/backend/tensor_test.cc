@@ -1,4 +1,4 @@
-#include "ax/trainer/tensor.h"
+#include "ax/trainer/backend/tensor.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
 #include "hf_format.h"
 #include "safetensors.h"
 #include "test_util.h"

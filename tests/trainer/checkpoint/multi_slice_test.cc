@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
 #include "checkpoint_internal.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/trainer/checkpoint.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
 #include "test_files.h"
 
 namespace ax::train::testing {

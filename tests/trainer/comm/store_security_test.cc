@@ -335,7 +335,7 @@ TEST(TcpStoreSecurity, StoreWithoutASecretIsRefused) {
 }
 
 TEST(JobStoreSecret, ComesFromTheLaunchOrFailsSayingSo) {
-  launcher::JobContext ctx;
+  job::JobContext ctx;
   ctx.world = 4;
   ctx.rank = 2;
   StatusOr<std::string> none = job_store_secret(ctx, Millis(100));
@@ -348,7 +348,7 @@ TEST(JobStoreSecret, ComesFromTheLaunchOrFailsSayingSo) {
   ctx.secret = kSecret;
   EXPECT_EQ(*job_store_secret(ctx, Millis(100)), kSecret);
   // A single process makes its own, fresh each time.
-  launcher::JobContext single;
+  job::JobContext single;
   StatusOr<std::string> a = job_store_secret(single, Millis(100));
   StatusOr<std::string> b = job_store_secret(single, Millis(100));
   ASSERT_TRUE(a.ok() && b.ok());

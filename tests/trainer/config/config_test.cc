@@ -1,4 +1,4 @@
-#include "ax/trainer/config.h"
+#include "ax/trainer/config/config.h"
 
 #include <gtest/gtest.h>
 

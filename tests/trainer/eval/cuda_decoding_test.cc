@@ -12,7 +12,7 @@
 #include <cmath>
 #include <random>
 
-#include "ax/trainer/decoding.h"
+#include "ax/trainer/eval/decoding.h"
 
 namespace ax::train {
 namespace {

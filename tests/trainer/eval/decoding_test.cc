@@ -4,15 +4,15 @@
 // keys and values cached, the decoder's relative position bias), with several rows of different
 // lengths decoded together. Measured worst relative logit difference: 1.3e-5 (tiny-llama, whose
 // weights are scaled up so that its logits are large), 9e-6 (gpt), 1.5e-6 (t5).
-#include "ax/trainer/decoding.h"
+#include "ax/trainer/eval/decoding.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "ax/trainer/cached_decoder.h"
-#include "ax/trainer/config.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/models/cached_decoder.h"
 
 namespace ax::train {
 namespace {

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "ax/datasets/task_convert.h"
-#include "ax/trainer/eval_command.h"
-#include "ax/trainer/task_metrics.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/datasets/text/task_convert.h"
+#include "ax/trainer/eval/task_metrics.h"
+#include "ax/trainer/train/eval_command.h"
+#include "ax/trainer/train/train_loop.h"
 #include "model_test_util.h"
 #include "test_files.h"
 
@@ -285,8 +285,8 @@ void run_sharded(const EvalCommandOptions& options, int world) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       EvalCommandOptions o = options;
-      launcher::JobContext ctx;
-      ctx.source = launcher::ContextSource::kAx;
+      job::JobContext ctx;
+      ctx.source = job::ContextSource::kAx;
       ctx.rank = rank;
       ctx.world = world;
       ctx.local_rank = rank;

@@ -1,6 +1,6 @@
 // The task metrics against cases computed by hand (and, for the normalisation, by the official
 // SQuAD v1.1 script's normalize_answer run on the same strings).
-#include "ax/trainer/task_metrics.h"
+#include "ax/trainer/eval/task_metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ax/trainer/metrics.h"
+#include "ax/trainer/metrics/metrics.h"
 #include "crc32c.h"  // the writer's, private to the library
 #include "test_files.h"
 #include "tfevents_decoder.h"

@@ -1,6 +1,6 @@
 // The models: layout table, initialisation, causality, whole-model gradients against finite
 // differences, and gradient accumulation over micro-batches.
-#include "ax/trainer/model.h"
+#include "ax/trainer/models/model.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <numeric>
 #include <random>
 
-#include "ax/trainer/metrics.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/models/flops.h"
+#include "ax/trainer/train/train_loop.h"
 #include "model_test_util.h"
 
 namespace ax::train {

@@ -7,9 +7,9 @@
 #include <random>
 #include <sstream>
 
-#include "ax/datasets/tokenize.h"
-#include "ax/datasets/tokenizer.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/datasets/text/tokenize.h"
+#include "ax/datasets/text/tokenizer.h"
+#include "ax/trainer/train/train_loop.h"
 #include "test_util.h"
 
 namespace ax::train::testing {

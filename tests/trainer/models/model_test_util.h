@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ax/trainer/config.h"
-#include "ax/trainer/model.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/models/model.h"
 
 namespace ax::train {
 

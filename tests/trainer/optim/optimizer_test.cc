@@ -1,12 +1,12 @@
 // The learning-rate schedule, AdamW's parameter groups and global-norm clipping.
-#include "ax/trainer/optimizer.h"
+#include "ax/trainer/optim/optimizer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/train/train_loop.h"
 #include "model_test_util.h"
 
 namespace ax::train {

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "ax/common/strings.h"
-#include "ax/trainer/backend.h"
-#include "ax/trainer/checkpoint.h"
-#include "ax/trainer/config.h"
-#include "ax/trainer/model.h"
-#include "ax/trainer/train_state.h"
+#include "ax/trainer/backend/backend.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/models/model.h"
+#include "ax/trainer/train/train_state.h"
 #include "test_util.h"
 
 namespace ax::train {

@@ -24,7 +24,7 @@ DIR is written by oracle_test.cc:
   grads/NAME.f32  ax's gradient of the mean loss with respect to it
 
 The model below is written from docs/parameter-names.md and the op comments of
-trainer/include/ax/trainer/backend.h, not from ax's C++. It runs in float64 from ax's float32
+trainer/backend/include/ax/trainer/backend/backend.h, not from ax's C++. It runs in float64 from ax's float32
 weights, so it is the exact answer up to float64 rounding; a float32 run of the same code is
 reported beside it to show how far plain float32 arithmetic lands from that answer.
 

@@ -20,9 +20,9 @@
 #include <tuple>
 #include <vector>
 
-#include "ax/trainer/checkpoint.h"
-#include "ax/trainer/eval_command.h"
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
+#include "ax/trainer/train/eval_command.h"
+#include "ax/trainer/train/train_loop.h"
 #include "model_test_util.h"
 #include "store_stranger.h"
 #include "test_files.h"
@@ -83,8 +83,8 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
     if (pid == 0) {
       std::freopen(err_path.c_str(), "w", stderr);
       std::freopen("/dev/null", "w", stdout);
-      launcher::JobContext ctx;
-      ctx.source = launcher::ContextSource::kAx;
+      job::JobContext ctx;
+      ctx.source = job::ContextSource::kAx;
       ctx.rank = rank;
       ctx.world = layout.world();
       ctx.local_rank = rank;

@@ -319,8 +319,8 @@ expect_output "^mnli accuracy [0-9.]* % ([0-9]* of 40)"
 one=$(grep '"task":"mnli"' "$work/ft-t5-run/metrics.jsonl" | tail -n 1)
 [[ $(wc -l <"$work/mnli-one.jsonl") -eq 40 ]] || fail "eval mnli: not 40 predictions"
 if [[ -n $axlaunch ]]; then
-  expect_status 0 "eval mnli on two ranks" -- "$axlaunch" --nproc 2 -- "$axtrain" eval \
-    --run-dir "$work/ft-t5-run" --task mnli --data "$work/mnli.jsonl" --batch 8 \
+  expect_status 0 "eval mnli on two ranks" -- "$axlaunch" --nproc 2 --run-dir "$work/launch-eval" \
+    -- "$axtrain" eval --run-dir "$work/ft-t5-run" --task mnli --data "$work/mnli.jsonl" --batch 8 \
     --predictions "$work/mnli-two.jsonl"
   expect_output "split over 2 ranks"
   two=$(grep '"task":"mnli"' "$work/ft-t5-run/metrics.jsonl" | tail -n 1)

@@ -1,14 +1,14 @@
 // Fine-tuning rows from (inputs, targets) examples: T5's encoder/decoder rows and decoder-only
 // prompt+response rows, by hand; greedy packing, truncation, the loss mask; the packer's rows
 // the same on every layout, and its state resuming exactly.
-#include "ax/trainer/example_rows.h"
+#include "ax/trainer/train/example_rows.h"
 
 #include <gtest/gtest.h>
 
 #include <optional>
 #include <set>
 
-#include "ax/datasets/shard_writer.h"
+#include "ax/datasets/shards/shard_writer.h"
 #include "test_util.h"
 
 namespace ax::train {

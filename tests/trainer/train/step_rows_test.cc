@@ -1,12 +1,12 @@
 // The rows of a step: next-token rows, and T5's span corruption as the loader's windows become
 // encoder and decoder rows (lengths, shift right, EOS, sentinels, packing, padding, determinism).
-#include "ax/trainer/step_rows.h"
+#include "ax/trainer/train/step_rows.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "ax/trainer/config.h"
+#include "ax/trainer/config/config.h"
 
 namespace ax::train {
 namespace {

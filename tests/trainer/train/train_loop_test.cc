@@ -1,6 +1,6 @@
 // The train loop on real text: loss going down, bit-exact resume, and bad input (corrupt
 // checkpoint, tokenizer mismatch, NaN, model change, full disk); sampling from a run.
-#include "ax/trainer/train_loop.h"
+#include "ax/trainer/train/train_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +12,12 @@
 #include <thread>
 #include <tuple>
 
-#include "ax/trainer/checkpoint.h"
-#include "ax/trainer/decoding.h"
-#include "ax/trainer/distributed.h"
-#include "ax/trainer/optimizer.h"
-#include "ax/trainer/sampler.h"
-#include "ax/trainer/train_state.h"
+#include "ax/trainer/checkpoint/checkpoint.h"
+#include "ax/trainer/eval/decoding.h"
+#include "ax/trainer/optim/optimizer.h"
+#include "ax/trainer/parallel/distributed.h"
+#include "ax/trainer/train/sampler.h"
+#include "ax/trainer/train/train_state.h"
 #include "model_test_util.h"
 #include "test_util.h"
 
@@ -106,7 +106,7 @@ TEST(CpuThreads, FromTheKnobElseSharedAmongTheNodesRanks) {
 }
 
 TEST(ResolveMesh, FromTheLauncherOrTheConfig) {
-  launcher::JobContext ctx;
+  job::JobContext ctx;
   ctx.world = 8;
   ctx.num_nodes = 2;
   ctx.rank = 5;

@@ -41,7 +41,8 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // "DataLoss: shard-00001.axs frame 3: checksum mismatch (at datasets/src/shard_reader.cc:120)".
+  // "DataLoss: shard-00001.axs frame 3: checksum mismatch (at
+  // datasets/shards/src/shard_reader.cc:120)".
   std::string to_string() const;
 
   // Prepends context ("reading index.json: ") to the message; keeps the code.

@@ -1,5 +1,5 @@
-// The ax-launch command line (DESIGN.md "Command line"), parsed strictly: every malformed option
-// is an InvalidArgument naming it, so the tool prints one line and exits 2.
+// The ax-launch command line (docs/architecture.md "Command line"), parsed strictly: every
+// malformed option is an InvalidArgument naming it, so the tool prints one line and exits 2.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// What each local rank gets: its place in the mesh, the AX_* environment of DESIGN.md's contract
-// (docs/launch.md has the table), and the cores and NUMA memory node it is bound to. Pure
+// What each local rank gets: its place in the mesh, the AX_* environment of docs/architecture.md's
+// contract (docs/launch.md has the table), and the cores and NUMA memory node it is bound to. Pure
 // computation over a Topology, so tests run it on fixtures.
 #pragma once
 

@@ -25,14 +25,4 @@ struct SuperviseOptions {
 // killed). A Status error means the launcher itself could not run (run-dir, fork, pipes).
 StatusOr<int> supervise(const std::vector<RankPlan>& ranks, const SuperviseOptions& options);
 
-// NUMA memory binding, also used by spank_ax.so (docs/launch.md "Memory binding"); raw system
-// calls, no libnuma. The nodes this process may allocate on (get_mempolicy with
-// MPOL_F_MEMS_ALLOWED: the machine's nodes as narrowed by a cpuset cgroup); empty when the
-// kernel has no NUMA policy support.
-std::vector<int> allowed_memory_nodes();
-// Makes `node` the preferred node of this process's new allocations (set_mempolicy with
-// MPOL_PREFERRED: other nodes when it is full). Only the system call, so it is safe between fork
-// and exec. Returns 0 or an errno value.
-int prefer_memory_node(int node);
-
 }  // namespace ax::launcher

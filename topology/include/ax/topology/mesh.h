@@ -1,11 +1,11 @@
 // Mesh derivation: from the nodes' topologies and the job's shape to ICI (inside an NVLink domain)
 // and DCN (across domains) shapes over [data, fsdp, tensor], and the placement of every rank.
-// Rules (DESIGN.md "Mesh"): ICI = one NVLink domain (an NVL72 clique when fabric info says so, else
-// the NVLink-connected GPUs of a node, else one node); consecutive ranks share a domain, tensor
-// fastest, then fsdp, then data; `auto` = FSDP inside the domain, data parallel across domains;
-// `auto:tp=N` = N-way tensor parallel inside the domain (FSDP over the rest of it); explicit
-// `ici=d,f,t;dcn=d,f,t` with at most one -1 per vector; tensor parallelism across DCN is refused
-// unless `force` is given. Every rejection names the numbers that disagree.
+// Rules (docs/architecture.md "Mesh"): ICI = one NVLink domain (an NVL72 clique when fabric info
+// says so, else the NVLink-connected GPUs of a node, else one node); consecutive ranks share a
+// domain, tensor fastest, then fsdp, then data; `auto` = FSDP inside the domain, data parallel
+// across domains; `auto:tp=N` = N-way tensor parallel inside the domain (FSDP over the rest of it);
+// explicit `ici=d,f,t;dcn=d,f,t` with at most one -1 per vector; tensor parallelism across DCN is
+// refused unless `force` is given. Every rejection names the numbers that disagree.
 #pragma once
 
 #include <string>

@@ -1,0 +1,141 @@
+# shellcheck shell=bash
+# Part of sbatch/ax_job.sh (which sources it): running the step and ending the job. The
+# preemption protocol (a stop request, USR1 or TERM, is forwarded to the step's ranks, which
+# checkpoint and exit 75; the job then requeues itself), the single-node scripts' run, the cause
+# of a failed run from the ranks' outputs, and the job's first line (ax_job_header).
+
+AX_EXIT_STOPPED=75 # ax-train (and ax-launch): stopped at a checkpoint, run again to resume
+
+AX_STEP_PID=""
+AX_STOP_SIGNAL=""
+AX_FORWARD="${AX_FORWARD:-scancel}" # scancel: to every step of the job; kill: to our child only
+
+# A stop request (USR1 from `--signal=B:USR1@s`, TERM at preemption or the time limit): ask every
+# rank to checkpoint at the next step boundary. The step's tasks get SIGUSR1 through Slurm (ax-train
+# and ax-launch treat USR1 and TERM alike); without Slurm the launcher is our child.
+ax_on_stop_signal() {
+  if [[ -n "$AX_STOP_SIGNAL" ]]; then
+    ax_log "caught SIG$1 again; the ranks are already stopping"
+    return
+  fi
+  AX_STOP_SIGNAL="$1"
+  # AX_STOP_WHAT: what the script's step does on a stop request (tokenize.sub sets its own).
+  ax_log "caught SIG$1 at $(date +%T):" \
+    "${AX_STOP_WHAT:-every rank checkpoints at the next step boundary and exits}"
+  if [[ "$AX_FORWARD" == scancel && -n "${SLURM_JOB_ID-}" && -n "$AX_STEP_PID" ]] &&
+    timeout 30 scancel --signal=USR1 "$SLURM_JOB_ID" 2>/dev/null; then
+    return
+  fi
+  [[ -n "$AX_STEP_PID" ]] && kill -USR1 "$AX_STEP_PID" 2>/dev/null
+}
+
+# A stop request that arrives while the script still checks its variables is remembered (not
+# fatal, as bash's default for USR1 and TERM would be); the step then does not start.
+trap 'AX_STOP_SIGNAL="${AX_STOP_SIGNAL:-USR1}"' USR1
+trap 'AX_STOP_SIGNAL="${AX_STOP_SIGNAL:-TERM}"' TERM
+
+# ax_run_step CMD...: runs CMD in the background (so bash runs the traps while it waits) and
+# returns its exit status; 75 without running it when a stop was requested before.
+ax_run_step() {
+  if [[ -n "$AX_STOP_SIGNAL" ]]; then
+    ax_log "SIG$AX_STOP_SIGNAL arrived before the step started; not starting it"
+    return "$AX_EXIT_STOPPED"
+  fi
+  trap 'ax_on_stop_signal USR1' USR1
+  trap 'ax_on_stop_signal TERM' TERM
+  trap 'ax_on_stop_signal INT' INT
+  "$@" &
+  AX_STEP_PID=$!
+  local rc=0
+  while :; do
+    rc=0
+    wait "$AX_STEP_PID" || rc=$?
+    # wait returns early (status > 128) when a trapped signal arrives; the step is still running.
+    kill -0 "$AX_STEP_PID" 2>/dev/null || break
+  done
+  # Another signal now (a repeated USR1 while the script requeues the job) must not kill it.
+  trap ':' USR1 TERM
+  trap - INT
+  return "$rc"
+}
+
+# ax_singlenode_run LOG RUN_DIR CMD...: the single-node scripts' run: CMD (ax-launch) with its
+# output also in LOG, a last line that says how it ended, and ax-launch's exit status (0 done, 75
+# stopped at a checkpoint, anything else failed).
+ax_singlenode_run() {
+  local log="$1" run_dir="$2" rc=0 cause
+  shift 2
+  ax_log "$(ax_quote "$@")"
+  # tee -i: a Ctrl-C reaches ax-launch (which checkpoints and exits 75), not the log's writer.
+  ax_run_step "$@" > >(tee -i "$log") 2>&1 || rc=$?
+  case "$rc" in
+    0) ax_log "Run succeeded! (outputs in $run_dir, log $log)" ;;
+    75) ax_log "Run stopped at a checkpoint; run the same command again to resume" ;;
+    *)
+      cause="$(ax_failure_cause "$log")"
+      ax_log "Run failed with status $rc${cause:+: $cause} (see $log, $run_dir/error.json)"
+      ;;
+  esac
+  exit "$rc"
+}
+
+# ax_failure_cause FILE...: the cause the ranks agreed on after a collective failed, from the
+# first of the output files that has it: "rank 3 (host n2) stopped answering first (peer closed
+# the connection)" (docs/comm.md "Timeouts and failures"), or "the store host, rank 0, is gone";
+# nothing when no file has one.
+ax_failure_cause() {
+  local f first='ranks? [0-9,]+( \(hosts? [^)]*\))? stopped answering first \([^)]*\)'
+  for f in "$@"; do
+    [[ -f "$f" ]] || continue
+    grep -ohE -m 1 "$first|the store host, rank 0, is gone" "$f" && return 0
+  done
+  return 0
+}
+
+# ax_finish STATUS WHERE [OUTPUT_FILE...]: ends the job. 0: done. 75: the ranks stopped at a
+# checkpoint; unless AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from
+# that checkpoint and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with
+# that status, and its last line names the rank that failed first when the ranks' outputs
+# (OUTPUT_FILEs) do.
+ax_finish() {
+  local rc="$1" where="$2"
+  shift 2
+  if ((rc == 0)); then
+    ax_log "finished: the run reached its last step (outputs: $where)"
+    exit 0
+  fi
+  # After a stop request every rank checkpoints, waits for the others, and exits 75; the first
+  # exit makes srun (--kill-on-bad-exit) SIGKILL the ranks still exiting, so the step's status
+  # can be 137 instead. The checkpoint was committed before any rank left: still a stop.
+  if [[ -n "$AX_STOP_SIGNAL" ]] && ((rc != AX_EXIT_STOPPED)); then
+    ax_log "the step ended with status $rc after SIG$AX_STOP_SIGNAL (ranks ended by srun once" \
+      "the first one stopped): treated as stopped at its checkpoint"
+    rc=$AX_EXIT_STOPPED
+  fi
+  if ((rc == AX_EXIT_STOPPED)); then
+    if [[ -n "${SLURM_JOB_ID-}" && "${AX_REQUEUE:-1}" == 1 ]]; then
+      ax_log "the ranks stopped at a checkpoint (exit $rc); requeueing job $SLURM_JOB_ID" \
+        "(restart $((${SLURM_RESTART_COUNT:-0} + 1))), which resumes from it"
+      if timeout 60 scontrol requeue "$SLURM_JOB_ID"; then
+        # Slurm ends this script now; the requeued job starts from the top.
+        exit 0
+      fi
+      ax_log "error: scontrol requeue $SLURM_JOB_ID failed (the job needs --requeue and the" \
+        "cluster JobRequeue=1); submit the same job again to resume"
+    else
+      ax_log "the ranks stopped at a checkpoint (exit $rc); run the same job again to resume"
+    fi
+    exit "$rc"
+  fi
+  local cause
+  cause="$(ax_failure_cause "$@")"
+  ax_log "error: the training step failed with status $rc${cause:+: $cause}; see $where"
+  exit "$rc"
+}
+
+# ax_job_header NAME: one line about the job and its restarts.
+ax_job_header() {
+  local restarts="${SLURM_RESTART_COUNT:-0}"
+  ax_log "$1: job ${SLURM_JOB_ID:-none} on ${SLURM_JOB_NUM_NODES:-1} node(s)" \
+    "(${SLURM_JOB_NODELIST:-$(hostname)}), restart $restarts (SLURM_RESTART_COUNT)"
+}

@@ -1,0 +1,140 @@
+// Collectives over a group of ranks (docs/architecture.md "Communication"): Gloo on CPU ranks (host
+// memory), NCCL on GPU ranks (device memory, on the backend's stream). Groups are built per mesh
+// axis; every operation has a timeout, and a failure names the rank(s) that went missing.
+//
+// Buffers are f32 Tensors (bf16 also for NCCL). Sizes: reduce_scatter takes in = size() × n
+// elements and leaves in `out` (n elements) the sum over ranks of block rank() of `in`;
+// all_gather takes n elements and leaves rank r's block at out[r·n, (r+1)·n). reduce_scatter
+// leaves `in` unchanged; all_gather's `in` may be this rank's own block of `out`. Collectives are
+// blocking from the caller's point of view on Gloo; on NCCL they are enqueued on the stream.
+// A failed collective leaves the communicator broken: every later call returns the same Status,
+// whose message names the ranks that did not answer (docs/comm.md "Timeouts and failures").
+// NCCL's collectives must be issued by one thread in the same order on every rank, across all
+// the communicators of a process (docs/comm.md "NCCL: one issuing thread").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/trainer/backend/tensor.h"
+#include "ax/trainer/comm/store.h"
+
+namespace ax::train::comm {
+
+enum class ReduceOp : uint8_t { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;  // in the group
+  virtual int size() const = 0;
+  // "gloo tensor[1] (ranks 2,3)"
+  virtual std::string name() const = 0;
+
+  virtual Status all_reduce(Tensor buf, ReduceOp op) = 0;
+  virtual Status reduce_scatter(Tensor out, Tensor in) = 0;
+  virtual Status all_gather(Tensor out, Tensor in) = 0;
+  virtual Status broadcast(Tensor buf, int root) = 0;
+  virtual Status barrier() = 0;
+
+  // True when collectives return once enqueued on a device stream, before they finish (NCCL);
+  // false when they return with the result in place (Gloo, Gloo's groups of one).
+  virtual bool enqueues() const { return false; }
+  // Makes later work on the backend's stream (CommOptions::cuda_stream) wait for every collective
+  // enqueued here so far, without waiting on the host. Only a communicator with a stream of its
+  // own (CommOptions::own_stream) has anything to do.
+  virtual void join() {}
+
+  // Payload bytes this rank has handed to collectives so far (the benchmark's volume figures):
+  // all_reduce n·4, reduce_scatter/all_gather the full (size × n)·4, broadcast n·4.
+  virtual int64_t bytes_moved() const = 0;
+};
+
+struct CommOptions {
+  Millis timeout{300000};  // per collective and for initialisation
+  // AX_COORDINATOR ("host:port", may be empty). Gloo listens on the local address that routes to
+  // its host, so multi-node groups use the interface the job's bootstrap already uses; empty:
+  // the address the hostname resolves to, else loopback (docs/comm.md "Gloo: addresses").
+  std::string coordinator;
+  void* cuda_stream = nullptr;  // NCCL only: the backend's cudaStream_t
+  int cuda_device = -1;         // NCCL only
+  // NCCL only: run the collectives on a CUDA stream of the communicator's own. Each collective
+  // first waits (an event) for the work enqueued on cuda_stream so far; join() makes later work
+  // on cuda_stream wait for the collectives. FSDP prefetch gathers this way, beside the compute.
+  bool own_stream = false;
+  // NCCL only: called from the communicator's watchdog thread when an enqueued collective fails
+  // or runs longer than `timeout`, with the Status a failed call returns (group, missing ranks).
+  // ax-train ends the process here. Afterwards (or when empty) the communicator is aborted, so
+  // that what waits for the stream moves on, and every later call returns the failure.
+  std::function<void(const Status&)> on_async_failure;
+};
+
+// A group of `ranks` (global ranks, sorted) of which `global_rank` is one; `tag` names the group
+// in store keys and messages ("data[f=0,t=1]", "world"; no '/'). Every member calls it with the
+// same ranks and tag. Gloo: Unimplemented when ax was built without Gloo.
+StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(std::shared_ptr<Store> store,
+                                                               const std::string& tag,
+                                                               const std::vector<int>& ranks,
+                                                               int global_rank,
+                                                               const CommOptions& options);
+// NCCL: Unimplemented when ax was built without CUDA/NCCL.
+StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(std::shared_ptr<Store> store,
+                                                               const std::string& tag,
+                                                               const std::vector<int>& ranks,
+                                                               int global_rank,
+                                                               const CommOptions& options);
+
+// The mesh axes of docs/architecture.md, global rank = (d · fsdp + f) · tensor + t (tensor fastest,
+// then fsdp, then data: the order derive_mesh places ranks in).
+struct MeshCoords {
+  int data = 1, fsdp = 1, tensor = 1;  // axis sizes (global = ICI × DCN per axis)
+  int d = 0, f = 0, t = 0;             // this rank's coordinates
+  int world() const { return data * fsdp * tensor; }
+  int rank() const { return (d * fsdp + f) * tensor + t; }
+  static MeshCoords of(int rank, int data, int fsdp, int tensor);
+  // Global ranks of each group this rank belongs to, sorted.
+  std::vector<int> data_group() const;     // same f, t
+  std::vector<int> fsdp_group() const;     // same d, t
+  std::vector<int> tensor_group() const;   // same d, f
+  std::vector<int> replica_group() const;  // data × fsdp: same t (ranks that see different data)
+};
+
+// The communicators of one rank, passed explicitly to the model, optimizer, loader and
+// checkpoints. A group of size 1 is still a Communicator (its collectives are copies/no-ops).
+struct MeshGroups {
+  MeshCoords coords;
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<Communicator> fsdp;
+  std::unique_ptr<Communicator> tensor;
+  std::unique_ptr<Communicator> replica;  // data × fsdp
+  // A second communicator over the fsdp group (fsdp > 1 only): FSDP prefetch gathers the next
+  // layer on it while the current one computes and reduce-scatters on `fsdp` (Gloo: on a thread
+  // of its own; NCCL: issued by the training thread onto a stream of its own, own_stream).
+  std::unique_ptr<Communicator> fsdp_prefetch;
+};
+
+// The exit status of collective_or_die (ax-train's kExitCollectiveFailed): this rank stops
+// because another one failed or stopped answering; ax-launch reports such exits as a
+// consequence, not as the cause.
+inline constexpr int kExitCollectiveFailed = 3;
+// The training loop's policy for a collective that failed (docs/comm.md "Timeouts and
+// failures"): a half-finished step cannot be recovered, so print the failure (whose message names
+// the rank that failed first) as "ax-train: <what> failed: ..." and end the process with status
+// kExitCollectiveFailed; the run resumes from its last checkpoint. Nothing to do when `status`
+// is ok.
+void collective_or_die(const Status& status, const char* what);
+// How long collective_or_die waits before exiting: the rank that hosts the store stays a little
+// longer, so that the other ranks can still find out through it which rank went missing.
+void set_failure_linger(int milliseconds);
+
+enum class CommBackend : uint8_t { kGloo, kNccl };
+StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCoords& coords,
+                                      CommBackend backend, const CommOptions& options);
+
+}  // namespace ax::train::comm

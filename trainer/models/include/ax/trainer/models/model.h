@@ -1,0 +1,164 @@
+// Models on a Backend: a network (decoder-only LM for gpt and llama; encoder-decoder for T5)
+// over a ParamStore (param_store.h: one allocation per buffer sliced by a layout table, names,
+// shapes, init and weight decay as in docs/parameter-names.md); the activations of one
+// micro-batch are planned once in one arena. Design notes: docs/trainer.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/trainer/backend/backend.h"
+#include "ax/trainer/backend/tensor.h"
+#include "ax/trainer/config/config.h"
+#include "ax/trainer/parallel/param_store.h"
+
+namespace ax::train {
+
+// How a model trains beyond what its config describes (train.* keys that reach the network).
+struct ModelOptions {
+  // Activation recomputation per layer: keep only each layer's output (the residual stream) and
+  // run a layer's forward pass again just before its backward pass, so the other activations of
+  // all layers share one layer's worth of memory. Same results, about one more forward pass.
+  bool recompute_layers = false;
+  // Encoder-decoder models: the encoder's input length (train.encoder_seq_len); the decoder's is
+  // the model's seq_len.
+  int64_t encoder_seq_len = 0;
+  // T5x's auxiliary z-loss (train.z_loss): z_loss · lse² per token is added to the loss, lse =
+  // log Σ exp of the token's logits. 0 skips the term: the loss has the bits it had without it.
+  float z_loss = 0;
+};
+
+// One micro-batch as any model family reads it: host memory, row-major (batch, length). A loss
+// mask is a target < 0 (ignored: no loss, no gradient).
+struct Batch {
+  std::span<const int32_t> tokens{};   // (B, T) decoder input, in [0, vocab)
+  std::span<const int32_t> targets{};  // (B, T), < 0 ignored; empty: logits only
+  // (B, T) or empty: packed examples, numbered per row; a token never attends to another
+  // segment's (instruction tuning, T5x-style packing). Positions stay the row's 0..T-1.
+  std::span<const int32_t> segment_ids{};
+  // Encoder-decoder models: the encoder's input (B, Te) and its segments (or empty).
+  std::span<const int32_t> encoder_tokens{};
+  std::span<const int32_t> encoder_segment_ids{};
+  // Training with dropout (model.dropout > 0): each row's place in the data (B), which keys its
+  // masks, and the step's seed. Empty (evaluation, sampling): no dropout.
+  std::span<const uint64_t> row_ids{};
+  uint64_t dropout_seed = 0;
+};
+
+// A network over a ParamStore. The factory picks the family from model.family (gpt and llama:
+// the decoder-only LM of decoder_lm.cc); the loop, the optimizer, checkpoints and sampling see
+// only this interface and the store (docs/trainer.md "Model families").
+class Model {
+ public:
+  // A model for micro-batches of (batch, seq_len) tokens. `vocab` is the real vocabulary (the
+  // tokenizer's size, <= config.vocab_size): the loss and sampling use only those columns.
+  static StatusOr<std::unique_ptr<Model>> create(const ModelConfig& config, int64_t vocab,
+                                                 int64_t batch, int64_t seq_len, Backend* backend,
+                                                 const ModelParallel& parallel = {},
+                                                 const ModelOptions& options = {});
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  ParamStore& store() const { return *store_; }
+  const ParamLayout& layout() const { return store_->layout(); }
+  Backend* backend() const { return backend_; }
+  int64_t batch() const { return batch_; }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t vocab() const { return vocab_; }
+  size_t activation_bytes() const { return activation_bytes_; }
+  const ModelParallel& parallel() const { return store_->parallel(); }
+  bool sharded() const { return store_->sharded(); }
+
+  // Checks the batch's shape and ids (on the host, for every backend: the GPU reads ids
+  // unchecked, and a vocabulary split over tensor ranks would drop a target no shard holds),
+  // then runs the network. Returns the mean loss over the non-ignored targets (0 when there are
+  // none, or without targets).
+  float forward(const Batch& batch);
+  float forward(std::span<const int32_t> tokens, std::span<const int32_t> targets) {
+    return forward(Batch{.tokens = tokens, .targets = targets});
+  }
+  int64_t num_targets() const { return num_targets_; }  // non-ignored targets of the last forward
+  // Accumulates scale × d(mean loss of the last forward) into the gradients. For the mean over
+  // a global batch split into micro-batches, pass num_targets() / (targets in the global batch).
+  // Invalidates the logits.
+  void backward(float scale);
+  // The real-vocabulary logits at (b, t) of the last forward (before backward).
+  virtual std::vector<float> logits(int64_t b, int64_t t) const = 0;
+  // The FLOPs of a forward and backward pass over one row of a batch (the whole model, however
+  // it is split over ranks), as MFU counts them (models/flops.h flops_per_token).
+  virtual double flops_per_row() const = 0;
+
+  // The store's, for callers that hold a model: parameters from init_parameters(seed), zeroed
+  // gradients, flat f32 shards, owned ranges, the gradient norm and the data-parallel sum, the
+  // compute-weight refresh, host access by name (param_store.h).
+  void init(uint64_t seed) { store_->init(seed); }
+  void zero_grad() { store_->zero_grad(); }
+  Tensor params() const { return store_->params(); }
+  Tensor grads() const { return store_->grads(); }
+  std::vector<OwnedRange> owned() const { return store_->owned(); }
+  double grad_sum_squares() const { return store_->grad_sum_squares(); }
+  void reduce_gradients() { store_->reduce_gradients(); }
+  void sync_compute_weights() { store_->sync_compute_weights(); }
+  StatusOr<std::vector<float>> parameter(const std::string& name) const {
+    return store_->parameter(name);
+  }
+  StatusOr<std::vector<float>> gradient(const std::string& name) const {
+    return store_->gradient(name);
+  }
+  Status set_parameter(const std::string& name, std::span<const float> values) {
+    return store_->set_parameter(name, values);
+  }
+
+ protected:
+  Model(const ModelConfig& config, int64_t vocab, int64_t batch, int64_t seq_len, Backend* backend)
+      : config_(config), backend_(backend), vocab_(vocab), batch_(batch), seq_len_(seq_len) {}
+  // The network: forward over a checked batch, returning the sum of the per-token losses over
+  // its non-ignored targets (num_targets_ of them); backward with d(loss)/d(each token's loss).
+  virtual double forward_impl(const Batch& batch) = 0;
+  virtual void backward_impl(float dloss) = 0;
+  // A family's build: the store over `layout` (on `parallel`), `bind` to take the parameters'
+  // views, then `plan` the activations twice: a dry run sizes one allocation (freed by ~Model),
+  // the second pass slices it.
+  Status build(ParamLayout layout, const ModelParallel& parallel, const std::function<void()>& bind,
+               const std::function<void(Arena*)>& plan);
+
+  ModelConfig config_;  // vocab_size is the padded vocabulary
+  Backend* backend_;
+  int64_t vocab_, batch_, seq_len_;
+  std::unique_ptr<ParamStore> store_;
+  size_t activation_bytes_ = 0;
+  void* activations_ = nullptr;
+  int64_t num_targets_ = 0;
+  bool has_targets_ = false;
+  bool logits_valid_ = false;
+};
+
+// Σ over the matmul parameters whose name starts with `prefix` of their whole (logical) size.
+int64_t logical_matmul_parameters(const ParamLayout& layout, std::string_view prefix = "");
+
+// The decoder-only LM of gpt and llama configs (decoder_lm.cc); Model::create calls it.
+StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int64_t vocab,
+                                                 int64_t batch, int64_t seq_len, Backend* backend,
+                                                 const ModelParallel& parallel,
+                                                 const ModelOptions& options);
+// The encoder-decoder of t5 configs (encoder_decoder.cc); options.encoder_seq_len is its input
+// length, seq_len the decoder's.
+StatusOr<std::unique_ptr<Model>> make_encoder_decoder(const ModelConfig& config, int64_t vocab,
+                                                      int64_t batch, int64_t seq_len,
+                                                      Backend* backend,
+                                                      const ModelParallel& parallel,
+                                                      const ModelOptions& options);
+
+// The real vocabulary padded to the embedding table size: config.vocab_size when set (error if
+// smaller than vocab), else vocab rounded up to vocab_multiple.
+StatusOr<int64_t> padded_vocab_size(const ModelConfig& config, int64_t vocab);
+
+}  // namespace ax::train

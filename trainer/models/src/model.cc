@@ -1,0 +1,134 @@
+// Model: the family factory and the checks every family shares (model.h).
+#include "ax/trainer/models/model.h"
+
+#include <algorithm>
+
+namespace ax::train {
+
+StatusOr<int64_t> padded_vocab_size(const ModelConfig& config, int64_t vocab) {
+  if (vocab <= 0) return InvalidArgument("the vocabulary is empty");
+  if (config.vocab_size > 0) {
+    if (config.vocab_size < vocab) {
+      return InvalidArgument("model.vocab_size=", config.vocab_size,
+                             " is smaller than the tokenizer's vocabulary (", vocab,
+                             "); use 0 to size it from the tokenizer");
+    }
+    return config.vocab_size;
+  }
+  const int64_t multiple = std::max<int64_t>(1, config.vocab_multiple);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+int64_t logical_matmul_parameters(const ParamLayout& layout, std::string_view prefix) {
+  int64_t n = 0;
+  for (const ParamSpec& spec : layout.specs()) {
+    if (!spec.matmul || !spec.name.starts_with(prefix)) continue;
+    int64_t numel = 1;
+    for (int64_t d : spec.logical_shape) numel *= d;
+    n += numel;
+  }
+  return n;
+}
+
+Model::~Model() {
+  if (activations_ != nullptr) backend_->free(activations_);
+}
+
+Status Model::build(ParamLayout layout, const ModelParallel& parallel,
+                    const std::function<void()>& bind, const std::function<void(Arena*)>& plan) {
+  AX_ASSIGN_OR_RETURN(store_, ParamStore::create(std::move(layout), backend_, parallel));
+  bind();
+  Arena dry_run;
+  plan(&dry_run);
+  activation_bytes_ = dry_run.used();
+  AX_ASSIGN_OR_RETURN(activations_, backend_->alloc(activation_bytes_));
+  Arena arena(activations_, activation_bytes_);
+  plan(&arena);
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_t vocab,
+                                               int64_t batch, int64_t seq_len, Backend* backend,
+                                               const ModelParallel& parallel,
+                                               const ModelOptions& options) {
+  AX_CHECK(backend != nullptr);
+  if (batch <= 0 || seq_len <= 0) {
+    return InvalidArgument("a micro-batch needs batch > 0 and seq_len > 0, got (", batch, ", ",
+                           seq_len, ")");
+  }
+  if (config.num_layers < 1 || config.model_dim < 1 || config.num_heads < 1 ||
+      config.num_kv_heads < 1 || config.hidden_dim < 1) {
+    return InvalidArgument(
+        "model.num_layers, model_dim, num_heads, num_kv_heads and hidden_dim "
+        "must be positive");
+  }
+  if ((config.kv_channels == 0 && config.model_dim % config.num_heads != 0) ||
+      config.num_heads % config.num_kv_heads != 0) {
+    return InvalidArgument(
+        "model.num_heads=", config.num_heads, " must divide model.model_dim=", config.model_dim,
+        " (or set model.kv_channels) and model.num_kv_heads=", config.num_kv_heads,
+        " must divide model.num_heads");
+  }
+  if (config.position == PositionKind::kRope && config.head_dim() % 2 != 0) {
+    return InvalidArgument(
+        "RoPE needs an even head dimension; model.model_dim / model.num_heads = ",
+        config.head_dim());
+  }
+  AX_ASSIGN_OR_RETURN(int64_t padded, padded_vocab_size(config, vocab));
+  const int tp = parallel.tensor_size;
+  if (tp > 1 &&
+      (config.num_kv_heads % tp != 0 || config.hidden_dim % tp != 0 || padded % tp != 0)) {
+    return InvalidArgument("tensor parallelism of ", tp, " needs it to divide model.num_kv_heads (",
+                           config.num_kv_heads, "), and so model.num_heads (", config.num_heads,
+                           "), model.hidden_dim (", config.hidden_dim,
+                           ") and the padded vocabulary (", padded,
+                           "; model.vocab_multiple rounds it up)");
+  }
+  ModelConfig padded_config = config;
+  padded_config.vocab_size = padded;
+  switch (config.family) {
+    case ModelFamily::kGpt:
+    case ModelFamily::kLlama:
+      return make_decoder_lm(padded_config, vocab, batch, seq_len, backend, parallel, options);
+    case ModelFamily::kT5:
+      return make_encoder_decoder(padded_config, vocab, batch, seq_len, backend, parallel, options);
+  }
+  return InvalidArgument("model.family=", name_of(config.family), ": no such model family");
+}
+
+float Model::forward(const Batch& batch) {
+  const int64_t N = batch_ * seq_len_;
+  AX_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), N);
+  AX_CHECK(batch.targets.empty() || static_cast<int64_t>(batch.targets.size()) == N);
+  AX_CHECK(batch.segment_ids.empty() || static_cast<int64_t>(batch.segment_ids.size()) == N);
+  AX_CHECK(batch.row_ids.empty() || static_cast<int64_t>(batch.row_ids.size()) == batch_);
+  // Ids are checked here, on the host, for every backend: the CUDA kernels read them on the
+  // device unchecked, and a vocabulary split over tensor ranks would drop a target no shard holds.
+  for (int32_t t : batch.tokens) {
+    AX_CHECK(t >= 0 && t < vocab_)
+        << "token " << t << " outside the vocabulary [0, " << vocab_ << ")";
+  }
+  for (int32_t t : batch.encoder_tokens) {
+    AX_CHECK(t >= 0 && t < vocab_)
+        << "encoder token " << t << " outside the vocabulary [0, " << vocab_ << ")";
+  }
+  num_targets_ = 0;
+  for (int32_t t : batch.targets) {
+    AX_CHECK(t < vocab_) << "target " << t << " outside the vocabulary [0, " << vocab_
+                         << ") (negative targets are ignored)";
+    num_targets_ += t >= 0 ? 1 : 0;
+  }
+  const double sum = forward_impl(batch);
+  logits_valid_ = true;
+  has_targets_ = !batch.targets.empty();
+  return num_targets_ == 0 ? 0.f : static_cast<float>(sum / static_cast<double>(num_targets_));
+}
+
+void Model::backward(float scale) {
+  AX_CHECK(logits_valid_ && has_targets_) << "backward() needs a forward() with targets first";
+  logits_valid_ = false;
+  if (num_targets_ == 0) return;
+  backward_impl(scale / static_cast<float>(num_targets_));
+}
+
+}  // namespace ax::train

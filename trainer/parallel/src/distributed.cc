@@ -1,0 +1,161 @@
+#include "ax/trainer/parallel/distributed.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "ax/common/strings.h"
+#include "ax/topology/mesh.h"
+#include "ax/trainer/comm/communicator.h"
+
+namespace ax::train {
+StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshConfig& mesh) {
+  topo::MeshShape global;
+  if (!ctx.ici_mesh.empty() && !ctx.dcn_mesh.empty()) {
+    // Shapes the launcher or plugin already derived (and checked: `force` only lets a tensor
+    // axis across DCN through, which they refused unless asked).
+    StatusOr<topo::MeshSpec> spec =
+        topo::parse_mesh_spec(str_cat("ici=", ctx.ici_mesh, ";dcn=", ctx.dcn_mesh, ";force"));
+    if (!spec.ok()) return spec.status().with_context("AX_ICI_MESH/AX_DCN_MESH");
+    const topo::MeshShape& i = spec->ici;
+    const topo::MeshShape& d = spec->dcn;
+    if (std::min({i.data, i.fsdp, i.tensor, d.data, d.fsdp, d.tensor}) < 1) {
+      return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " AX_DCN_MESH=", ctx.dcn_mesh,
+                             ": expected resolved shapes (no -1)");
+    }
+    global = {i.data * d.data, i.fsdp * d.fsdp, i.tensor * d.tensor};
+    if (global.size() != ctx.world) {
+      return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " x AX_DCN_MESH=", ctx.dcn_mesh, " is ",
+                             global.size(), " ranks, the job has ", ctx.world);
+    }
+  } else {
+    // The config's mesh, derived as for CPU ranks: each node is one ICI domain (auto: fsdp over
+    // a node's ranks, data across nodes; an explicit vector's -1 is filled in).
+    const int nodes = std::max(1, ctx.num_nodes);
+    if (ctx.world % nodes != 0) {
+      return InvalidArgument("the job has ", ctx.world, " ranks on ", nodes,
+                             " nodes: not the same number on each");
+    }
+    const std::string text = mesh.ici == "auto" && mesh.dcn == "auto"
+                                 ? std::string("auto")
+                                 : str_cat("ici=", mesh.ici == "auto" ? "1,-1,1" : mesh.ici,
+                                           ";dcn=", mesh.dcn == "auto" ? "-1,1,1" : mesh.dcn);
+    StatusOr<topo::MeshSpec> spec = topo::parse_mesh_spec(text);
+    if (!spec.ok()) return spec.status().with_context("mesh.ici/mesh.dcn");
+    StatusOr<topo::Mesh> derived =
+        topo::derive_mesh({topo::Topology{}}, nodes, ctx.world / nodes, *spec);
+    if (!derived.ok()) return derived.status().with_context("mesh.ici/mesh.dcn");
+    global = derived->global();
+  }
+  return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor);
+}
+
+Distributed::~Distributed() {
+  if (scratch != nullptr) backend->free(scratch);
+}
+
+ModelParallel Distributed::model_parallel() const {
+  ModelParallel p;
+  p.tensor_rank = coords.t;
+  p.tensor_size = coords.tensor;
+  p.fsdp_rank = coords.f;
+  p.fsdp_size = coords.fsdp;
+  p.tensor = groups.tensor.get();
+  p.fsdp = groups.fsdp.get();
+  p.data = groups.data.get();
+  p.fsdp_prefetch = fsdp_prefetch ? groups.fsdp_prefetch.get() : nullptr;
+  return p;
+}
+
+double Distributed::all_reduce(comm::Communicator* group, double value, comm::ReduceOp op) const {
+  if (group == nullptr || group->size() == 1) return value;
+  Tensor t(scratch, DType::kF32, {1});
+  const float v = static_cast<float>(value);
+  backend->copy_from_host(t, &v);
+  comm::collective_or_die(group->all_reduce(t, op), "a reduction of the train loop");
+  float out = 0;
+  backend->copy_to_host(&out, t);
+  return out;
+}
+
+CheckpointGroup Distributed::checkpoint_group(int64_t step) const {
+  CheckpointGroup g;
+  g.rank = ctx.rank;
+  g.world = ctx.world;
+  if (!multi()) return g;
+  auto round = std::make_shared<int>(0);
+  g.all_gather = [this, step,
+                  round](const std::string& value) -> StatusOr<std::vector<std::string>> {
+    const int r = (*round)++;
+    StatusOr<std::vector<std::string>> values = comm::store_all_gather(
+        *store, str_cat("ckpt/", step, "/", r), ctx.rank, ctx.world, value, timeout);
+    const int64_t previous = *last_checkpoint_;
+    if (!values.ok() || r != 0 || previous == step) return values;
+    *last_checkpoint_ = step;
+    // Every rank set its key of this round after it had returned from the previous save, so
+    // nobody reads that save's keys any more: without this the store would grow with the run.
+    if (ctx.rank == 0 && previous >= 0) {
+      AX_RETURN_IF_ERROR(store->erase_prefix(str_cat("ckpt/", previous, "/")).status());
+    }
+    return values;
+  };
+  return g;
+}
+
+StatusOr<std::shared_ptr<comm::TcpStore>> connect_job_store(const job::JobContext& ctx,
+                                                            comm::Millis timeout) {
+  if (ctx.coordinator.empty()) {
+    return FailedPrecondition("rank ", ctx.rank, " of ", ctx.world,
+                              ": no coordinator for the TCP store (set AX_COORDINATOR=host:port, "
+                              "or start the ranks with ax-launch or srun --ax-mesh)");
+  }
+  comm::TcpStoreOptions so;
+  so.host_port = ctx.coordinator;
+  so.is_server = ctx.rank == 0;
+  so.rank = ctx.rank;
+  so.world = ctx.world;
+  so.connect_timeout = timeout;
+  AX_ASSIGN_OR_RETURN(so.secret, comm::job_store_secret(ctx, timeout));
+  StatusOr<std::shared_ptr<comm::TcpStore>> store = comm::make_tcp_store(so);
+  if (!store.ok()) return store.status().with_context("connecting to the job's store");
+  return *store;
+}
+
+StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
+                                                         const job::JobContext& ctx,
+                                                         Backend* backend, std::ostream& log) {
+  auto d = std::make_unique<Distributed>();
+  d->ctx = ctx;
+  d->backend = backend;
+  d->timeout = comm::Millis(static_cast<int64_t>(std::ceil(config.train.comm_timeout_s * 1000)));
+  d->fsdp_prefetch = config.train.fsdp_prefetch;
+  AX_ASSIGN_OR_RETURN(d->coords, resolve_mesh(ctx, config.mesh));
+  AX_ASSIGN_OR_RETURN(d->scratch, backend->alloc(64));
+  if (!d->multi()) return d;
+  AX_ASSIGN_OR_RETURN(d->store, connect_job_store(ctx, d->timeout));
+  // A collective that fails ends every process; rank 0 hosts the store through which the
+  // others learn which rank went missing (a round of a few seconds, docs/comm.md), so it waits
+  // for them before it exits.
+  if (ctx.rank == 0) comm::set_failure_linger(8000);
+  comm::CommOptions co;
+  co.timeout = d->timeout;
+  co.coordinator = ctx.coordinator;
+  co.cuda_stream = backend->native_stream();
+  co.cuda_device = backend->device_ordinal();
+  // A GPU collective that hangs or fails is found by the communicator's watchdog while this
+  // thread waits for the stream elsewhere: the process ends there, like a failed call.
+  co.on_async_failure = [](const Status& s) {
+    comm::collective_or_die(s, "a collective on the GPU");
+  };
+  const bool cuda = backend->device_ordinal() >= 0;  // NCCL needs a device; cpu-bf16 is Gloo
+  StatusOr<comm::MeshGroups> groups = comm::make_mesh_groups(
+      d->store, d->coords, cuda ? comm::CommBackend::kNccl : comm::CommBackend::kGloo, co);
+  if (!groups.ok()) return groups.status().with_context("building the mesh groups");
+  d->groups = std::move(*groups);
+  log << "job: " << job::describe(ctx) << "; mesh data=" << d->coords.data
+      << " fsdp=" << d->coords.fsdp << " tensor=" << d->coords.tensor << " (this rank d"
+      << d->coords.d << " f" << d->coords.f << " t" << d->coords.t << ")\n";
+  return d;
+}
+
+}  // namespace ax::train
