@@ -57,6 +57,9 @@ class TimedComm : public comm::Communicator {
   Status barrier() override {
     return timed([&] { return inner_->barrier(); });
   }
+  Status exchange(const std::vector<comm::P2POp>& ops) override {
+    return timed([&] { return inner_->exchange(ops); });
+  }
   int64_t bytes_moved() const override { return inner_->bytes_moved(); }
 
  private:

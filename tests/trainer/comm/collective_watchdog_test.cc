@@ -45,15 +45,17 @@ class FakeCollective : public TrackedCollective {
 struct Reports {
   std::mutex mu;
   std::vector<std::pair<std::string, Status>> fails;
+  std::vector<std::vector<int>> peers;  // of each failure
   Status async_error;
   CollectiveWatchdog::Hooks hooks() {
     return {[this] {
               std::lock_guard<std::mutex> lock(mu);
               return async_error;
             },
-            [this](const std::string& op, const Status& cause) {
+            [this](const std::string& op, const std::vector<int>& p, const Status& cause) {
               std::lock_guard<std::mutex> lock(mu);
               fails.push_back({op, cause});
+              peers.push_back(p);
             }};
   }
   size_t count() {
@@ -62,9 +64,10 @@ struct Reports {
   }
 };
 
-std::shared_ptr<FakeState> track(CollectiveWatchdog& dog, const std::string& op) {
+std::shared_ptr<FakeState> track(CollectiveWatchdog& dog, const std::string& op,
+                                 std::vector<int> peers = {}) {
   auto state = std::make_shared<FakeState>();
-  dog.track(op, std::make_unique<FakeCollective>(state));
+  dog.track(op, std::make_unique<FakeCollective>(state), std::move(peers));
   return state;
 }
 
@@ -137,13 +140,32 @@ TEST(CollectiveWatchdog, DeviceErrorFailsAndNothingIsTrackedAfterAFailure) {
   EXPECT_TRUE(later->destroyed);  // dropped at once: the group already failed
 }
 
+// A point-to-point batch is tracked with the group ranks it waits for; a hang hands them on, so
+// that the failure looks for those peers only.
+TEST(CollectiveWatchdog, HungPointToPointHandsItsPeersToTheFailure) {
+  Reports reports;
+  CollectiveWatchdog dog(milliseconds(100), reports.hooks());
+  auto all_reduce = track(dog, "all_reduce");
+  auto recv = track(dog, "recv from rank 7", {2});
+  all_reduce->progress = DeviceProgress::kDone;
+  recv->progress = DeviceProgress::kRunning;
+  const TimePoint t0{};
+  EXPECT_FALSE(dog.poll(t0));
+  EXPECT_TRUE(dog.poll(t0 + milliseconds(100)));
+  ASSERT_EQ(reports.count(), 1u);
+  EXPECT_EQ(reports.fails[0].first, "recv from rank 7");
+  EXPECT_EQ(reports.peers[0], std::vector<int>{2});
+  EXPECT_EQ(reports.fails[0].second.message(), "timed out after 0.1 s");
+}
+
 TEST(CollectiveWatchdog, NothingPendingAsksNothing) {
   int asked = 0;
-  CollectiveWatchdog dog(milliseconds(10), {[&] {
-                                              ++asked;
-                                              return Status::Ok();
-                                            },
-                                            [](const std::string&, const Status&) {}});
+  CollectiveWatchdog dog(milliseconds(10),
+                         {[&] {
+                            ++asked;
+                            return Status::Ok();
+                          },
+                          [](const std::string&, const std::vector<int>&, const Status&) {}});
   EXPECT_FALSE(dog.poll(TimePoint{}));
   EXPECT_EQ(asked, 0);
 }
@@ -200,6 +222,31 @@ TEST(FailureLatch, RecordsTheFirstFailureOnceForEveryThread) {
   leave_failure_domain(store, id);
 }
 
+// A point-to-point transfer that hangs names its peer only: rank 0 of a pipeline group of three
+// waits for rank 1 (global 6) while rank 2 (global 7) is busy elsewhere, as a stage that does
+// not take part in this transfer is. A collective's alive round would name both.
+TEST(FailureLatch, PointToPointLooksForItsPeersOnly) {
+  MemoryStore store;
+  FailureLatch latch("nccl pipe (ranks 5,6,7)", "pipe/0", {5, 6, 7}, 0, milliseconds(200));
+  const int id = join_failure_domain(store, 5, {"pipe/0", 0, nullptr});
+  Status s = latch.record("recv from rank 6", DeadlineExceeded(timeout_cause(milliseconds(200))),
+                          store, {1});
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(),
+            "recv from rank 6 on nccl pipe (ranks 5,6,7) failed: rank 6 stopped answering first "
+            "(timed out after 0.2 s)");
+  leave_failure_domain(store, id);
+
+  MemoryStore collective_store;
+  FailureLatch collective("nccl pipe (ranks 5,6,7)", "pipe/0", {5, 6, 7}, 0, milliseconds(200));
+  const int cid = join_failure_domain(collective_store, 5, {"pipe/0", 0, nullptr});
+  Status c = collective.record("all_reduce", DeadlineExceeded(timeout_cause(milliseconds(200))),
+                               collective_store);
+  EXPECT_NE(c.message().find("ranks 6,7 stopped answering first"), std::string::npos)
+      << c.message();
+  leave_failure_domain(collective_store, cid);
+}
+
 // The rank's other groups are closed while the failure is recorded; this group is aborted last.
 TEST(HandleAsyncFailure, RecordsThenHandsToThePolicyThenAborts) {
   MemoryStore store;
@@ -212,7 +259,7 @@ TEST(HandleAsyncFailure, RecordsThenHandsToThePolicyThenAborts) {
     steps.push_back("policy: " + s.message());
     EXPECT_EQ(latch.status().message(), s.message());  // already recorded for other callers
   };
-  handle_async_failure(latch, "all_reduce", DeadlineExceeded(timeout_cause(milliseconds(100))),
+  handle_async_failure(latch, "all_reduce", {}, DeadlineExceeded(timeout_cause(milliseconds(100))),
                        store, policy, [&] { steps.push_back("abort"); });
   ASSERT_EQ(steps.size(), 3u);
   EXPECT_EQ(steps[0], "close fsdp");
@@ -228,7 +275,8 @@ TEST(HandleAsyncFailure, RecordsThenHandsToThePolicyThenAborts) {
   FailureLatch quiet("nccl world (ranks 0,1)", "world/1", {0, 1}, 0, milliseconds(50));
   const int id = join_failure_domain(quiet_store, 0, {"world/1", 0, nullptr});
   int aborts = 0;
-  handle_async_failure(quiet, "barrier", Unavailable("x"), quiet_store, nullptr, [&] { ++aborts; });
+  handle_async_failure(quiet, "barrier", {}, Unavailable("x"), quiet_store, nullptr,
+                       [&] { ++aborts; });
   EXPECT_EQ(aborts, 1);
   EXPECT_FALSE(quiet.status().ok());
   leave_failure_domain(quiet_store, id);

@@ -2,8 +2,8 @@
 // and the parent never touches CUDA: a process that forks after initialising CUDA cannot use it
 // in the child. NCCL refuses two ranks on one GPU, so the multi-rank cases need two GPUs that
 // answer and skip otherwise; the one-GPU cases cover what one rank shows: every collective, the
-// own-stream ordering (events against the compute stream) and the watchdog's clock, which starts
-// only when the stream reaches a collective.
+// own-stream ordering (events against the compute stream), the watchdog's clock, which starts
+// only when the stream reaches a collective, and point-to-point with itself.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -89,6 +89,28 @@ struct DeviceFloats {
   size_t n;
 };
 
+// A device buffer of bf16 bits (freed at scope end), for point-to-point, which moves them as
+// they are.
+struct DeviceBf16 {
+  explicit DeviceBf16(size_t count) : n(count) {
+    cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(uint16_t));
+  }
+  ~DeviceBf16() { cudaFree(ptr); }
+  void set(const std::vector<uint16_t>& host, cudaStream_t s) {
+    cudaMemcpyAsync(ptr, host.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice, s);
+    cudaStreamSynchronize(s);
+  }
+  std::vector<uint16_t> get(cudaStream_t s) const {
+    std::vector<uint16_t> h(n);
+    cudaMemcpyAsync(h.data(), ptr, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    return h;
+  }
+  Tensor tensor() const { return Tensor(ptr, DType::kBF16, {static_cast<int64_t>(n)}); }
+  uint16_t* ptr = nullptr;
+  size_t n;
+};
+
 // The options a rank of these tests uses: its own GPU, a compute stream like the backend's.
 CommOptions gpu_options(int rank, cudaStream_t stream, Millis timeout) {
   CommOptions o;
@@ -123,6 +145,17 @@ float value(int rank, size_t i) { return static_cast<float>((rank * 37 + i * 11)
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+std::vector<float> floats(int rank, size_t n, size_t offset) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = value(rank, i + offset);
+  return v;
+}
+std::vector<uint16_t> bf16s(int rank, size_t n, size_t offset) {
+  std::vector<uint16_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = bf16_from_f32(value(rank, i + offset) / 64.0f + 0.3f);
+  return v;
 }
 
 // Runs `body` on `world` forked ranks, rank r on GPU r with a compute stream like the backend's
@@ -235,6 +268,31 @@ TEST(NcclCommunicator, TimeQueuedOnTheStreamDoesNotCountTowardsTheTimeout) {
   });
 }
 
+// Point-to-point on a world of one: sends to itself meet its recvs inside one NCCL group.
+TEST(NcclP2P, WorldOfOneGpuSendsToItself) {
+  NEED_GPUS(1);
+  run_gpu_ranks(1, 120, [](int, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+    auto comm =
+        make_nccl_communicator(store, "pipe", {0}, 0, gpu_options(0, stream, Millis(60000)));
+    if (!made(comm, f)) return;
+    const size_t n = 1001, m = 777;
+    DeviceFloats out(n), in(n);
+    DeviceBf16 out16(m), in16(m);
+    out.set(floats(0, n, 0), stream);
+    in.set(std::vector<float>(n, -1.f), stream);
+    out16.set(bf16s(0, m, 3), stream);
+    f.expect((*comm)
+                 ->exchange({P2POp::send(out.tensor(), 0), P2POp::recv(in.tensor(), 0),
+                             P2POp::send(out16.tensor(), 0), P2POp::recv(in16.tensor(), 0)})
+                 .ok(),
+             "exchange with itself");
+    f.expect(in.get(stream) == floats(0, n, 0), "f32 sent to itself");
+    f.expect(in16.get(stream) == bf16s(0, m, 3), "bf16 sent to itself");
+    f.expect((*comm)->bytes_moved() == static_cast<int64_t>(2 * (n * 4 + m * 2)), "bytes_moved");
+    f.expect(!(*comm)->send(out.tensor(), 0).ok(), "a send to itself without its recv is refused");
+  });
+}
+
 // ---- two GPUs ----
 
 TEST(NcclCommunicator, TwoGpusRunEveryCollectiveExactly) {
@@ -316,6 +374,50 @@ TEST(NcclCommunicator, PrefetchOnItsOwnStreamBesideReduceScattersNeverDeadlocks)
       });
 }
 
+// Two neighbours that both send and receive, in one batch each (the receives listed first on
+// one rank, last on the other), f32 and bf16 of odd sizes; then a pipeline's one-op calls.
+TEST(NcclP2P, TwoGpusExchangeBothWaysInOneBatch) {
+  NEED_GPUS(2);
+  run_gpu_ranks(2, 180,
+                [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+                  auto comm = make_nccl_communicator(store, "pipe", {0, 1}, rank,
+                                                     gpu_options(rank, stream, Millis(60000)));
+                  if (!made(comm, f)) return;
+                  Communicator& c = **comm;
+                  const int peer = 1 - rank;
+                  const size_t n = 12345, m = 1001;
+                  DeviceFloats out(n), in(n);
+                  DeviceBf16 out16(m), in16(m);
+                  out.set(floats(rank, n, 0), stream);
+                  out16.set(bf16s(rank, m, 7), stream);
+                  std::vector<P2POp> sends = {P2POp::send(out.tensor(), peer),
+                                              P2POp::send(out16.tensor(), peer)};
+                  std::vector<P2POp> recvs = {P2POp::recv(in.tensor(), peer),
+                                              P2POp::recv(in16.tensor(), peer)};
+                  std::vector<P2POp> batch = rank == 0 ? recvs : sends;
+                  for (const P2POp& op : rank == 0 ? sends : recvs) batch.push_back(op);
+                  f.expect(c.exchange(batch).ok(), "exchange");
+                  f.expect(in.get(stream) == floats(peer, n, 0), "f32 from the peer");
+                  f.expect(in16.get(stream) == bf16s(peer, m, 7), "bf16 from the peer");
+                  // Forward to rank 1, then back to rank 0, one op per call.
+                  DeviceFloats act(n);
+                  act.set(floats(0, n, 100), stream);
+                  if (rank == 0) {
+                    f.expect(c.send(act.tensor(), 1).ok(), "send");
+                    f.expect(c.recv(act.tensor(), 1).ok(), "recv");
+                    f.expect(act.get(stream) == floats(1, n, 100), "the reply");
+                  } else {
+                    f.expect(c.recv(act.tensor(), 0).ok(), "recv");
+                    f.expect(act.get(stream) == floats(0, n, 100), "the activation");
+                    act.set(floats(1, n, 100), stream);
+                    f.expect(c.send(act.tensor(), 0).ok(), "send");
+                  }
+                  f.expect(c.barrier().ok(), "barrier");
+                  f.expect(c.bytes_moved() == static_cast<int64_t>(2 * (n * 4 + m * 2) + 2 * n * 4),
+                           "bytes_moved");
+                });
+}
+
 // A peer that dies (or stops) in the middle of training: the survivor's collective is enqueued,
 // the survivor waits for its stream as the backend does, and the watchdog must end that wait
 // within the timeout plus the alive window, naming the rank that did not arrive as the cause.
@@ -388,6 +490,81 @@ TEST(NcclFailure, DestroyingACommunicatorWithAHungCollectiveReturns) {
                            "destruction took " + std::to_string(since(t0)) + " s");
                 },
                 {1});
+}
+
+// A recv whose peer is alive but never sends: the watchdog ends the survivor's wait on the stream
+// after the timeout and names the peer (its alive round looks for the peer only), as Gloo does.
+TEST(NcclP2PFailure, RecvFromAPeerThatNeverSendsNamesThatPeer) {
+  NEED_GPUS(2);
+  run_gpu_ranks(2, 120,
+                [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+                  AsyncFailures failures;
+                  CommOptions o = gpu_options(rank, stream, Millis(kTimeoutMs));
+                  o.on_async_failure = failures.hook();
+                  auto comm = make_nccl_communicator(store, "pipe", {0, 1}, rank, o);
+                  if (!made(comm, f)) return;
+                  f.expect((*comm)->barrier().ok(), "barrier");
+                  if (rank == 1) {  // alive and connected until rank 0 has its verdict
+                    f.expect(store->get("test/done", Millis(60000)).ok(), "rank 0 finished");
+                    return;
+                  }
+                  DeviceFloats buf(1 << 16);
+                  const auto t0 = Clock::now();
+                  f.expect((*comm)->recv(buf.tensor(), 1).ok(), "enqueue");
+                  cudaStreamSynchronize(stream);
+                  const double waited = since(t0);
+                  std::vector<std::string> seen = failures.seen();
+                  (void)store->set("test/done", "1");
+                  f.expect(seen.size() == 1, "watchdog reports: " + std::to_string(seen.size()));
+                  if (seen.empty()) return;
+                  f.expect(contains(seen[0],
+                                    "recv from rank 1 on nccl pipe (ranks 0,1) failed: rank 1 "
+                                    "(host ") &&
+                               contains(seen[0], ") stopped answering first (timed out after 3 s)"),
+                           seen[0]);
+                  f.expect(waited < (2 * kTimeoutMs) / 1000.0 + 5.0,
+                           "the wait lasted " + std::to_string(waited) + " s");
+                });
+}
+
+// A neighbour that exits between two exchanges: the survivor's batch is named with both its
+// transfers, and the dead rank as the cause.
+TEST(NcclP2PFailure, DeadNeighbourOfAnExchangeIsNamed) {
+  NEED_GPUS(2);
+  run_gpu_ranks(
+      2, 120,
+      [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+        AsyncFailures failures;
+        CommOptions o = gpu_options(rank, stream, Millis(kTimeoutMs));
+        o.on_async_failure = failures.hook();
+        auto comm = make_nccl_communicator(store, "pipe", {0, 1}, rank, o);
+        if (!made(comm, f)) return;
+        DeviceFloats out(1 << 16), in(1 << 16);
+        const int peer = 1 - rank;
+        const std::vector<P2POp> batch = {P2POp::send(out.tensor(), peer),
+                                          P2POp::recv(in.tensor(), peer)};
+        f.expect((*comm)->exchange(batch).ok(), "first exchange");
+        f.cuda(cudaStreamSynchronize(stream), "first sync");
+        if (rank == 1) _exit(0);
+        const auto t0 = Clock::now();
+        f.expect((*comm)->exchange(batch).ok(), "enqueue");
+        cudaStreamSynchronize(stream);
+        const double waited = since(t0);
+        std::vector<std::string> seen = failures.seen();
+        f.expect(seen.size() == 1, "watchdog reports: " + std::to_string(seen.size()));
+        if (seen.empty()) return;
+        f.expect(contains(seen[0],
+                          "exchange (send to rank 1, recv from rank 1) on nccl pipe (ranks 0,1) "
+                          "failed: rank 1 (host ") &&
+                     contains(seen[0], ") stopped answering first ("),
+                 seen[0]);
+        f.expect(waited < (2 * kTimeoutMs) / 1000.0 + 5.0,
+                 "the wait lasted " + std::to_string(waited) + " s");
+        Status next = (*comm)->send(out.tensor(), 1);
+        f.expect(next.message() == seen[0],
+                 "the next call returns the failure: " + next.to_string());
+      },
+      {1});
 }
 
 }  // namespace

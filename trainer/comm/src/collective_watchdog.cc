@@ -40,11 +40,12 @@ void CollectiveWatchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void CollectiveWatchdog::track(std::string op, std::unique_ptr<TrackedCollective> collective) {
+void CollectiveWatchdog::track(std::string op, std::unique_ptr<TrackedCollective> collective,
+                               std::vector<int> peers) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return;  // nothing more to report: the group has failed
-    queue_.push_back({std::move(op), std::move(collective), std::nullopt});
+    queue_.push_back({std::move(op), std::move(collective), std::move(peers), std::nullopt});
   }
   cv_.notify_all();
 }
@@ -68,12 +69,14 @@ bool CollectiveWatchdog::poll(TimePoint now) {
   // may hold.
   Status async = hooks_.async_error ? hooks_.async_error() : Status::Ok();
   std::string op;
+  std::vector<int> peers;
   Status cause;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_ || queue_.empty()) return false;
     if (!async.ok()) {
       op = queue_.front().op;
+      peers = queue_.front().peers;
       cause = async;
     }
     while (cause.ok() && !queue_.empty()) {
@@ -81,6 +84,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
       StatusOr<DeviceProgress> progress = head.collective->progress();
       if (!progress.ok()) {
         op = head.op;
+        peers = head.peers;
         cause = progress.status();
         break;
       }
@@ -92,6 +96,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
         if (!head.running_since) head.running_since = now;
         if (now - *head.running_since >= timeout_) {
           op = head.op;
+          peers = head.peers;
           cause = DeadlineExceeded(timeout_cause(timeout_));
         }
       }
@@ -100,7 +105,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
     if (cause.ok()) return false;
     failed_ = true;
   }
-  hooks_.fail(op, cause);
+  hooks_.fail(op, peers, cause);
   return true;
 }
 
@@ -132,22 +137,24 @@ Status FailureLatch::status() const {
   return failed_;
 }
 
-Status FailureLatch::record(std::string_view op, const Status& cause, Store& store) {
+Status FailureLatch::record(std::string_view op, const Status& cause, Store& store,
+                            const std::vector<int>& peers) {
   // Held through the alive round: a second thread that fails meanwhile waits and returns the
   // first failure rather than running a round of its own.
   std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.ok()) return failed_;
   failed_ = fail_rank(store, op, group_, prefix_, ranks_, group_rank_,
-                      TransportError{cause.code(), cause.message()}, timeout_);
+                      TransportError{cause.code(), cause.message()}, timeout_, peers);
   // The owner reports it (ax-train: one line per rank); the log has it at debug level.
   AX_LOG(kDebug, "comm") << failed_.message();
   return failed_;
 }
 
-void handle_async_failure(FailureLatch& latch, std::string_view op, const Status& cause,
-                          Store& store, const std::function<void(const Status&)>& on_failure,
+void handle_async_failure(FailureLatch& latch, std::string_view op, const std::vector<int>& peers,
+                          const Status& cause, Store& store,
+                          const std::function<void(const Status&)>& on_failure,
                           const std::function<void()>& abort) {
-  Status failure = latch.record(op, cause, store);
+  Status failure = latch.record(op, cause, store, peers);
   if (on_failure) on_failure(failure);
   abort();
 }

@@ -54,9 +54,11 @@ class CollectiveWatchdog {
   struct Hooks {
     // ncclCommGetAsyncError: Ok while the communicator is healthy.
     std::function<Status()> async_error;
-    // Called once, with the collective that failed or hung and the cause; the watchdog stops
-    // watching afterwards. Called from the watchdog's thread (or poll()'s caller).
-    std::function<void(const std::string& op, const Status& cause)> fail;
+    // Called once, with the collective that failed or hung, its peers (track) and the cause;
+    // the watchdog stops watching afterwards. Called from the watchdog's thread (or poll()'s
+    // caller).
+    std::function<void(const std::string& op, const std::vector<int>& peers, const Status& cause)>
+        fail;
   };
 
   // Collectives of a group that run longer than `timeout` fail. No thread until start().
@@ -72,8 +74,10 @@ class CollectiveWatchdog {
   void stop();
 
   // Follows `collective` (named `op` in a failure) until it is done. Collectives of one
-  // watchdog must run in the order they are tracked (one stream).
-  void track(std::string op, std::unique_ptr<TrackedCollective> collective);
+  // watchdog must run in the order they are tracked (one stream). `peers`: the group ranks a
+  // point-to-point transfer waits for, handed to the fail hook (empty for a collective).
+  void track(std::string op, std::unique_ptr<TrackedCollective> collective,
+             std::vector<int> peers = {});
 
   // One round at `now`: asks for the asynchronous error, drops the finished collectives at the
   // head of the queue and times the oldest unfinished one from the first round that saw it
@@ -90,6 +94,7 @@ class CollectiveWatchdog {
   struct Entry {
     std::string op;
     std::unique_ptr<TrackedCollective> collective;
+    std::vector<int> peers;
     std::optional<TimePoint> running_since;
   };
   void run(Millis interval, const std::function<void()>& thread_init);
@@ -116,7 +121,9 @@ class FailureLatch {
   // rank's failure (fail_rank on `store`: the rank's other groups closed, the culprit named once
   // for the job), which this group's owner must join (join_failure_domain) for as long as it
   // lives. Callers that meet the failure while another thread records it wait for that record.
-  Status record(std::string_view op, const Status& cause, Store& store);
+  // `peers`: the group ranks a point-to-point transfer waited for (fail_rank).
+  Status record(std::string_view op, const Status& cause, Store& store,
+                const std::vector<int>& peers = {});
 
  private:
   const std::string group_, prefix_;
@@ -133,8 +140,9 @@ class FailureLatch {
 // (`on_failure`, may end the process: ax-train exits naming the group and the missing ranks),
 // then `abort` the communicator, which ends its kernels so that whatever waits for the stream
 // moves on and sees the failure at its next call.
-void handle_async_failure(FailureLatch& latch, std::string_view op, const Status& cause,
-                          Store& store, const std::function<void(const Status&)>& on_failure,
+void handle_async_failure(FailureLatch& latch, std::string_view op, const std::vector<int>& peers,
+                          const Status& cause, Store& store,
+                          const std::function<void(const Status&)>& on_failure,
                           const std::function<void()>& abort);
 
 }  // namespace ax::train::comm::internal

@@ -125,7 +125,8 @@ StatusOr<int64_t> group_instance(Store& store, const std::string& tag, int size)
 Millis alive_window(Millis timeout) { return std::min<Millis>(timeout, Millis(5000)); }
 
 AliveReport find_missing_ranks(Store& store, const std::string& prefix,
-                               const std::vector<int>& ranks, int group_rank, Millis window) {
+                               const std::vector<int>& ranks, int group_rank, Millis window,
+                               const std::vector<int>& peers) {
   AliveReport report;
   const std::string base = prefix + "/alive/";
   report.store_status = store.set(base + std::to_string(group_rank), "1");
@@ -133,6 +134,7 @@ AliveReport find_missing_ranks(Store& store, const std::string& prefix,
   const auto deadline = std::chrono::steady_clock::now() + window;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (r == group_rank) continue;
+    if (!peers.empty() && std::find(peers.begin(), peers.end(), r) == peers.end()) continue;
     Millis left = std::max(
         Millis(0), std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now()));
     StatusOr<std::string> v = store.get(base + std::to_string(r), left);
@@ -252,7 +254,7 @@ constexpr Millis kGoneWait{1000};
 // the failed group.
 Status decide_failure(Store& store, std::string_view op, const std::string& group,
                       const std::string& prefix, const std::vector<int>& ranks, int group_rank,
-                      const TransportError& err, Millis window) {
+                      const TransportError& err, Millis window, const std::vector<int>& peers) {
   const int me = ranks[static_cast<size_t>(group_rank)];
   const Millis cause_wait = window + Millis(2000);
   const std::string head = str_cat(op, " on ", group, " failed: ");
@@ -265,7 +267,7 @@ Status decide_failure(Store& store, std::string_view op, const std::string& grou
     AliveReport report{Status::Ok(), {static_cast<int>(*gone_rank)}};
     return agree_on_cause(store, op, group, me, err, report, cause_wait);
   }
-  AliveReport report = find_missing_ranks(store, prefix, ranks, group_rank, window);
+  AliveReport report = find_missing_ranks(store, prefix, ranks, group_rank, window, peers);
   return agree_on_cause(store, op, group, me, err, report, cause_wait);
 }
 
@@ -316,7 +318,7 @@ Status agree_on_cause(Store& store, std::string_view op, const std::string& grou
 
 Status fail_rank(Store& store, std::string_view op, const std::string& group,
                  const std::string& prefix, const std::vector<int>& ranks, int group_rank,
-                 const TransportError& err, Millis timeout) {
+                 const TransportError& err, Millis timeout, const std::vector<int>& peers) {
   const Millis window = alive_window(timeout);
   const Millis cause_wait = window + Millis(2000);
   std::vector<GroupEntry> groups;
@@ -352,7 +354,7 @@ Status fail_rank(Store& store, std::string_view op, const std::string& group,
     domains()[&store].closing = false;
   }
   g_domains_cv.notify_all();
-  Status verdict = decide_failure(store, op, group, prefix, ranks, group_rank, err, window);
+  Status verdict = decide_failure(store, op, group, prefix, ranks, group_rank, err, window, peers);
   {
     std::lock_guard<std::mutex> lock(g_domains_mu);
     auto it = domains().find(&store);

@@ -33,6 +33,23 @@ Status check_all_gather(const std::string& group, int size, const Tensor& out, c
 Status check_broadcast(const std::string& group, int size, const Tensor& buf, int root,
                        bool allow_bf16);
 
+// Point-to-point (communicator.h's exchange). A batch's checks: dtypes, peers inside the group,
+// and every send to this rank (`rank`) met, in order, by a receive from it of the same dtype and
+// size ("exchange on <group>: send to rank 3 (group rank 1) of (7) f32 ...").
+Status check_exchange(const std::string& group, int size, int rank, const std::vector<P2POp>& ops,
+                      bool allow_bf16);
+// "send to rank 5", "recv from rank 2": the op with the peer's global rank (`ranks`: the group's).
+std::string p2p_name(const P2POp& op, const std::vector<int>& ranks);
+// A batch as one op: the op itself when there is one, else "exchange (send to rank 1, recv from
+// rank 3)".
+std::string exchange_name(const std::vector<P2POp>& ops, const std::vector<int>& ranks);
+// The group ranks other than `rank` that a batch waits for, sorted and distinct.
+std::vector<int> exchange_peers(const std::vector<P2POp>& ops, int rank);
+// The bytes of every send and receive (bytes_moved).
+int64_t exchange_bytes(const std::vector<P2POp>& ops);
+// Host buffers: copies each send to `rank` into the receive from `rank` that meets it.
+void copy_to_self(const std::vector<P2POp>& ops, int rank);
+
 // Which instance of the group `tag` this creation is: members of the n-th creation of a group
 // with the same tag on the same store all get n, so a re-created group never reads the keys of
 // an earlier one. Uses store.add; stores without add (PMIx) fall back to a per-process count,
@@ -47,8 +64,11 @@ struct AliveReport {
 
 // Every live member sets "<prefix>/alive/<group rank>" and waits up to `window` for the other
 // members' keys. Members that never arrive (killed, stopped, stuck elsewhere) are `missing`.
+// `peers` (group ranks) narrows the wait to the members a point-to-point call waited for: the
+// others may be busy elsewhere without being at fault. Empty: every member.
 AliveReport find_missing_ranks(Store& store, const std::string& prefix,
-                               const std::vector<int>& ranks, int group_rank, Millis window);
+                               const std::vector<int>& ranks, int group_rank, Millis window,
+                               const std::vector<int>& peers = {});
 
 // The window of the alive round: a few seconds, never longer than the collective timeout.
 Millis alive_window(Millis timeout);
@@ -115,10 +135,11 @@ Status agree_on_cause(Store& store, std::string_view op, const std::string& grou
 // rounds; the failed group is the caller's to close, before or after), names the culprit (the
 // store's first closed connection, else the alive round of the failed group) and agrees on the
 // cause (agree_on_cause). A later failure of another group or thread of the same rank returns
-// the same Status.
+// the same Status. `peers`: the group ranks a point-to-point call waited for, the only ones its
+// alive round looks for (find_missing_ranks); empty for a collective.
 Status fail_rank(Store& store, std::string_view op, const std::string& group,
                  const std::string& prefix, const std::vector<int>& ranks, int group_rank,
-                 const TransportError& err, Millis timeout);
+                 const TransportError& err, Millis timeout, const std::vector<int>& peers = {});
 
 // A group of one rank: every collective is a copy (or nothing) and never touches the network.
 std::unique_ptr<Communicator> make_local_communicator(std::string_view backend,

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -154,8 +155,10 @@ class Widened {
   std::vector<float> copy_;
 };
 
-// Gloo slot prefix of our ring reduce-scatter (Gloo's own collectives use 0x01..0x08).
+// Gloo slot prefixes of our ring reduce-scatter and of point-to-point transfers (Gloo's own
+// collectives use 0x01..0x08).
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+constexpr uint8_t kP2PSlotPrefix = 0x41;
 
 class GlooCommunicator : public Communicator {
  public:
@@ -170,7 +173,9 @@ class GlooCommunicator : public Communicator {
         rank_(rank),
         timeout_(timeout),
         device_(std::move(device)),
-        context_(std::move(context)) {
+        context_(std::move(context)),
+        sent_(ranks_.size(), 0),
+        received_(ranks_.size(), 0) {
     std::weak_ptr<gloo::rendezvous::Context> weak = context_;
     domain_id_ = internal::join_failure_domain(*store_, ranks_[static_cast<size_t>(rank_)],
                                                {prefix_, rank_, [weak] {
@@ -255,6 +260,52 @@ class GlooCommunicator : public Communicator {
     });
   }
 
+  // Every transfer is posted on an unbound buffer of its own before any is waited for, so the
+  // batch's order does not matter; the n-th transfer from a to b uses slot n of the p2p prefix on
+  // both sides. The waits share one deadline: the whole batch gets `timeout`. A failure names the
+  // transfer that failed, and the alive round looks for its peer only.
+  Status exchange(const std::vector<P2POp>& ops) override {
+    AX_RETURN_IF_ERROR(internal::check_exchange(name_, size(), rank_, ops, true));
+    if (!failed_.ok()) return failed_;
+    bytes_ += internal::exchange_bytes(ops);
+    internal::copy_to_self(ops, rank_);
+    struct Posted {
+      const P2POp* op;
+      std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+    };
+    std::vector<Posted> posted;
+    const P2POp* current = nullptr;
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    try {
+      for (const P2POp& op : ops) {
+        if (op.peer == rank_ || op.buf.bytes() == 0) continue;
+        current = &op;
+        auto buf = context_->createUnboundBuffer(op.buf.data, op.buf.bytes());
+        const size_t peer = static_cast<size_t>(op.peer);
+        if (op.kind == P2POp::Kind::kSend) {
+          buf->send(op.peer, gloo::Slot::build(kP2PSlotPrefix, sent_[peer]++));
+        } else {
+          buf->recv(op.peer, gloo::Slot::build(kP2PSlotPrefix, received_[peer]++));
+        }
+        posted.push_back({&op, std::move(buf)});
+      }
+      for (Posted& p : posted) {
+        current = p.op;
+        const Millis left = std::max(Millis(0), std::chrono::duration_cast<Millis>(
+                                                    deadline - std::chrono::steady_clock::now()));
+        if (p.op->kind == P2POp::Kind::kSend) {
+          p.buf->waitSend(left);
+        } else {
+          p.buf->waitRecv(left);
+        }
+      }
+    } catch (const std::exception& e) {
+      posted.clear();
+      return fail(internal::p2p_name(*current, ranks_), e.what(), {current->peer});
+    }
+    return Status::Ok();
+  }
+
  private:
   template <typename Fn>
   Status run(std::string_view op, Fn&& fn) {
@@ -270,11 +321,12 @@ class GlooCommunicator : public Communicator {
   // Closing this rank's connections of every group (fail_rank) wakes the peers that wait on
   // it, so every live rank reaches its alive round within moments instead of after its own
   // timeout. The caller reports the Status (one line per rank); the log has it at debug level.
-  Status fail(std::string_view op, const std::string& what) {
+  // `peers`: the group ranks a point-to-point call waited for (empty for a collective).
+  Status fail(std::string_view op, const std::string& what, const std::vector<int>& peers = {}) {
     internal::TransportError err = internal::classify_gloo_error(what, timeout_);
     AX_LOG(kDebug, "comm") << op << " on " << name_ << ": gloo: " << what;
     close_quietly(*context_);
-    failed_ = internal::fail_rank(*store_, op, name_, prefix_, ranks_, rank_, err, timeout_);
+    failed_ = internal::fail_rank(*store_, op, name_, prefix_, ranks_, rank_, err, timeout_, peers);
     AX_LOG(kDebug, "comm") << failed_.message();
     return failed_;
   }
@@ -317,6 +369,8 @@ class GlooCommunicator : public Communicator {
   const Millis timeout_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  // Point-to-point transfers so far to / from each group rank: the next one's slot.
+  std::vector<uint32_t> sent_, received_;
   int64_t bytes_ = 0;
   int domain_id_ = 0;
   Status failed_;  // once a collective failed, the group is unusable: every later call returns it

@@ -7,7 +7,8 @@
 namespace ax::train::comm {
 namespace {
 
-// A group of one rank: the contract's results are copies of the input.
+// A group of one rank: the contract's results are copies of the input (collectives and sends to
+// itself).
 class LocalCommunicator : public Communicator {
  public:
   LocalCommunicator(std::string name, bool allow_bf16)
@@ -37,6 +38,13 @@ class LocalCommunicator : public Communicator {
     return Status::Ok();
   }
   Status barrier() override { return Status::Ok(); }
+  // Its only peer is itself: each send meets the recv from itself that matches it (a copy).
+  Status exchange(const std::vector<P2POp>& ops) override {
+    AX_RETURN_IF_ERROR(internal::check_exchange(name_, 1, 0, ops, allow_bf16_));
+    bytes_ += internal::exchange_bytes(ops);
+    internal::copy_to_self(ops, 0);
+    return Status::Ok();
+  }
 
  private:
   Status copy(const Tensor& out, const Tensor& in) {

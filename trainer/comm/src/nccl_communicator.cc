@@ -1,5 +1,5 @@
-// The NCCL communicator: device buffers, collectives enqueued on the backend's stream (or on one
-// of its own, ordered by events against it: CommOptions::own_stream).
+// The NCCL communicator: device buffers, collectives and point-to-point groups enqueued on the
+// backend's stream (or on one of its own, ordered by events against it: CommOptions::own_stream).
 //
 // Every group is initialised on its own (ncclCommInitRankConfig with an id that the group's
 // first rank publishes through the Store) rather than split from the world communicator:
@@ -115,12 +115,13 @@ class NcclCommunicator : public Communicator {
         res_(res),
         on_async_failure_(options.on_async_failure),
         latch_(name_, prefix, std::move(ranks), rank, options.timeout),
-        watchdog_(options.timeout, {[this] { return async_error(); },
-                                    [this](const std::string& op, const Status& cause) {
-                                      internal::handle_async_failure(latch_, op, cause, *store_,
-                                                                     on_async_failure_,
-                                                                     [this] { abort(); });
-                                    }}) {
+        watchdog_(
+            options.timeout,
+            {[this] { return async_error(); },
+             [this](const std::string& op, const std::vector<int>& peers, const Status& cause) {
+               internal::handle_async_failure(latch_, op, peers, cause, *store_, on_async_failure_,
+                                              [this] { abort(); });
+             }}) {
     const int device = res_.device;
     watchdog_.start(internal::CollectiveWatchdog::interval_for(timeout_),
                     [device] { cudaSetDevice(device); });
@@ -216,9 +217,37 @@ class NcclCommunicator : public Communicator {
     return latch_.status();  // a stream that drained because the watchdog aborted
   }
 
+  // One NCCL group of ncclSend/ncclRecv: a single kernel on the stream, which the watchdog times
+  // like a collective and which, when it fails or hangs, names the batch and looks for its peers
+  // only. Sends to this rank itself meet their recvs inside the group (NCCL copies them).
+  Status exchange(const std::vector<P2POp>& ops) override {
+    AX_RETURN_IF_ERROR(internal::check_exchange(name_, size(), rank_, ops, true));
+    bytes_ += internal::exchange_bytes(ops);
+    if (internal::exchange_bytes(ops) == 0) return latch_.status();
+    return enqueue(
+        internal::exchange_name(ops, ranks_),
+        [&] {
+          ncclResult_t r = ncclGroupStart();
+          if (r != ncclSuccess) return r;
+          for (const P2POp& op : ops) {
+            if (op.buf.numel() == 0) continue;
+            const size_t n = static_cast<size_t>(op.buf.numel());
+            r = op.kind == P2POp::Kind::kSend ? ncclSend(op.buf.data, n, nccl_type(op.buf.dtype),
+                                                         op.peer, res_.comm, res_.stream)
+                                              : ncclRecv(op.buf.data, n, nccl_type(op.buf.dtype),
+                                                         op.peer, res_.comm, res_.stream);
+            if (r != ncclSuccess) break;
+          }
+          const ncclResult_t end = ncclGroupEnd();  // closes the group whatever happened inside
+          return r != ncclSuccess ? r : end;
+        },
+        internal::exchange_peers(ops, rank_));
+  }
+
  private:
+  // `peers`: the group ranks a point-to-point batch waits for (empty for a collective).
   template <typename Fn>
-  Status enqueue(std::string_view op, Fn&& call) {
+  Status enqueue(std::string_view op, Fn&& call, const std::vector<int>& peers = {}) {
     if (Status failed = latch_.status(); !failed.ok()) return failed;
     if (res_.stream != main_stream_) {
       // The collective reads what the compute stream wrote before this call (the cast of its
@@ -240,14 +269,14 @@ class NcclCommunicator : public Communicator {
         }
       }
     }
-    if (r != ncclSuccess && r != ncclInProgress) return fail(op, Unavailable(error));
+    if (r != ncclSuccess && r != ncclInProgress) return fail(op, Unavailable(error), peers);
     if (r == ncclInProgress) {
       Status s = internal::poll_until([&] { return state(); }, timeout_, kPollInterval,
                                       [&] { abort(); }, str_cat(op, " enqueue"));
-      if (!s.ok()) return fail(op, s);
+      if (!s.ok()) return fail(op, s, peers);
     }
     markers->record_end(res_.stream);
-    watchdog_.track(std::string(op), std::move(markers));
+    watchdog_.track(std::string(op), std::move(markers), peers);
     return Status::Ok();
   }
 
@@ -277,9 +306,9 @@ class NcclCommunicator : public Communicator {
   // A failure met on this thread: abort first, which wakes peers waiting on this rank over
   // network transports, then record the rank's failure (the latch: the other groups aborted, the
   // culprit named once for the job).
-  Status fail(std::string_view op, const Status& cause) {
+  Status fail(std::string_view op, const Status& cause, const std::vector<int>& peers = {}) {
     abort();
-    return latch_.record(op, cause, *store_);
+    return latch_.record(op, cause, *store_, peers);
   }
 
   // Flushes and destroys the communicator, or aborts it when that fails or does not finish.

@@ -1,6 +1,7 @@
-// Collectives over a group of ranks (docs/architecture.md "Communication"): Gloo on CPU ranks (host
-// memory), NCCL on GPU ranks (device memory, on the backend's stream). Groups are built per mesh
-// axis; every operation has a timeout, and a failure names the rank(s) that went missing.
+// Collectives and point-to-point transfers over a group of ranks (docs/architecture.md
+// "Communication"): Gloo on CPU ranks (host memory), NCCL on GPU ranks (device memory, on the
+// backend's stream). Groups are built per mesh axis; every operation has a timeout, and a failure
+// names the rank(s) that went missing.
 //
 // Buffers are f32 Tensors (bf16 also for NCCL). Sizes: reduce_scatter takes in = size() × n
 // elements and leaves in `out` (n elements) the sum over ranks of block rank() of `in`;
@@ -28,6 +29,17 @@ namespace ax::train::comm {
 
 enum class ReduceOp : uint8_t { kSum, kMax };
 
+// One transfer of a point-to-point batch (Communicator::exchange): send `buf` to the group rank
+// `peer`, or receive into `buf` from it.
+struct P2POp {
+  enum class Kind : uint8_t { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  Tensor buf;
+  int peer = 0;
+  static P2POp send(Tensor buf, int peer) { return {Kind::kSend, buf, peer}; }
+  static P2POp recv(Tensor buf, int peer) { return {Kind::kRecv, buf, peer}; }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -42,6 +54,19 @@ class Communicator {
   virtual Status broadcast(Tensor buf, int root) = 0;
   virtual Status barrier() = 0;
 
+  // Point-to-point, the pipeline axis's building block (docs/comm.md "Point-to-point"): posts
+  // every send and receive of `ops` together and returns when all are done (Gloo) or enqueued
+  // (NCCL: ncclSend/ncclRecv in one group), so that neighbours which both send and receive do it
+  // in one call each, in any order (Megatron's batch_isend_irecv). Only the ranks named as peers
+  // take part. The n-th send from rank a to rank b meets b's n-th receive from a, which must have
+  // the same dtype and size. A send to this rank itself needs a matching receive from itself in
+  // the same call. Buffers are f32 or bf16, moved bit for bit. A failure names the peer.
+  virtual Status exchange(const std::vector<P2POp>& ops) = 0;
+  // One-op batches. Two ranks that send to each other must not both call send() first: each
+  // would wait for the other's receive (use exchange).
+  Status send(Tensor buf, int peer) { return exchange({P2POp::send(buf, peer)}); }
+  Status recv(Tensor buf, int peer) { return exchange({P2POp::recv(buf, peer)}); }
+
   // True when collectives return once enqueued on a device stream, before they finish (NCCL);
   // false when they return with the result in place (Gloo, Gloo's groups of one).
   virtual bool enqueues() const { return false; }
@@ -51,7 +76,8 @@ class Communicator {
   virtual void join() {}
 
   // Payload bytes this rank has handed to collectives so far (the benchmark's volume figures):
-  // all_reduce n·4, reduce_scatter/all_gather the full (size × n)·4, broadcast n·4.
+  // all_reduce n·4, reduce_scatter/all_gather the full (size × n)·4, broadcast n·4; exchange the
+  // bytes of every send and every receive.
   virtual int64_t bytes_moved() const = 0;
 };
 
