@@ -199,9 +199,42 @@ TEST(CpuRope, InPlaceGivesTheSameBits) {
   Buffers buf(*be);
   const int B = 2, T = 9, NH = 4, KVH = 2, HD = 8, R = (NH + 2 * KVH) * HD;
   Tensor inp = buf.f32({B, T, R}, testing::normal(rng, B * T * R)), out = buf.f32({B, T, R});
-  be->rope_forward(out, inp, NH, KVH, 10000.0f, 0);
-  be->rope_forward(inp, inp, NH, KVH, 10000.0f, 0);
+  be->rope_forward(out, inp, NH, KVH, {.theta = 10000}, 0);
+  be->rope_forward(inp, inp, NH, KVH, {.theta = 10000}, 0);
   EXPECT_EQ(buf.read(inp), buf.read(out));
+}
+
+// The cos/sin table is rebuilt when only the scaling changes (same HD, theta and length): a
+// backend that rotated without scaling, then with llama3 scaling, then with another factor gives
+// each call the bits of a fresh backend, and the scaling changes the rotation.
+TEST(CpuRope, TableFollowsTheScaling) {
+  std::mt19937 rng(8);
+  const int B = 1, T = 12, NH = 2, KVH = 1, HD = 16, R = (NH + 2 * KVH) * HD;
+  const std::vector<float> x = testing::normal(rng, B * T * R);
+  const RopeSpec plain{.theta = 10000};
+  RopeSpec llama3 = plain;
+  llama3.scaling = RopeSpec::Scaling::kLlama3;
+  llama3.factor = 8;
+  llama3.low_freq_factor = 1;
+  llama3.high_freq_factor = 4;
+  llama3.original_max_positions = 64;
+  RopeSpec llama3_x2 = llama3;
+  llama3_x2.factor = 16;
+  auto rotate = [&](Backend& be, const RopeSpec& rope) {
+    Buffers buf(be);
+    Tensor inp = buf.f32({B, T, R}, x), out = buf.f32({B, T, R});
+    be.rope_forward(out, inp, NH, KVH, rope, 0);
+    return buf.read(out);
+  };
+  auto shared = make_cpu_backend(1);
+  std::vector<std::vector<float>> outs;
+  for (const RopeSpec& rope : {plain, llama3, llama3_x2}) {
+    outs.push_back(rotate(*shared, rope));
+    auto fresh = make_cpu_backend(1);
+    EXPECT_EQ(outs.back(), rotate(*fresh, rope)) << "factor " << rope.factor;
+  }
+  EXPECT_NE(outs[0], outs[1]);
+  EXPECT_NE(outs[1], outs[2]);
 }
 
 // Dropout's masks: the dropped fraction is the rate (within 6 binomial standard deviations),

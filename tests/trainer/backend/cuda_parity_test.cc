@@ -51,37 +51,50 @@ TEST_P(CudaParityTest, RopeShorterAfterLonger) {
   for (int64_t T : {64, 32, 64, 48}) {
     SCOPED_TRACE(testing::Message() << "T=" << T);
     Pair inp = random({2, T, R}, act()), out = zeros({2, T, R}, act());
-    ref_->rope_forward(out.ref, inp.ref, NH, KVH, 10000.0f, 0);
-    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, 10000.0f, 0);
+    ref_->rope_forward(out.ref, inp.ref, NH, KVH, {.theta = 10000}, 0);
+    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, {.theta = 10000}, 0);
     expect(out, "rope_forward");
     Pair dinp = random({2, T, R}, act());
-    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, 10000.0f, 0);
-    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, 10000.0f, 0);
+    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, {.theta = 10000}, 0);
+    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, {.theta = 10000}, 0);
     expect(dinp, "rope_backward");
   }
 }
 
 // One backend's RoPE table across head sizes, thetas and first positions (decoding reads rows
 // from a position on; a new head size or theta rebuilds the table in the buffer a larger one left).
+// Llama 3.1's scaling changes the table at the same HD and theta, and its factor does again.
 TEST_P(CudaParityTest, RopeTableAcrossHeadSizesThetasAndPositions) {
   struct Call {
     int64_t HD;
-    float theta;
+    RopeSpec rope;
     int64_t T, position;
   };
+  const RopeSpec llama3{.theta = 1e4,
+                        .scaling = RopeSpec::Scaling::kLlama3,
+                        .factor = 8,
+                        .low_freq_factor = 1,
+                        .high_freq_factor = 4,
+                        .original_max_positions = 64};
+  RopeSpec llama3_x2 = llama3;
+  llama3_x2.factor = 16;
   const int NH = 2, KVH = 1;
-  for (const Call& c : {Call{16, 1e4f, 40, 0}, Call{8, 1e4f, 3, 7}, Call{8, 5e5f, 3, 7},
-                        Call{16, 1e4f, 1, 100}, Call{16, 1e4f, 200, 5}}) {
-    SCOPED_TRACE(testing::Message() << "HD=" << c.HD << " theta=" << c.theta << " T=" << c.T
-                                    << " position=" << c.position);
+  for (const Call& c : {Call{16, {.theta = 1e4}, 40, 0}, Call{8, {.theta = 1e4}, 3, 7},
+                        Call{8, {.theta = 5e5}, 3, 7}, Call{16, {.theta = 1e4}, 1, 100},
+                        Call{16, {.theta = 1e4}, 200, 5}, Call{16, llama3, 200, 5},
+                        Call{16, llama3_x2, 40, 0}, Call{16, llama3, 1, 300}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "HD=" << c.HD << " theta=" << c.rope.theta
+                 << " scaling=" << (c.rope.scaling == RopeSpec::Scaling::kLlama3)
+                 << " factor=" << c.rope.factor << " T=" << c.T << " position=" << c.position);
     const int64_t R = (NH + 2 * KVH) * c.HD;
     Pair inp = random({2, c.T, R}, act()), out = zeros({2, c.T, R}, act());
-    ref_->rope_forward(out.ref, inp.ref, NH, KVH, c.theta, c.position);
-    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, c.theta, c.position);
+    ref_->rope_forward(out.ref, inp.ref, NH, KVH, c.rope, c.position);
+    gpu_->rope_forward(out.gpu, inp.gpu, NH, KVH, c.rope, c.position);
     expect(out, "rope_forward");
     Pair dinp = random({2, c.T, R}, act());
-    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, c.theta, c.position);
-    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, c.theta, c.position);
+    ref_->rope_backward(dinp.ref, inp.ref, NH, KVH, c.rope, c.position);
+    gpu_->rope_backward(dinp.gpu, inp.gpu, NH, KVH, c.rope, c.position);
     expect(dinp, "rope_backward");
   }
 }

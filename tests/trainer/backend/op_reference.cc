@@ -98,6 +98,23 @@ Want matmul_reference(const MatmulShape& s, const Host& h) {
   return w;
 }
 
+// Pair j's angle per position: theta^(-2j/HD), and with llama3 scaling by its wavelength
+// 2π/angle in positions: past original / low_freq_factor divided by factor, under original /
+// high_freq_factor kept, in between the blend of the two weighted by how far
+// original / wavelength has come from low_freq_factor towards high_freq_factor (Meta's
+// apply_scaling for Llama 3.1, and transformers' _compute_llama3_parameters).
+double rope_frequency(const RopeShape& s, int64_t j) {
+  const double base = std::pow(static_cast<double>(s.theta), -2.0 * j / s.HD);
+  if (!s.llama3) return base;
+  const Llama3Scaling& l = *s.llama3;
+  const double wavelength = 2 * std::acos(-1.0) / base;
+  const double ratio = l.original_max_positions / wavelength;  // periods in the original context
+  if (ratio < l.low_freq_factor) return base / l.factor;
+  if (ratio > l.high_freq_factor) return base;
+  const double smooth = (ratio - l.low_freq_factor) / (l.high_freq_factor - l.low_freq_factor);
+  return (1 - smooth) * base / l.factor + smooth * base;
+}
+
 Want rope_reference(const RopeShape& s, const Host& h) {
   const auto &x = h["inp"], &dy = h["dout"];
   const int64_t R = (s.NH + 2 * s.KVH) * s.HD, half = s.HD / 2;
@@ -110,8 +127,7 @@ Want rope_reference(const RopeShape& s, const Host& h) {
           const int64_t i0 = (b * s.T + t) * R + hd * s.HD + j, i1 = i0 + half;
           double c = 1, sn = 0;  // value heads are copied
           if (hd < s.NH + s.KVH) {
-            const double angle = static_cast<double>(s.position + t) *
-                                 std::pow(static_cast<double>(s.theta), -2.0 * j / s.HD);
+            const double angle = static_cast<double>(s.position + t) * rope_frequency(s, j);
             c = std::cos(angle), sn = std::sin(angle);
           }
           y[i0] = x[i0] * c - x[i1] * sn;

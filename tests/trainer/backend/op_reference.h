@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "op_table.h"
 
@@ -30,12 +31,17 @@ struct MatmulShape {
 };
 Want matmul_reference(const MatmulShape& s, const Host& h);
 
+// Llama 3.1's frequency scaling of RoPE (Hugging Face's rope_type "llama3").
+struct Llama3Scaling {
+  double factor, low_freq_factor, high_freq_factor, original_max_positions;
+};
 struct RopeShape {
   int64_t B, T;
   int NH, KVH;
   int64_t HD;
   float theta;
   int64_t position = 0;  // of the first row
+  std::optional<Llama3Scaling> llama3;
 };
 Want rope_reference(const RopeShape& s, const Host& h);
 

@@ -188,18 +188,27 @@ OpCase rope(RopeShape s) {
   const int64_t R = (s.NH + 2 * s.KVH) * s.HD;
   c.name = "rope" + dims({{"B", s.B}, {"T", s.T}, {"NH", s.NH}, {"KVH", s.KVH}, {"HD", s.HD}}) +
            "_theta" + std::to_string(static_cast<int64_t>(s.theta)) +
-           (s.position > 0 ? "_from" + std::to_string(s.position) : "");
+           (s.position > 0 ? "_from" + std::to_string(s.position) : "") +
+           (s.llama3 ? "_llama3" : "");
+  RopeSpec spec{.theta = s.theta};
+  if (s.llama3) {
+    spec.scaling = RopeSpec::Scaling::kLlama3;
+    spec.factor = s.llama3->factor;
+    spec.low_freq_factor = s.llama3->low_freq_factor;
+    spec.high_freq_factor = s.llama3->high_freq_factor;
+    spec.original_max_positions = s.llama3->original_max_positions;
+  }
   c.inputs = {{.name = "inp",
                .shape = {s.B, s.T, R},
                .grad = Grad::kAct,
                .grad_tol = 2e-6,
                .grad_parity = "rope_backward"}};
   c.outputs = {{.name = "out", .shape = {s.B, s.T, R}, .tol = 2e-6, .parity = "rope_forward"}};
-  c.forward = [s](Backend& be, Env& e) {
-    be.rope_forward(e["out"], e["inp"], s.NH, s.KVH, s.theta, s.position);
+  c.forward = [s, spec](Backend& be, Env& e) {
+    be.rope_forward(e["out"], e["inp"], s.NH, s.KVH, spec, s.position);
   };
-  c.backward = [s](Backend& be, Env& e) {
-    be.rope_backward(e["dinp"], e["dout"], s.NH, s.KVH, s.theta, s.position);
+  c.backward = [s, spec](Backend& be, Env& e) {
+    be.rope_backward(e["dinp"], e["dout"], s.NH, s.KVH, spec, s.position);
   };
   c.reference = [s](const Host& h) { return rope_reference(s, h); };
   c.fd = FiniteDiff{0.1, 1e-4, 1e-4};
@@ -520,6 +529,18 @@ void add_row_op_cases(std::vector<OpCase>& t) {
                       {3, 1, 4, 1, 16, 500000.0f, 300}}) {
     t.push_back(rope(s));
   }
+  // Llama 3.1's scaling (low_freq_factor 1, high_freq_factor 4). Original context 64 at HD 16
+  // and theta 1e4: the wavelengths 6.3, 20, 63, 199, ... positions put pair 0 in the kept band
+  // (< 16), pairs 1 and 2 in the blended one and the rest in the scaled one (> 64). Original
+  // context 256 at HD 8 and theta 5e5: wavelengths 6.3, 167, 4443, ...: one pair in each band.
+  const Llama3Scaling llama3{8, 1, 4, 64};
+  for (RopeShape s : {RopeShape{2, 9, 4, 2, 16, 10000.0f, 0, llama3},
+                      {1, 6, 2, 1, 8, 500000.0f, 0, Llama3Scaling{32, 1, 4, 256}},
+                      // Decoding with a key/value cache: rows from a later position.
+                      {3, 1, 4, 1, 16, 10000.0f, 300, llama3}}) {
+    t.push_back(rope(s));
+  }
+  t.push_back(uniform(rope({2, 37, 4, 2, 16, 500000.0f, 0, Llama3Scaling{8, 1, 4, 1024}})));
   for (RopeShape s : {RopeShape{1, 3, 2, 1, 8}, {2, 37, 4, 2, 16}, {1, 130, 3, 3, 64}}) {
     for (float theta : {10000.0f, 500000.0f}) {
       s.theta = theta;

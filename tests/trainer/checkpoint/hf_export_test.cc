@@ -234,6 +234,28 @@ TEST(HuggingFaceExport, LlamaNamesShapesAndSplits) {
   EXPECT_DOUBLE_EQ(c["rms_norm_eps"].get<double>(), 1e-5);
   EXPECT_DOUBLE_EQ(c["rope_theta"].get<double>(), 500000.0);
   EXPECT_EQ(c["tie_word_embeddings"], false);
+  EXPECT_FALSE(c.contains("rope_scaling")) << "a model without scaling writes none";
+}
+
+// Llama 3.1's rope_scaling, in the keys and types Hugging Face writes it with.
+TEST(HuggingFaceExport, LlamaWritesLlama3RopeScaling) {
+  Config config = tiny_llama();
+  config.model.rope_scaling = RopeScalingKind::kLlama3;
+  config.model.rope_scaling_factor = 32;
+  config.model.rope_low_freq_factor = 1.5;
+  config.model.rope_high_freq_factor = 6;
+  config.model.rope_original_max_positions = 16;
+  const std::string dir = temp_dir("hf");
+  ASSERT_TRUE(export_hugging_face(make_params(config.model), config, dir).ok());
+  const nlohmann::json& c = read_export(dir).config;
+  ASSERT_TRUE(c.contains("rope_scaling")) << c.dump();
+  const nlohmann::json& r = c["rope_scaling"];
+  EXPECT_EQ(r["rope_type"], "llama3");
+  EXPECT_DOUBLE_EQ(r["factor"].get<double>(), 32);
+  EXPECT_DOUBLE_EQ(r["low_freq_factor"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(r["high_freq_factor"].get<double>(), 6);
+  EXPECT_TRUE(r["original_max_position_embeddings"].is_number_integer()) << r.dump();
+  EXPECT_EQ(r["original_max_position_embeddings"], 16);
 }
 
 TEST(HuggingFaceExport, LlamaTiedOmitsLmHead) {

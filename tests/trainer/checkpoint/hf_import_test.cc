@@ -27,7 +27,7 @@ using testing::temp_dir;
 using testing::write_file;
 using Json = nlohmann::json;
 
-constexpr int64_t kVocab = 16;
+constexpr int64_t kImportVocab = 16;
 
 ModelConfig tiny(ModelFamily family) {
   ModelConfig m;
@@ -38,7 +38,7 @@ ModelConfig tiny(ModelFamily family) {
   m.num_kv_heads = 2;
   m.hidden_dim = 12;
   m.max_seq_len = 12;
-  m.vocab_size = kVocab;
+  m.vocab_size = kImportVocab;
   if (family == ModelFamily::kLlama) {
     m.num_heads = 4;  // grouped-query attention: 4 query heads read 2 key/value heads
     m.norm = NormKind::kRmsNorm;
@@ -71,7 +71,7 @@ int64_t numel(const std::vector<int64_t>& shape) {
 
 // Random params/* for every tensor of the model.
 CheckpointState random_params(const ModelConfig& m) {
-  StatusOr<std::vector<ckpt::HfTensor>> table = ckpt::hf_tensors(m, kVocab);
+  StatusOr<std::vector<ckpt::HfTensor>> table = ckpt::hf_tensors(m, kImportVocab);
   EXPECT_TRUE(table.ok()) << table.status().to_string();
   CheckpointState state;
   uint64_t seed = 7;
@@ -105,7 +105,7 @@ CheckpointState as_whole(CheckpointState s) {
   return s;
 }
 
-const HostTensor* find(const CheckpointState& s, const std::string& name) {
+const HostTensor* find_imported(const CheckpointState& s, const std::string& name) {
   for (const HostTensor& t : s.tensors) {
     if (t.name == name) return &t;
   }
@@ -123,14 +123,21 @@ void expect_round_trip(const ModelConfig& m) {
   EXPECT_EQ(source->kind, InitSource::Kind::kHuggingFace);
   EXPECT_EQ(source->model.family, m.family);
   EXPECT_EQ(source->model.num_kv_heads, m.num_kv_heads);
-  EXPECT_EQ(source->model.vocab_size, kVocab);
+  EXPECT_EQ(source->model.vocab_size, kImportVocab);
   EXPECT_EQ(source->model.rope_theta, m.rope_theta);
+  EXPECT_EQ(source->model.rope_scaling, m.rope_scaling);
+  if (m.rope_scaling == RopeScalingKind::kLlama3) {
+    EXPECT_EQ(source->model.rope_scaling_factor, m.rope_scaling_factor);
+    EXPECT_EQ(source->model.rope_low_freq_factor, m.rope_low_freq_factor);
+    EXPECT_EQ(source->model.rope_high_freq_factor, m.rope_high_freq_factor);
+    EXPECT_EQ(source->model.rope_original_max_positions, m.rope_original_max_positions);
+  }
   // Every tensor of the imported model, whole, as a one-process run asks for them.
   StatusOr<CheckpointState> imported =
       load_init_parameters(*source, whole_regions(random_params(source->model)));
   ASSERT_TRUE(imported.ok()) << imported.status().to_string();
   for (const HostTensor& t : original.tensors) {
-    const HostTensor* back = find(*imported, t.name);
+    const HostTensor* back = find_imported(*imported, t.name);
     ASSERT_NE(back, nullptr) << t.name;
     EXPECT_TRUE(same_bits(back->data, t.data)) << t.name << " changed on the way";
   }
@@ -159,6 +166,17 @@ TEST(HuggingFaceImport, LlamaGqaRoundTripIsByteIdentical) {
 
 TEST(HuggingFaceImport, T5RoundTripIsByteIdentical) { expect_round_trip(tiny(ModelFamily::kT5)); }
 
+// Llama 3.1's rope_scaling survives export -> import -> export (config.json byte-identical).
+TEST(HuggingFaceImport, LlamaLlama3RopeScalingRoundTrips) {
+  ModelConfig m = tiny(ModelFamily::kLlama);
+  m.rope_scaling = RopeScalingKind::kLlama3;
+  m.rope_scaling_factor = 16;
+  m.rope_low_freq_factor = 0.5;
+  m.rope_high_freq_factor = 3;
+  m.rope_original_max_positions = 6;
+  expect_round_trip(m);
+}
+
 // Splits every tensor into boxes the way FSDP and tensor parallelism do (row blocks, column
 // blocks, rows cut mid-way) and checks each box against the whole tensor.
 TEST(HuggingFaceImport, RegionsEqualThePartsOfTheWhole) {
@@ -186,7 +204,7 @@ TEST(HuggingFaceImport, RegionsEqualThePartsOfTheWhole) {
     ASSERT_TRUE(got.ok()) << got.status().to_string();
     ASSERT_EQ(got->tensors.size(), regions.size());
     for (size_t i = 0; i < regions.size(); ++i) {
-      const HostTensor& whole = *find(original, regions[i].name);
+      const HostTensor& whole = *find_imported(original, regions[i].name);
       const HostTensor& box = got->tensors[i];
       EXPECT_EQ(box.logical_shape, whole.shape);
       EXPECT_EQ(box.offset, regions[i].offset);
@@ -285,7 +303,7 @@ TEST(HuggingFaceImport, ShardedIndexWithBf16AndF16) {
   StatusOr<CheckpointState> got = load_init_parameters(*source, whole_regions(original));
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   for (const HostTensor& t : original.tensors) {
-    EXPECT_TRUE(same_bits(find(*got, t.name)->data, t.data)) << t.name;
+    EXPECT_TRUE(same_bits(find_imported(*got, t.name)->data, t.data)) << t.name;
   }
 }
 
@@ -326,6 +344,30 @@ void edit_config(const std::string& dir, const Json& patch) {
   write_file(dir + "/config.json", config.dump());
 }
 
+// config.json as Llama 3.1 8B ships it (rope_type "llama3"), and as files from before
+// transformers 4.43 name the type ("type").
+TEST(HuggingFaceImport, ReadsLlama3RopeScaling) {
+  for (const char* key : {"rope_type", "type"}) {
+    const std::string dir = temp_dir("hf-llama31");
+    const ModelConfig m = tiny(ModelFamily::kLlama);
+    ASSERT_TRUE(export_hugging_face(random_params(m), config_of(m), dir).ok());
+    edit_config(dir, {{"rope_scaling",
+                       {{"factor", 8.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 8192},
+                        {key, "llama3"}}}});
+    StatusOr<InitSource> source = open_init_source(dir);
+    ASSERT_TRUE(source.ok()) << source.status().to_string();
+    EXPECT_EQ(source->model.rope_scaling, RopeScalingKind::kLlama3) << key;
+    EXPECT_EQ(source->model.rope_scaling_factor, 8.0);
+    EXPECT_EQ(source->model.rope_low_freq_factor, 1.0);
+    EXPECT_EQ(source->model.rope_high_freq_factor, 4.0);
+    EXPECT_EQ(source->model.rope_original_max_positions, 8192);
+    EXPECT_TRUE(validate(config_of(source->model)).ok());
+  }
+}
+
 TEST(HuggingFaceImport, BadDirectoriesNameTheTensorOrKey) {
   const ModelConfig gpt = tiny(ModelFamily::kGpt);
   const ModelConfig llama = tiny(ModelFamily::kLlama);
@@ -359,11 +401,37 @@ TEST(HuggingFaceImport, BadDirectoriesNameTheTensorOrKey) {
   EXPECT_NE(e.find("\"architectures\" = [\"MistralForCausalLM\"]"), std::string::npos) << e;
   EXPECT_NE(e.find("not an architecture ax imports"), std::string::npos) << e;
 
+  // Scalings other than Llama 3.1's are refused naming the type and what ax implements, in
+  // today's key (rope_type) and the older one (type).
+  for (const char* key : {"rope_type", "type"}) {
+    for (const char* type : {"linear", "dynamic", "yarn", "longrope"}) {
+      e = import_error(llama, [&](const std::string& dir) {
+        edit_config(dir, {{"rope_scaling", {{key, type}, {"factor", 8.0}}}});
+      });
+      EXPECT_NE(e.find("\"rope_scaling\""), std::string::npos) << e;
+      EXPECT_NE(e.find(str_cat("rope_type \"", type, "\" is not one ax implements")),
+                std::string::npos)
+          << e;
+      EXPECT_NE(e.find("\"default\" and \"llama3\""), std::string::npos) << e;
+    }
+  }
+  e = import_error(llama, [](const std::string& dir) {
+    edit_config(dir, {{"rope_scaling", {{"factor", 8.0}}}});
+  });
+  EXPECT_NE(e.find("has no \"rope_type\""), std::string::npos) << e;
   e = import_error(llama, [](const std::string& dir) {
     edit_config(dir, {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}});
   });
-  EXPECT_NE(e.find("\"rope_scaling\""), std::string::npos) << e;
-  EXPECT_NE(e.find("no position scaling"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"rope_scaling\": has no \"low_freq_factor\""), std::string::npos) << e;
+  e = import_error(llama, [](const std::string& dir) {
+    edit_config(dir, {{"rope_scaling",
+                       {{"rope_type", "llama3"},
+                        {"factor", 8.0},
+                        {"low_freq_factor", 4.0},
+                        {"high_freq_factor", 1.0},
+                        {"original_max_position_embeddings", 8192}}}});
+  });
+  EXPECT_NE(e.find("needs high_freq_factor > low_freq_factor"), std::string::npos) << e;
   e = import_error(llama, [](const std::string& dir) {
     edit_config(dir, {{"rope_scaling", {{"rope_type", "default"}}}});  // scales nothing
   });

@@ -61,6 +61,11 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.model.activation, b.model.activation);
   EXPECT_EQ(a.model.position, b.model.position);
   EXPECT_EQ(a.model.rope_theta, b.model.rope_theta);
+  EXPECT_EQ(a.model.rope_scaling, b.model.rope_scaling);
+  EXPECT_EQ(a.model.rope_scaling_factor, b.model.rope_scaling_factor);
+  EXPECT_EQ(a.model.rope_low_freq_factor, b.model.rope_low_freq_factor);
+  EXPECT_EQ(a.model.rope_high_freq_factor, b.model.rope_high_freq_factor);
+  EXPECT_EQ(a.model.rope_original_max_positions, b.model.rope_original_max_positions);
   EXPECT_EQ(a.model.tied_embeddings, b.model.tied_embeddings);
   EXPECT_EQ(a.model.bias, b.model.bias);
   EXPECT_EQ(a.model.norm_eps, b.model.norm_eps);
@@ -315,6 +320,31 @@ TEST(ConfigOverrides, EachType) {
   EXPECT_EQ(c.train.log_every, 5);
 }
 
+// Llama 3.1's RoPE scaling: off by default, its numbers Llama 3.1's until set.
+TEST(ConfigOverrides, RopeScaling) {
+  Config c = experiment("tiny-llama");
+  EXPECT_EQ(c.model.rope_scaling, RopeScalingKind::kNone);
+  EXPECT_EQ(c.model.rope_scaling_factor, 8);
+  EXPECT_EQ(c.model.rope_low_freq_factor, 1);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 4);
+  EXPECT_EQ(c.model.rope_original_max_positions, 8192);
+  for (const char* o : {"model.rope_scaling=llama3", "model.rope_scaling_factor=32",
+                        "model.rope_low_freq_factor=0.5", "model.rope_high_freq_factor=2.5",
+                        "model.rope_original_max_positions=2048"}) {
+    ASSERT_TRUE(apply_override(&c, o).ok()) << o;
+  }
+  EXPECT_EQ(c.model.rope_scaling, RopeScalingKind::kLlama3);
+  EXPECT_EQ(name_of(c.model.rope_scaling), "llama3");
+  EXPECT_EQ(c.model.rope_scaling_factor, 32);
+  EXPECT_EQ(c.model.rope_low_freq_factor, 0.5);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 2.5);
+  EXPECT_EQ(c.model.rope_original_max_positions, 2048);
+  EXPECT_TRUE(validate(c).ok()) << validate(c).to_string();
+  StatusOr<Config> back = from_json(to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  expect_same(c, *back);
+}
+
 TEST(ConfigOverrides, SplitsAtTheFirstEquals) {
   Config c;
   ASSERT_TRUE(apply_override(&c, "data.train_dir=/runs/a=b").ok());
@@ -343,6 +373,11 @@ TEST(ConfigOverrides, BadValuesNameTheKey) {
       {"model.family=bert", "is not one of gpt, llama, t5"},
       {"model.position=alibi", "is not one of learned, rope, relative"},
       {"model.activation=relu", "is not one of gelu, swiglu, geglu"},
+      {"model.rope_scaling=yarn", "'model.rope_scaling': 'yarn' is not one of none, llama3"},
+      {"model.rope_scaling_factor=0", "'model.rope_scaling_factor': 0 must be > 0"},
+      {"model.rope_low_freq_factor=-1", "'model.rope_low_freq_factor': -1 must be > 0"},
+      {"model.rope_high_freq_factor=0", "'model.rope_high_freq_factor': 0 must be > 0"},
+      {"model.rope_original_max_positions=0", "'model.rope_original_max_positions': 0 must be"},
       {"train.seed=-1", "'train.seed' (int): '-1' is not a non-negative integer"},
       {"train.percore_batch_size=0", "'train.percore_batch_size': 0 must be > 0"},
       {"train.num_microbatches=0", "'train.num_microbatches': 0 must be > 0"},
@@ -434,6 +469,10 @@ TEST(ConfigValidate, CrossFieldErrorsNameTheKeysAndNumbers) {
       {{"optim.warmup_steps=30"}, {"optim.warmup_steps (30)", "train.max_steps = 20"}},
       {{"optim.warmup_steps=30", "optim.decay_steps=25"},
        {"optim.warmup_steps (30)", "optim.decay_steps = 25"}},
+      {{"model.rope_scaling=llama3"},
+       {"model.rope_scaling=llama3", "model.position=rope", "learned"}},
+      {{"model.position=rope", "model.rope_scaling=llama3", "model.rope_high_freq_factor=1"},
+       {"model.rope_high_freq_factor (1)", "model.rope_low_freq_factor (1)"}},
   };
   for (const Case& k : cases) {
     Config c = experiment("tiny-gpt");
@@ -556,7 +595,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 64);  // experiment + 63 keys
+  EXPECT_EQ(lines, 69);  // experiment + 68 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

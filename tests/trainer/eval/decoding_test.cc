@@ -2,8 +2,10 @@
 // decoding without it (the whole model run again for every new token), for a GPT (learned
 // positions, tied head), a Llama (RoPE, GQA, untied head) and a T5 (encoder once, cross-attention
 // keys and values cached, the decoder's relative position bias), with several rows of different
-// lengths decoded together. Measured worst relative logit difference: 1.3e-5 (tiny-llama, whose
-// weights are scaled up so that its logits are large), 9e-6 (gpt), 1.5e-6 (t5).
+// lengths decoded together, and a Llama with Llama 3.1's RoPE scaling (the cache's keys rotated at
+// their slots by the scaled frequencies). Measured worst relative logit difference: 1.3e-5
+// (tiny-llama, whose weights are scaled up so that its logits are large), 9e-6 (gpt), 1.5e-6
+// (t5).
 #include "ax/trainer/eval/decoding.h"
 
 #include <gtest/gtest.h>
@@ -19,10 +21,24 @@ namespace {
 
 constexpr int64_t kVocab = 200;
 
-std::unique_ptr<Model> tiny_model(const std::string& experiment, Backend* be) {
+// Llama 3.1's scaling with an original context of 32 positions: of tiny-llama's 8 frequency
+// pairs (head dim 16, theta 1e4; wavelengths 6.3, 20, 63, ... positions) the first keeps its
+// frequency, the second blends and the rest turn 8 times slower.
+void scale_rope_llama3(ModelConfig* m) {
+  m->rope_scaling = RopeScalingKind::kLlama3;
+  m->rope_scaling_factor = 8;
+  m->rope_low_freq_factor = 1;
+  m->rope_high_freq_factor = 4;
+  m->rope_original_max_positions = 32;
+}
+
+std::unique_ptr<Model> tiny_model(const std::string& experiment, Backend* be,
+                                  bool llama3_rope = false) {
   StatusOr<Config> c = make_experiment(experiment);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   if (!c.ok()) return nullptr;
+  if (llama3_rope) scale_rope_llama3(&c->model);
+  EXPECT_TRUE(validate(*c).ok()) << validate(*c).to_string();
   // Weights larger than the initial ones give peaked logits, like a trained model's: a greedy
   // choice is then never a near-tie that rounding could flip.
   c->model.init_std = 0.3;
@@ -60,13 +76,14 @@ double worst_logit_difference(const Decoded& a, const Decoded& b) {
 
 struct Family {
   const char* experiment;
+  bool llama3_rope = false;
 };
 
 class CachedDecoding : public ::testing::TestWithParam<Family> {};
 
 TEST_P(CachedDecoding, SameTokensAndLogitsAsTheWholeModel) {
   auto be = make_cpu_backend(2);
-  auto model = tiny_model(GetParam().experiment, be.get());
+  auto model = tiny_model(GetParam().experiment, be.get(), GetParam().llama3_rope);
   ASSERT_TRUE(model);
   // Rows of different lengths: the shortest is fed in one pass, the others catch up one slot at a
   // time, and a one-token row decodes from its first slot.
@@ -92,7 +109,7 @@ TEST_P(CachedDecoding, SameTokensAndLogitsAsTheWholeModel) {
 // and a row's tokens do not depend on the rows decoded beside it.
 TEST_P(CachedDecoding, SamplingIsTheSameWithAndWithoutTheCache) {
   auto be = make_cpu_backend(2);
-  auto model = tiny_model(GetParam().experiment, be.get());
+  auto model = tiny_model(GetParam().experiment, be.get(), GetParam().llama3_rope);
   ASSERT_TRUE(model);
   const auto rows = random_rows({4, 7}, 12);
   DecodeOptions o{.max_new_tokens = 10, .temperature = 1.0, .top_k = 20, .seed = 5};
@@ -109,12 +126,27 @@ TEST_P(CachedDecoding, SamplingIsTheSameWithAndWithoutTheCache) {
 
 INSTANTIATE_TEST_SUITE_P(Families, CachedDecoding,
                          ::testing::Values(Family{"tiny-gpt"}, Family{"tiny-llama"},
+                                           Family{"tiny-llama", /*llama3_rope=*/true},
                                            Family{"tiny-t5"}),
                          [](const auto& info) {
                            std::string name = info.param.experiment;
                            std::erase(name, '-');
-                           return name;
+                           return info.param.llama3_rope ? name + "_llama3rope" : name;
                          });
+
+// The scaled model is another model: the same weights give other logits (so the case above
+// decodes with the scaling, not around it).
+TEST(CachedDecoding, Llama3RopeScalingChangesTheLogits) {
+  auto be = make_cpu_backend(2);
+  auto plain = tiny_model("tiny-llama", be.get());
+  auto scaled = tiny_model("tiny-llama", be.get(), /*llama3_rope=*/true);
+  ASSERT_TRUE(plain && scaled);
+  const auto rows = random_rows({5, 9}, 11);
+  DecodeOptions o{.max_new_tokens = 6, .keep_logits = true};
+  StatusOr<Decoded> a = decode(*plain, rows, o), b = decode(*scaled, rows, o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(worst_logit_difference(*a, *b), 1e-2);
+}
 
 // A stop token ends its row (and is not kept); the other rows go on.
 TEST(CachedDecoding, StopTokenEndsOnlyItsRow) {

@@ -79,11 +79,21 @@ std::vector<float> random_values(const ParamSpec& spec, std::mt19937_64& rng) {
 
 // Writes the oracle's input directory for `experiment` (t5: `packed` adds segment ids,
 // `dropout` trains with model.dropout = 0.1, and the oracle draws the masks from the documented
-// hash, sites and keys).
+// hash, sites and keys; llama: `llama3_rope` scales RoPE as Llama 3.1 does, with an original
+// context of 32 so that at head dim 16 and theta 1e4 one frequency pair keeps its frequency, one
+// blends and six are scaled).
 void dump_model(const std::string& experiment, const fs::path& dir, bool packed = false,
-                bool dropout = false) {
+                bool dropout = false, bool llama3_rope = false) {
   StatusOr<Config> config = make_experiment(experiment);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
+  if (llama3_rope) {
+    for (const char* o : {"model.rope_scaling=llama3", "model.rope_scaling_factor=8",
+                          "model.rope_low_freq_factor=1", "model.rope_high_freq_factor=4",
+                          "model.rope_original_max_positions=32"}) {
+      ASSERT_TRUE(apply_override(&*config, o).ok()) << o;
+    }
+    ASSERT_TRUE(validate(*config).ok()) << validate(*config).to_string();
+  }
   const bool t5 = config->model.family == ModelFamily::kT5;
   if (dropout) config->model.dropout = 0.1;
   config->train.z_loss = t5 ? 0.01 : 0;  // large enough for its term to show in every gradient
@@ -192,13 +202,15 @@ int run(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-void check_against_torch(const std::string& experiment, bool packed = false, bool dropout = false) {
+void check_against_torch(const std::string& experiment, bool packed = false, bool dropout = false,
+                         bool llama3_rope = false) {
   ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
                                    << "python3-torch: run `" << kSetup << "`";
-  const fs::path dir = data::testing::temp_dir("oracle-" + experiment + (packed ? "-packed" : "") +
-                                               (dropout ? "-dropout" : ""));
+  const fs::path dir =
+      data::testing::temp_dir("oracle-" + experiment + (packed ? "-packed" : "") +
+                              (dropout ? "-dropout" : "") + (llama3_rope ? "-llama3rope" : ""));
   fs::create_directories(dir);
-  dump_model(experiment, dir, packed, dropout);
+  dump_model(experiment, dir, packed, dropout, llama3_rope);
   if (::testing::Test::HasFatalFailure()) return;
   std::string output;
   const int status =
@@ -268,10 +280,14 @@ void check_import(const std::string& family) {
 
 TEST(TorchOracle, ImportedGpt2Logits) { check_import("gpt2"); }
 TEST(TorchOracle, ImportedLlamaGqaBf16ShardedLogits) { check_import("llama"); }
+TEST(TorchOracle, ImportedLlama31RopeScalingLogits) { check_import("llama31"); }
 TEST(TorchOracle, ImportedT5Logits) { check_import("t5"); }
 
 TEST(TorchOracle, TinyGpt) { check_against_torch("tiny-gpt"); }
 TEST(TorchOracle, TinyLlama) { check_against_torch("tiny-llama"); }
+TEST(TorchOracle, TinyLlamaLlama3RopeScaling) {
+  check_against_torch("tiny-llama", /*packed=*/false, /*dropout=*/false, /*llama3_rope=*/true);
+}
 TEST(TorchOracle, TinyT5) { check_against_torch("tiny-t5"); }
 TEST(TorchOracle, TinyT5Packed) { check_against_torch("tiny-t5", /*packed=*/true); }
 TEST(TorchOracle, TinyT5PackedDropout) {

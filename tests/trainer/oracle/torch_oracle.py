@@ -1,12 +1,13 @@
 """PyTorch oracle for ax's decoder models: loss and every parameter gradient, compared with ax's.
 
 Usage: /usr/bin/python3 torch_oracle.py DIR   (Debian's python3-torch: scripts/setup.sh --with oracle)
-       /usr/bin/python3 torch_oracle.py hf-make DIR gpt2|llama|t5
+       /usr/bin/python3 torch_oracle.py hf-make DIR gpt2|llama|llama31|t5
        /usr/bin/python3 torch_oracle.py hf-check DIR
 
 hf-make writes DIR/hf, a Hugging Face checkpoint (config.json and safetensors in Hugging Face's
 names and layouts, random weights; Llama in BF16 over two files with an index) and DIR/tokens.i32
-(DIR/encoder_tokens.i32 for t5); oracle_test.cc imports it as --init-from does and writes ax's
+(DIR/encoder_tokens.i32 for t5); llama31 is the Llama with Llama 3.1's rope_scaling
+{"rope_type": "llama3", ...}; oracle_test.cc imports it as --init-from does and writes ax's
 logits to DIR/ax_logits.f32 (B*T, V); hf-check compares them with the Hugging Face model's
 function (written below from its modeling code's semantics) run in float64: relative error at
 most 1e-5.
@@ -72,12 +73,18 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def rope(x, theta):
-    """x (B, H, T, HD): pairs (j, j + HD/2) rotate by t * theta^(-2j/HD) ("rotate half")."""
+def rope(x, m):
+    """x (B, H, T, HD): pairs (j, j + HD/2) rotate by t * theta^(-2j/HD) ("rotate half"), the
+    frequencies scaled as Llama 3.1 does with model.rope_scaling = llama3."""
     T, HD = x.shape[-2], x.shape[-1]
     half = HD // 2
     j = torch.arange(half, dtype=x.dtype)
-    inv_freq = theta ** (-2 * j / HD)
+    inv_freq = m["rope_theta"] ** (-2 * j / HD)
+    if m.get("rope_scaling", "none") == "llama3":
+        inv_freq = llama3_inv_freq(inv_freq, {
+            "factor": m["rope_scaling_factor"], "low_freq_factor": m["rope_low_freq_factor"],
+            "high_freq_factor": m["rope_high_freq_factor"],
+            "original_max_position_embeddings": m["rope_original_max_positions"]}).to(x.dtype)
     angle = torch.arange(T, dtype=x.dtype)[:, None] * inv_freq[None, :]  # (T, HD/2)
     cos, sin = torch.cos(angle), torch.sin(angle)
     x1, x2 = x[..., :half], x[..., half:]
@@ -105,7 +112,7 @@ def attention(x, p, i, m):
     k = k.view(B, T, KVH, HD).transpose(1, 2)
     v = v.view(B, T, KVH, HD).transpose(1, 2)
     if m["position"] == "rope":
-        q, k = rope(q, m["rope_theta"]), rope(k, m["rope_theta"])
+        q, k = rope(q, m), rope(k, m)
     group = NH // KVH  # query head h reads key/value head h // group
     kv_of = torch.arange(NH) // group
     k, v = k[:, kv_of], v[:, kv_of]
@@ -363,13 +370,37 @@ def hf_gpt2_logits(p, c, tokens):
     return (x @ p["transformer.wte.weight"].T).reshape(B * T, -1)
 
 
+def llama3_inv_freq(inv_freq, s):
+    """Llama 3.1's rope_scaling, written from Meta's apply_scaling (llama-models): per frequency,
+    its wavelength in positions decides: longer than original / low_freq_factor turns `factor`
+    times slower, shorter than original / high_freq_factor stays, and between the two the
+    frequency is interpolated linearly in original / wavelength."""
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    out = []
+    for f in inv_freq.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high:
+            out.append(f)
+        elif wavelen > old / low:
+            out.append(f / factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
 def hf_llama_logits(p, c, tokens):
-    """LlamaForCausalLM: RMSNorm, RoPE on rotate_half pairs with inv_freq = theta^(-2j/HD),
-    repeat_kv for grouped-query attention, SwiGLU, untied head."""
+    """LlamaForCausalLM: RMSNorm, RoPE on rotate_half pairs with inv_freq = theta^(-2j/HD)
+    (scaled by rope_scaling {"rope_type": "llama3"} when present), repeat_kv for grouped-query
+    attention, SwiGLU, untied head."""
     B, T = tokens.shape
     NH, KVH, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
     HD = c["head_dim"]
     inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
+    if c.get("rope_scaling") is not None:
+        assert c["rope_scaling"]["rope_type"] == "llama3", c["rope_scaling"]
+        inv_freq = llama3_inv_freq(inv_freq, c["rope_scaling"])
     freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None]
     emb = torch.cat([freqs, freqs], dim=-1)
     cos, sin = emb.cos(), emb.sin()
@@ -414,6 +445,12 @@ HF_CONFIGS = {
            "relative_attention_max_distance": 20, "layer_norm_epsilon": 1e-6,
            "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
 }
+# Llama 3.1's scaling on the tiny Llama: original context 256, so that of its four frequency
+# pairs (head_dim 8, theta 5e5: wavelengths 6.3, 167, 4443, 118000 positions) the first keeps
+# its frequency, the second blends and the last two turn `factor` times slower.
+HF_CONFIGS["llama31"] = dict(HF_CONFIGS["llama"], max_position_embeddings=2048, rope_scaling={
+    "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 256, "rope_type": "llama3"})
 HF_BATCH, HF_SEQ, HF_ENC_SEQ = 2, 20, 24
 
 
@@ -489,7 +526,8 @@ def hf_make(d, family):
     """Random weights in Hugging Face's names and layouts; Llama in BF16 over two files with an
     index (as published checkpoints are), the others in one F32 model.safetensors."""
     c = HF_CONFIGS[family]
-    rng = np.random.default_rng({"gpt2": 1, "llama": 2, "t5": 3}[family])
+    rng = np.random.default_rng({"gpt2": 1, "llama": 2, "llama31": 5, "t5": 3}[family])
+    llama = c["model_type"] == "llama"
     weights = {}
     for name, shape in hf_shapes(c).items():
         if name.endswith(("layer_norm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight",
@@ -501,7 +539,7 @@ def hf_make(d, family):
             w = 0.3 * rng.standard_normal(shape)
         else:
             w = rng.standard_normal(shape) / math.sqrt(shape[0 if "transformer.h" in name else 1])
-        if family == "llama":  # the values bf16 holds, so ax and the oracle read the same numbers
+        if llama:  # the values bf16 holds, so ax and the oracle read the same numbers
             w = (np.asarray(w, "<f4").view("<u4") & 0xFFFF0000).view("<f4")
         weights[name] = np.asarray(np.asarray(w, "<f4"), np.float64)
     if family == "t5":
@@ -513,7 +551,7 @@ def hf_make(d, family):
     os.makedirs(hf, exist_ok=True)
     with open(os.path.join(hf, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
-    if family == "llama":
+    if llama:
         names = list(weights)
         halves = {"model-00001-of-00002.safetensors": names[:len(names) // 2],
                   "model-00002-of-00002.safetensors": names[len(names) // 2:]}
@@ -569,7 +607,7 @@ def hf_check(d):
     p = {n: torch.tensor(np.asarray(w, np.float64)) for n, w in weights.items()}
     if spec["family"] == "gpt2":
         want = hf_gpt2_logits(p, c, tokens.long())
-    elif spec["family"] == "llama":
+    elif spec["family"] in ("llama", "llama31"):
         want = hf_llama_logits(p, c, tokens.long())
     else:
         Te = spec["encoder_seq_len"]

@@ -49,10 +49,10 @@ class CpuBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override;
-  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
+  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, const RopeSpec& rope,
                     int64_t first_position) override;
-  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads, float theta,
-                     int64_t first_position) override;
+  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                     const RopeSpec& rope, int64_t first_position) override;
   void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
                          const AttentionSpec& spec) override;
   void attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out, Tensor lse,
@@ -85,8 +85,9 @@ class CpuBackend final : public Backend {
   void gemm_parallel(const GemmArgs& g) const;
   // Per-thread scratch of at least `floats` floats; grows on first use only.
   float* scratch(int thread, size_t floats);
-  // cos/sin of t · theta^(-2j/HD), (T, HD/2) each, recomputed when (T, HD, theta) changes.
-  void update_rope_table(int64_t T, int64_t head_dim, float theta);
+  // cos/sin of t · rope_inv_freq(rope, HD)[j], (T, HD/2) each, recomputed when HD or the
+  // rotation changes or T grows past the table's.
+  void update_rope_table(int64_t T, int64_t head_dim, const RopeSpec& rope);
 
   mutable ThreadPool pool_;  // running a job leaves no trace: const ops may use it
   Gemm gemm_;
@@ -94,7 +95,7 @@ class CpuBackend final : public Backend {
   std::vector<double> partials_;             // sum_squares chunk sums
   std::vector<float> rope_cos_, rope_sin_;   // (T, HD/2)
   int64_t rope_T_ = 0, rope_head_dim_ = 0;
-  float rope_theta_ = 0;
+  RopeSpec rope_;
   mutable std::once_flag peak_once_;
   mutable double peak_flops_ = 0;
   mutable double measurement_flops_ = 0;  // the peak measurement's own GEMMs

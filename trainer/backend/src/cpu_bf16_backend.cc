@@ -136,21 +136,21 @@ class CpuBf16Backend final : public Backend {
     w.store(dinp, di);
   }
 
-  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
+  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, const RopeSpec& rope,
                     int64_t first_position) override {
     check_rope(kBf16, out, inp, num_heads, num_kv_heads, "rope_forward", "out", "inp");
     Widened w(*f32_);
     Tensor x = w.of(inp);
     Tensor y = out.data == inp.data ? x : w.like(out);  // in place stays in place
-    f32_->rope_forward(y, x, num_heads, num_kv_heads, theta, first_position);
+    f32_->rope_forward(y, x, num_heads, num_kv_heads, rope, first_position);
     w.store(out, y);
   }
-  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads, float theta,
-                     int64_t first_position) override {
+  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                     const RopeSpec& rope, int64_t first_position) override {
     check_rope(kBf16, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
     Widened w(*f32_);
     Tensor di = w.of(dinp);
-    f32_->rope_backward(di, w.of(dout), num_heads, num_kv_heads, theta, first_position);
+    f32_->rope_backward(di, w.of(dout), num_heads, num_kv_heads, rope, first_position);
     w.store(dinp, di);
   }
 

@@ -243,33 +243,34 @@ void CpuBackend::dropout_backward(Tensor dinp, Tensor dout, Tensor row_keys,
   });
 }
 
-void CpuBackend::update_rope_table(int64_t T, int64_t head_dim, float theta) {
-  if (T <= rope_T_ && head_dim == rope_head_dim_ && theta == rope_theta_) return;
+void CpuBackend::update_rope_table(int64_t T, int64_t head_dim, const RopeSpec& rope) {
+  const bool same = head_dim == rope_head_dim_ && rope == rope_;
+  if (same && T <= rope_T_) return;
   // A longer table for the same rotation grows geometrically: decoding asks for one position more
   // at every token, and an entry does not depend on the table's length.
-  if (head_dim == rope_head_dim_ && theta == rope_theta_) T = std::max(T, 2 * rope_T_);
-  int64_t half = head_dim / 2;
+  if (same) T = std::max(T, 2 * rope_T_);
+  const std::vector<double> inv_freq = rope_inv_freq(rope, head_dim);
+  const int64_t half = head_dim / 2;
   rope_cos_.resize(T * half);
   rope_sin_.resize(T * half);
   for (int64_t j = 0; j < half; ++j) {
-    double freq = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
     for (int64_t t = 0; t < T; ++t) {
-      double angle = static_cast<double>(t) * freq;
+      double angle = static_cast<double>(t) * inv_freq[j];
       rope_cos_[t * half + j] = static_cast<float>(std::cos(angle));
       rope_sin_[t * half + j] = static_cast<float>(std::sin(angle));
     }
   }
   rope_T_ = T;
   rope_head_dim_ = head_dim;
-  rope_theta_ = theta;
+  rope_ = rope;
 }
 
-void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
-                              int64_t first_position) {
+void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
+                              const RopeSpec& rope, int64_t first_position) {
   // out, inp (B, T, (NH + 2·KVH)·HD): query and key heads rotated, value heads copied.
   auto d = check_rope(kPlan, out, inp, num_heads, num_kv_heads, "rope_forward", "out", "inp");
   AX_CHECK_GE(first_position, 0) << "rope_forward";
-  update_rope_table(first_position + d.T, d.HD, theta);
+  update_rope_table(first_position + d.T, d.HD, rope);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* x = inp.as<float>();
   float* y = out.as<float>();
@@ -287,11 +288,11 @@ void CpuBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_
 }
 
 void CpuBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
-                               float theta, int64_t first_position) {
+                               const RopeSpec& rope, int64_t first_position) {
   // dinp, dout (B, T, (NH + 2·KVH)·HD).
   auto d = check_rope(kPlan, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
   AX_CHECK_GE(first_position, 0) << "rope_backward";
-  update_rope_table(first_position + d.T, d.HD, theta);
+  update_rope_table(first_position + d.T, d.HD, rope);
   int64_t rotated = num_heads + num_kv_heads, half = d.HD / 2;
   const float* dy = dout.as<float>();
   float* dx = dinp.as<float>();

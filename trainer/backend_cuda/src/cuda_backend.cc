@@ -140,17 +140,18 @@ void* CudaBackend::scratch(size_t bytes) {
   return scratch_;
 }
 
-const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, float theta) {
-  if (T <= rope_T_ && head_dim == rope_head_dim_ && theta == rope_theta_) return rope_table_;
+const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, const RopeSpec& rope) {
+  const bool same = head_dim == rope_head_dim_ && rope == rope_;
+  if (same && T <= rope_T_) return rope_table_;
   // A longer table for the same rotation grows geometrically: decoding asks for one position more
   // at every token, and an entry does not depend on the table's length.
-  if (head_dim == rope_head_dim_ && theta == rope_theta_) T = std::max(T, 2 * rope_T_);
+  if (same) T = std::max(T, 2 * rope_T_);
+  const std::vector<double> inv_freq = rope_inv_freq(rope, head_dim);
   const int64_t half = head_dim / 2;
   std::vector<float> host(static_cast<size_t>(2 * T * half));
   for (int64_t j = 0; j < half; ++j) {
-    double freq = std::pow(static_cast<double>(theta), -2.0 * j / static_cast<double>(head_dim));
     for (int64_t t = 0; t < T; ++t) {
-      double angle = static_cast<double>(t) * freq;
+      double angle = static_cast<double>(t) * inv_freq[j];
       host[2 * (t * half + j)] = static_cast<float>(std::cos(angle));
       host[2 * (t * half + j) + 1] = static_cast<float>(std::sin(angle));
     }
@@ -170,7 +171,7 @@ const float* CudaBackend::rope_table(int64_t T, int64_t head_dim, float theta) {
   AX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   rope_T_ = T;
   rope_head_dim_ = head_dim;
-  rope_theta_ = theta;
+  rope_ = rope;
   return rope_table_;
 }
 

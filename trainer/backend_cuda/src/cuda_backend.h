@@ -50,10 +50,10 @@ class CudaBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override;
-  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
+  void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, const RopeSpec& rope,
                     int64_t first_position) override;
-  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads, float theta,
-                     int64_t first_position) override;
+  void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                     const RopeSpec& rope, int64_t first_position) override;
   void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
                          const AttentionSpec& spec) override;
   void attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor dout, Tensor out, Tensor lse,
@@ -87,10 +87,10 @@ class CudaBackend final : public Backend {
   // partials). It grows, never
   // shrinks: after the first training step no op allocates.
   void* scratch(size_t bytes);
-  // (cos, sin) of t · theta^(-2j/HD) at [2·(t·HD/2 + j)], f32 on the device, computed on the
-  // host in f64 as the CPU backend does. Rebuilt when HD or theta changes or T grows past the
-  // table's; a shorter T reads a prefix of the same layout.
-  const float* rope_table(int64_t T, int64_t head_dim, float theta);
+  // (cos, sin) of t · rope_inv_freq(rope, HD)[j] at [2·(t·HD/2 + j)], f32 on the device,
+  // computed on the host in f64 as the CPU backend does. Rebuilt when HD or the rotation changes
+  // or T grows past the table's; a shorter T reads a prefix of the same layout.
+  const float* rope_table(int64_t T, int64_t head_dim, const RopeSpec& rope);
 
   // AttnShape::tensor_core_shared for this device and its options.
   size_t tensor_core_shared() const { return tensor_core_attention_ ? max_shared_per_block_ : 0; }
@@ -109,7 +109,7 @@ class CudaBackend final : public Backend {
   float* rope_table_ = nullptr;
   size_t rope_table_floats_ = 0;
   int64_t rope_T_ = 0, rope_head_dim_ = 0;
-  float rope_theta_ = 0;
+  RopeSpec rope_;
 };
 
 }  // namespace ax::train::cuda

@@ -176,12 +176,12 @@ void CudaBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Ten
 
 // ---- RoPE and attention ----
 
-void CudaBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
-                               int64_t first_position) {
+void CudaBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
+                               const RopeSpec& rope, int64_t first_position) {
   // out, inp (B, T, (NH + 2·KVH)·HD); the table's rows from first_position on.
   auto d = check_rope(plan_, out, inp, num_heads, num_kv_heads, "rope_forward", "out", "inp");
   AX_CHECK_GE(first_position, 0) << "rope_forward";
-  const float* table = rope_table(first_position + d.T, d.HD, theta) + first_position * d.HD;
+  const float* table = rope_table(first_position + d.T, d.HD, rope) + first_position * d.HD;
   with_act(plan_.act, [&]<typename Act>() {
     cuda::rope_forward(ptr<Act>(out), ptr<Act>(inp), table, d.B, d.T, d.R, num_heads + num_kv_heads,
                        d.HD, stream_);
@@ -189,11 +189,11 @@ void CudaBackend::rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv
 }
 
 void CudaBackend::rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
-                                float theta, int64_t first_position) {
+                                const RopeSpec& rope, int64_t first_position) {
   // dinp, dout (B, T, (NH + 2·KVH)·HD); the table's rows from first_position on.
   auto d = check_rope(plan_, dinp, dout, num_heads, num_kv_heads, "rope_backward", "dinp", "dout");
   AX_CHECK_GE(first_position, 0) << "rope_backward";
-  const float* table = rope_table(first_position + d.T, d.HD, theta) + first_position * d.HD;
+  const float* table = rope_table(first_position + d.T, d.HD, rope) + first_position * d.HD;
   with_act(plan_.act, [&]<typename Act>() {
     cuda::rope_backward(ptr<Act>(dinp), ptr<Act>(dout), table, d.B, d.T, d.R,
                         num_heads + num_kv_heads, d.HD, stream_);

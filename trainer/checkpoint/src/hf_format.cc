@@ -193,8 +193,11 @@ class HfConfig {
     }
     return j_[key].get<int64_t>();
   }
-  StatusOr<double> number(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
+  StatusOr<double> number(const char* key, std::optional<double> fallback) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      return InvalidArgument(where_, ": has no \"", key, "\"");
+    }
     if (!j_[key].is_number() || j_[key].get<double>() <= 0) {
       return InvalidArgument(where_, ": \"", key, "\" = ", j_[key].dump(),
                              " is not a positive number");
@@ -211,6 +214,7 @@ class HfConfig {
   std::string text(const char* key, const std::string& fallback) const {
     return has(key) && j_[key].is_string() ? j_[key].get<std::string>() : fallback;
   }
+  const std::string& where() const { return where_; }
   // A key whose value ax does not implement.
   Status unsupported(const char* key, const std::string& why) const {
     return FailedPrecondition(where_, ": \"", key, "\" = ", j_[key].dump(), ": ", why);
@@ -249,12 +253,38 @@ StatusOr<ModelConfig> gpt2_model(const HfConfig& c) {
   return m;
 }
 
-// rope_scaling that scales nothing: {"rope_type": "default"} (older files: "type").
-bool no_rope_scaling(const Json& scaling) {
-  if (!scaling.is_object()) return false;
-  const Json& type =
+// config.json's rope_scaling: none, {"rope_type": "default"} (older files: "type"), which scales
+// nothing, or Llama 3.1's {"rope_type": "llama3", "factor", "low_freq_factor",
+// "high_freq_factor", "original_max_position_embeddings"}. Any other type is refused by name.
+Status read_rope_scaling(const HfConfig& c, const Json& config, ModelConfig* m) {
+  if (!c.has("rope_scaling")) return Status::Ok();
+  const Json& scaling = config["rope_scaling"];
+  constexpr const char* kSupported = "ax implements rope_type \"default\" and \"llama3\"";
+  if (!scaling.is_object()) return c.unsupported("rope_scaling", kSupported);
+  const Json type =
       scaling.contains("rope_type") ? scaling["rope_type"] : scaling.value("type", Json());
-  return type == "default";
+  if (type == "default") return Status::Ok();
+  if (type.is_null()) {
+    return c.unsupported("rope_scaling", str_cat("it has no \"rope_type\" (", kSupported, ")"));
+  }
+  if (type != "llama3") {
+    return c.unsupported("rope_scaling", str_cat("rope_type ", type.dump(),
+                                                 " is not one ax implements (", kSupported,
+                                                 "; linear, dynamic, yarn, longrope and the others "
+                                                 "do not import)"));
+  }
+  const HfConfig s(scaling, c.where() + ": \"rope_scaling\"");
+  m->rope_scaling = RopeScalingKind::kLlama3;
+  AX_ASSIGN_OR_RETURN(m->rope_scaling_factor, s.number("factor", std::nullopt));
+  AX_ASSIGN_OR_RETURN(m->rope_low_freq_factor, s.number("low_freq_factor", std::nullopt));
+  AX_ASSIGN_OR_RETURN(m->rope_high_freq_factor, s.number("high_freq_factor", std::nullopt));
+  AX_ASSIGN_OR_RETURN(m->rope_original_max_positions, s.count("original_max_position_embeddings"));
+  if (m->rope_high_freq_factor <= m->rope_low_freq_factor) {
+    return s.unsupported("high_freq_factor",
+                         str_cat("llama3 scaling needs high_freq_factor > low_freq_factor (",
+                                 m->rope_low_freq_factor, ")"));
+  }
+  return Status::Ok();
 }
 
 StatusOr<ModelConfig> llama_model(const HfConfig& c, const Json& config) {
@@ -282,11 +312,7 @@ StatusOr<ModelConfig> llama_model(const HfConfig& c, const Json& config) {
                                              attention_bias, ") and mlp_bias"));
   }
   m.bias = attention_bias;
-  if (c.has("rope_scaling") && !no_rope_scaling(config["rope_scaling"])) {
-    return c.unsupported("rope_scaling",
-                         "ax's RoPE has no position scaling (linear, dynamic, yarn, llama3); "
-                         "only models without rope_scaling (or rope_type \"default\") import");
-  }
+  AX_RETURN_IF_ERROR(read_rope_scaling(c, config, &m));
   if (c.text("hidden_act", "silu") != "silu") {
     return c.unsupported("hidden_act", "ax's Llama computes SwiGLU with SiLU");
   }
@@ -365,24 +391,33 @@ OrderedJson hf_config(const ModelConfig& m, int64_t vocab) {
                          {"layer_norm_epsilon", m.norm_eps},
                          {"tie_word_embeddings", m.tied_embeddings},
                          {"torch_dtype", "float32"}};
-    case ModelFamily::kLlama:
-      return OrderedJson{{"architectures", {"LlamaForCausalLM"}},
-                         {"model_type", "llama"},
-                         {"vocab_size", vocab},
-                         {"hidden_size", C},
-                         {"intermediate_size", F},
-                         {"num_hidden_layers", m.num_layers},
-                         {"num_attention_heads", m.num_heads},
-                         {"num_key_value_heads", m.num_kv_heads},
-                         {"head_dim", m.head_dim()},
-                         {"hidden_act", "silu"},
-                         {"max_position_embeddings", m.max_seq_len},
-                         {"rms_norm_eps", m.norm_eps},
-                         {"rope_theta", m.rope_theta},
-                         {"attention_bias", m.bias},
-                         {"mlp_bias", m.bias},
-                         {"tie_word_embeddings", m.tied_embeddings},
-                         {"torch_dtype", "float32"}};
+    case ModelFamily::kLlama: {
+      OrderedJson j{{"architectures", {"LlamaForCausalLM"}},
+                    {"model_type", "llama"},
+                    {"vocab_size", vocab},
+                    {"hidden_size", C},
+                    {"intermediate_size", F},
+                    {"num_hidden_layers", m.num_layers},
+                    {"num_attention_heads", m.num_heads},
+                    {"num_key_value_heads", m.num_kv_heads},
+                    {"head_dim", m.head_dim()},
+                    {"hidden_act", "silu"},
+                    {"max_position_embeddings", m.max_seq_len},
+                    {"rms_norm_eps", m.norm_eps},
+                    {"rope_theta", m.rope_theta},
+                    {"attention_bias", m.bias},
+                    {"mlp_bias", m.bias},
+                    {"tie_word_embeddings", m.tied_embeddings},
+                    {"torch_dtype", "float32"}};
+      if (m.rope_scaling == RopeScalingKind::kLlama3) {
+        j["rope_scaling"] = {{"rope_type", "llama3"},
+                             {"factor", m.rope_scaling_factor},
+                             {"low_freq_factor", m.rope_low_freq_factor},
+                             {"high_freq_factor", m.rope_high_freq_factor},
+                             {"original_max_position_embeddings", m.rope_original_max_positions}};
+      }
+      return j;
+    }
     case ModelFamily::kT5:
       break;
   }

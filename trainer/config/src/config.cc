@@ -69,6 +69,7 @@ constexpr std::string_view kFamilyNames[] = {"gpt", "llama", "t5"};
 constexpr std::string_view kNormNames[] = {"layernorm", "rmsnorm"};
 constexpr std::string_view kActivationNames[] = {"gelu", "swiglu", "geglu"};
 constexpr std::string_view kPositionNames[] = {"learned", "rope", "relative"};
+constexpr std::string_view kRopeScalingNames[] = {"none", "llama3"};
 std::vector<std::string_view> names(std::span<const std::string_view> all) {
   return {all.begin(), all.end()};
 }
@@ -112,6 +113,24 @@ std::vector<KeyDef> build_key_table() {
        "position encoding"},
       {"model.rope_theta", K::kFloat, AX_FIELD(model.rope_theta), B::kPositive, {},
        "RoPE base frequency"},
+      {"model.rope_scaling", K::kEnum, AX_ENUM_FIELD(model.rope_scaling), B::kAny,
+       names(kRopeScalingNames),
+       "RoPE frequency scaling for a longer context: llama3 = Llama 3.1's (Hugging Face's "
+       "rope_type llama3; the rope_* keys below)"},
+      {"model.rope_scaling_factor", K::kFloat, AX_FIELD(model.rope_scaling_factor), B::kPositive,
+       {}, "rope_scaling=llama3: low frequencies turn this many times slower (factor)"},
+      {"model.rope_low_freq_factor", K::kFloat, AX_FIELD(model.rope_low_freq_factor),
+       B::kPositive, {},
+       "rope_scaling=llama3: wavelengths above original_max_positions / this are scaled "
+       "(low_freq_factor)"},
+      {"model.rope_high_freq_factor", K::kFloat, AX_FIELD(model.rope_high_freq_factor),
+       B::kPositive, {},
+       "rope_scaling=llama3: wavelengths below original_max_positions / this are kept, those "
+       "between blend (high_freq_factor, > low_freq_factor)"},
+      {"model.rope_original_max_positions", K::kInt, AX_FIELD(model.rope_original_max_positions),
+       B::kPositive, {},
+       "rope_scaling=llama3: the context the model was pretrained at "
+       "(original_max_position_embeddings)"},
       {"model.relative_buckets", K::kInt, AX_FIELD(model.relative_buckets), B::kPositive, {},
        "position=relative: buckets of T5's relative position bias"},
       {"model.relative_max_distance", K::kInt, AX_FIELD(model.relative_max_distance),
@@ -651,6 +670,17 @@ Status validate(const Config& config) {
                            " (model.kv_channels, else model.model_dim (", m.model_dim,
                            ") / model.num_heads (", m.num_heads, "))");
   }
+  if (m.rope_scaling != RopeScalingKind::kNone && m.position != PositionKind::kRope) {
+    return InvalidArgument("model.rope_scaling=", name_of(m.rope_scaling),
+                           " scales RoPE's frequencies and needs model.position=rope, not ",
+                           name_of(m.position));
+  }
+  if (m.rope_scaling == RopeScalingKind::kLlama3 &&
+      m.rope_high_freq_factor <= m.rope_low_freq_factor) {
+    return InvalidArgument("model.rope_scaling=llama3 needs model.rope_high_freq_factor (",
+                           m.rope_high_freq_factor, ") > model.rope_low_freq_factor (",
+                           m.rope_low_freq_factor, ")");
+  }
   if (m.position == PositionKind::kLearned && t.seq_len > m.max_seq_len) {
     return InvalidArgument("train.seq_len (", t.seq_len, ") exceeds model.max_seq_len (",
                            m.max_seq_len, "), the size of the learned position table");
@@ -763,5 +793,6 @@ std::string_view name_of(ModelFamily v) { return kFamilyNames[static_cast<size_t
 std::string_view name_of(NormKind v) { return kNormNames[static_cast<size_t>(v)]; }
 std::string_view name_of(Activation v) { return kActivationNames[static_cast<size_t>(v)]; }
 std::string_view name_of(PositionKind v) { return kPositionNames[static_cast<size_t>(v)]; }
+std::string_view name_of(RopeScalingKind v) { return kRopeScalingNames[static_cast<size_t>(v)]; }
 
 }  // namespace ax::train

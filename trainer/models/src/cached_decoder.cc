@@ -350,7 +350,7 @@ void Cached::step_layer(size_t i, Tensor in, Tensor out, const Work& w) const {
   if (attn.rope) {
     attn.qkv.forward(*be_, w.scratch.attn.qkv_pre, a.ln1.out);
     be_->rope_forward(a.attn.qkv, w.scratch.attn.qkv_pre, attn.num_heads, attn.num_kv_heads,
-                      attn.rope_theta, slot_);
+                      attn.rope_spec, slot_);
   } else {
     attn.qkv.forward(*be_, a.attn.qkv, a.ln1.out);
   }

@@ -144,7 +144,14 @@ BlockOptions BlockOptions::of(const ModelConfig& config) {
   if (config.activation == Activation::kSwiglu) o.glu = Glu::kSwiGlu;
   if (config.activation == Activation::kGeglu) o.glu = Glu::kGeGlu;
   o.rope = config.position == PositionKind::kRope;
-  o.rope_theta = config.rope_theta;
+  o.rope_spec.theta = config.rope_theta;
+  if (config.rope_scaling == RopeScalingKind::kLlama3) {
+    o.rope_spec.scaling = RopeSpec::Scaling::kLlama3;
+    o.rope_spec.factor = config.rope_scaling_factor;
+    o.rope_spec.low_freq_factor = config.rope_low_freq_factor;
+    o.rope_spec.high_freq_factor = config.rope_high_freq_factor;
+    o.rope_spec.original_max_positions = static_cast<double>(config.rope_original_max_positions);
+  }
   o.bias = config.bias;
   o.init_std = config.init_std;
   // GPT-2's scaled init of the projections that write into the residual stream.
@@ -160,7 +167,7 @@ void SelfAttention::declare(ParamLayout* layout, const std::string& prefix, cons
   num_kv_heads = static_cast<int>(o.num_kv_heads / tp.size);
   head_dim = o.head_dim;
   rope = o.rope;
-  rope_theta = static_cast<float>(o.rope_theta);
+  rope_spec = o.rope_spec;
   const int64_t q = o.num_heads * head_dim, kv = o.num_kv_heads * head_dim;
   qkv.declare(layout, prefix + ".qkv", q + 2 * kv, o.dim, o.bias, o.init_std, tp,
               {LinearSplit::kColumn, {q, kv, kv}});
@@ -202,7 +209,7 @@ void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& act
                             const Scratch& scratch, const LayerContext& ctx) const {
   if (rope) {
     qkv.forward(be, scratch.qkv_pre, inp);
-    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_theta, 0);
+    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_spec, 0);
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
@@ -220,7 +227,7 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);
-    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_theta, 0);
+    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_spec, 0);
     dqkv = scratch.dqkv_pre;
   }
   qkv.backward(be, dinp, dqkv, inp);

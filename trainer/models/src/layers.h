@@ -35,7 +35,7 @@ struct BlockOptions {
   double norm_eps = 1e-5;
   std::optional<Glu> glu;  // a gated MLP (SwiGLU, GeGLU); none: GELU
   bool rope = false;
-  double rope_theta = 10000;
+  RopeSpec rope_spec;  // with rope: theta and scaling
   bool bias = true;
   double init_std = 0.02;      // every matrix that reads the residual stream (qkv, fc)
   double proj_std = 0.02;      // attention's projection into the residual stream
@@ -148,7 +148,7 @@ struct SelfAttention {
   int64_t head_dim = 0;
   TensorGroup tp;
   bool rope = false;
-  float rope_theta = 10000.f;
+  RopeSpec rope_spec;
   bool causal = true;
   Linear qkv, proj;
 

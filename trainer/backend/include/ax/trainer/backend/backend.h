@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "ax/common/status.h"
 #include "ax/trainer/backend/tensor.h"
@@ -82,6 +83,28 @@ struct DropoutSpec {
   int64_t feature_offset = 0;  // the first column's index in the whole (unsplit) feature axis
 };
 
+// The rotation of rope_forward / rope_backward: pair j of a head of HD columns turns by
+// position · inv_freq[j], inv_freq[j] = theta^(-2j/HD), rescaled for a longer context by Llama
+// 3.1's scheme (Hugging Face's rope_type "llama3") when `scaling` is kLlama3: a pair whose
+// wavelength 2π/inv_freq exceeds original_max_positions / low_freq_factor turns `factor` times
+// slower, one below original_max_positions / high_freq_factor keeps its frequency, and one
+// between blends the two by s = (original_max_positions / wavelength - low_freq_factor) /
+// (high_freq_factor - low_freq_factor): (1 - s) · inv_freq / factor + s · inv_freq.
+struct RopeSpec {
+  enum class Scaling : uint8_t { kNone, kLlama3 };
+  double theta = 10000;
+  Scaling scaling = Scaling::kNone;
+  double factor = 1;  // kLlama3: factor > 0, high_freq_factor > low_freq_factor > 0
+  double low_freq_factor = 1;
+  double high_freq_factor = 1;
+  double original_max_positions = 1;
+
+  bool operator==(const RopeSpec&) const = default;
+};
+// The HD/2 inverse frequencies of `spec` in f64: the one definition both backends build their
+// (cos, sin) tables from, so that the CPU and CUDA rotations agree.
+std::vector<double> rope_inv_freq(const RopeSpec& spec, int64_t head_dim);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -141,11 +164,12 @@ class Backend {
 
   // Rotary embedding on the query and key heads of a packed qkv tensor; value heads are copied.
   // out, inp (B,T,(NH+2*KVH)*HD); pairs (i, i+HD/2) of row t rotate by angle
-  // (first_position + t) * theta^(-2i/HD): 0 in training, the cache slot when decoding.
-  virtual void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads, float theta,
-                            int64_t first_position) = 0;
-  virtual void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads, float theta,
-                             int64_t first_position) = 0;
+  // (first_position + t) * rope_inv_freq(rope, HD)[i]: first_position is 0 in training, the
+  // cache slot when decoding.
+  virtual void rope_forward(Tensor out, Tensor inp, int num_heads, int num_kv_heads,
+                            const RopeSpec& rope, int64_t first_position) = 0;
+  virtual void rope_backward(Tensor dinp, Tensor dout, int num_heads, int num_kv_heads,
+                             const RopeSpec& rope, int64_t first_position) = 0;
 
   // Dot-product attention (AttentionSpec says which columns are Q, K and V, and the scale, mask
   // and bias). out (B,Tq,NH*HD); lse (B,NH,Tq) f32 saves the softmax log-sum-exp for the backward

@@ -20,10 +20,12 @@ enum class ModelFamily : uint8_t { kGpt, kLlama, kT5 };            // gpt | llam
 enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };            // layernorm | rmsnorm
 enum class Activation : uint8_t { kGelu, kSwiglu, kGeglu };        // gelu | swiglu | geglu
 enum class PositionKind : uint8_t { kLearned, kRope, kRelative };  // learned | rope | relative
+enum class RopeScalingKind : uint8_t { kNone, kLlama3 };           // none | llama3
 std::string_view name_of(ModelFamily v);
 std::string_view name_of(NormKind v);
 std::string_view name_of(Activation v);
 std::string_view name_of(PositionKind v);
+std::string_view name_of(RopeScalingKind v);
 
 struct ModelConfig {
   ModelFamily family = ModelFamily::kGpt;
@@ -41,6 +43,14 @@ struct ModelConfig {
   Activation activation = Activation::kGelu;
   PositionKind position = PositionKind::kLearned;
   double rope_theta = 10000.0;
+  // RoPE's frequency scaling for a longer context: llama3 is Llama 3.1's (Hugging Face's
+  // rope_scaling {"rope_type": "llama3", ...}); the four numbers below are its, read with llama3
+  // only, their defaults Llama 3.1's.
+  RopeScalingKind rope_scaling = RopeScalingKind::kNone;
+  double rope_scaling_factor = 8;
+  double rope_low_freq_factor = 1;
+  double rope_high_freq_factor = 4;
+  int64_t rope_original_max_positions = 8192;
   int64_t relative_buckets = 32;  // T5's relative position bias (position = relative)
   int64_t relative_max_distance = 128;
   double dropout = 0;
