@@ -22,6 +22,21 @@ case "${AX_CUDA:-auto}" in
     ;;
   *) echo "main: AX_CUDA='$AX_CUDA': expected 1, 0 or auto" >&2; exit 2 ;;
 esac
-echo "== build ($preset): ax-data, ax-train"
-build=$(bash scripts/build.sh "$preset" ax-data ax-train | tail -n 1)
-bash scripts/demo.sh "$build" "$out"
+echo "== build ($preset): ax-data"
+build=$(bash scripts/build.sh "$preset" ax-data | tail -n 1)
+# The data (corpus, tokenizer, shards) needs only ax-data: it is prepared while ax-train builds,
+# and its output is printed once the build is done.
+mkdir -p "$out"
+data_log="$out/demo-data.log"
+bash scripts/demo.sh "$build" "$out" data >"$data_log" 2>&1 &
+data_pid=$!
+echo "== build ($preset): ax-train (the demo's data is prepared meanwhile: $data_log)"
+bash scripts/build.sh "$preset" ax-train >/dev/null
+data_rc=0
+wait "$data_pid" || data_rc=$?
+cat "$data_log"
+if ((data_rc != 0)); then
+  echo "main: preparing the demo's data failed (exit $data_rc; $data_log)" >&2
+  exit "$data_rc"
+fi
+bash scripts/demo.sh "$build" "$out" train

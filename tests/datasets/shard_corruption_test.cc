@@ -24,7 +24,7 @@ namespace {
 
 namespace tu = ::ax::data::testing;
 
-constexpr uint64_t kTokenizerHash = 0x00c0ffee12345678ULL;
+constexpr uint64_t kCorruptTokenizerHash = 0x00c0ffee12345678ULL;
 constexpr uint32_t kFrameTokens = 1000;
 
 uint32_t get_u32(const std::string& b, size_t at) {
@@ -111,7 +111,7 @@ class ShardCorruption : public ::testing::Test {
     o.shard.frame_tokens = kFrameTokens;
     o.shard.zstd_level = 1;
     o.shard_tokens = 15000;
-    o.tokenizer.hash = kTokenizerHash;
+    o.tokenizer.hash = kCorruptTokenizerHash;
     auto writer = ShardSetWriter::create(dir_, o);
     ASSERT_TRUE(writer.ok());
     for (const auto& d : docs_) ASSERT_TRUE((*writer)->add_document(d).ok());
@@ -126,7 +126,7 @@ class ShardCorruption : public ::testing::Test {
   }
 
   Status open_shard() const { return ShardReader::open(shard_).status(); }
-  Status open_set(std::optional<uint64_t> hash = kTokenizerHash) const {
+  Status open_set(std::optional<uint64_t> hash = kCorruptTokenizerHash) const {
     return ShardSet::open(dir_, hash).status();
   }
   void write_shard(const std::string& bytes) const { tu::write_file(shard_, bytes); }
@@ -217,7 +217,7 @@ TEST_F(ShardCorruption, FlippedByteInDataFrame) {
   EXPECT_LT(harmless, static_cast<int>(layout_.frame_bytes[frame] / 50));
   patch_byte(shard_, begin + layout_.frame_bytes[frame] / 2,
              static_cast<char>(~original_[begin + layout_.frame_bytes[frame] / 2]));
-  auto set = ShardSet::open(dir_, kTokenizerHash);
+  auto set = ShardSet::open(dir_, kCorruptTokenizerHash);
   ASSERT_TRUE(set.ok());
   std::vector<uint32_t> out(10);
   expect_error((*set)->read(frame * kFrameTokens + 5, out), StatusCode::kDataLoss,
@@ -365,7 +365,8 @@ TEST_F(ShardCorruption, IndexWrongFormatOrFields) {
       {"\"frame_tokens\": 1000,", "", "'frame_tokens' is missing"},
       {"\"shard-00001.axs\"", "\"../shard-00001.axs\"", "not a plain file name"},
       {"\"shard-00001.axs\"", "\"shard-00000.axs\"", "listed twice"},
-      {"\"hash\": \"" + hex64(kTokenizerHash) + "\"", "\"hash\": \"C0FFEE\"", "tokenizer.hash"},
+      {"\"hash\": \"" + hex64(kCorruptTokenizerHash) + "\"", "\"hash\": \"C0FFEE\"",
+       "tokenizer.hash"},
       {"\"num_docs\": " + std::to_string(docs_.size()), "\"num_docs\": 1", "shards hold"},
   };
   for (const Case& c : cases) {
@@ -401,7 +402,7 @@ TEST_F(ShardCorruption, ShardCountsDifferFromIndex) {
 
 TEST_F(ShardCorruption, ShardHashDiffersFromIndex) {
   rewrite_index([](DatasetIndex* index) { index->shards[1].xxh64 ^= 1; });
-  auto set = ShardSet::open(dir_, kTokenizerHash);
+  auto set = ShardSet::open(dir_, kCorruptTokenizerHash);
   ASSERT_TRUE(set.ok());  // the whole-file hash is only checked by verify()
   expect_error((*set)->verify(), StatusCode::kDataLoss, {"shard-00001.axs", "XXH64"});
 }
@@ -409,12 +410,12 @@ TEST_F(ShardCorruption, ShardHashDiffersFromIndex) {
 TEST_F(ShardCorruption, TokenizerHashMismatch) {
   const uint64_t other = 0x1111222233334444ULL;
   expect_error(open_set(other), StatusCode::kFailedPrecondition,
-               {hex64(kTokenizerHash), hex64(other), "another tokenizer"});
+               {hex64(kCorruptTokenizerHash), hex64(other), "another tokenizer"});
   EXPECT_TRUE(open_set(std::nullopt).ok());
   // Shards whose header disagrees with the index's tokenizer.
   rewrite_index([&](DatasetIndex* index) { index->tokenizer.hash = other; });
   expect_error(open_set(std::nullopt), StatusCode::kDataLoss,
-               {"shard-00000.axs", hex64(kTokenizerHash), hex64(other)});
+               {"shard-00000.axs", hex64(kCorruptTokenizerHash), hex64(other)});
 }
 
 }  // namespace

@@ -53,9 +53,9 @@ int64_t ldb_of(const Case& c) { return (c.trans_b ? c.n : c.k) + 1; }
 int64_t ldd_of(const Case& c) { return c.m + 1; }
 
 void check_split(const Case& c, int64_t max_span) {
-  SCOPED_TRACE(testing::Message() << "ta=" << c.trans_a << " tb=" << c.trans_b << " m=" << c.m
-                                  << " n=" << c.n << " k=" << c.k << " beta=" << c.beta
-                                  << " bias=" << c.bias << " max_span=" << max_span);
+  SCOPED_TRACE(::testing::Message() << "ta=" << c.trans_a << " tb=" << c.trans_b << " m=" << c.m
+                                    << " n=" << c.n << " k=" << c.k << " beta=" << c.beta
+                                    << " bias=" << c.bias << " max_span=" << max_span);
   std::mt19937 rng(7);
   const int64_t lda = lda_of(c), ldb = ldb_of(c), ldd = ldd_of(c);
   std::vector<float> A = small_ints(rng, lda * (c.trans_a ? c.m : c.k));
