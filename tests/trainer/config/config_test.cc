@@ -89,6 +89,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.train.eval_batches, b.train.eval_batches);
   EXPECT_EQ(a.train.checkpoint_every, b.train.checkpoint_every);
   EXPECT_EQ(a.train.keep_checkpoints, b.train.keep_checkpoints);
+  EXPECT_EQ(a.train.resume_on_corrupt, b.train.resume_on_corrupt);
   EXPECT_EQ(a.data.train_dir, b.data.train_dir);
   EXPECT_EQ(a.data.validation_dir, b.data.validation_dir);
   EXPECT_EQ(a.data.tokenizer, b.data.tokenizer);
@@ -382,6 +383,8 @@ TEST(ConfigOverrides, BadValuesNameTheKey) {
       {"train.percore_batch_size=0", "'train.percore_batch_size': 0 must be > 0"},
       {"train.num_microbatches=0", "'train.num_microbatches': 0 must be > 0"},
       {"train.keep_checkpoints=0", "'train.keep_checkpoints': 0 must be > 0"},
+      {"train.resume_on_corrupt=ignore",
+       "'train.resume_on_corrupt': 'ignore' is not one of fallback, refuse"},
   };
   for (const Case& k : cases) {
     std::string message = override_error(k.assignment);
@@ -595,7 +598,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 69);  // experiment + 68 keys
+  EXPECT_EQ(lines, 70);  // experiment + 69 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

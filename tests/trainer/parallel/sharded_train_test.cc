@@ -305,6 +305,42 @@ TEST(ShardedCheckpoint, T5ResumesOnAnotherLayoutWithTheSameLosses) {
   expect_resume_on("tiny-t5", {{1, 1, 4}});
 }
 
+// FSDP over 2 ranks, checkpoints at steps 2 and 4, and only rank 1's shard of step 4 corrupt:
+// every rank resumes from step 2 (one decision, shared through the store), rank 0 alone moves
+// step 4 aside and says why, and the losses from step 3 on are the uninterrupted run's.
+TEST(ShardedCheckpoint, CorruptShardOfOneRankFallsBackOnEveryRank) {
+  std::vector<std::string> o = base_overrides("tiny-gpt");
+  o.insert(o.end(), {"train.max_steps=6", "train.checkpoint_every=2"});
+  const Config config = corpus_config("tiny-gpt", o);
+  const std::string root = data::testing::temp_dir("sharded-corrupt");
+  RunResult whole = run_ranks(config, {1, 2, 1}, root + "/whole");
+  ASSERT_EQ(whole.losses.size(), 6u) << whole.errs[0];
+  const std::string dir = root + "/run";
+  Fault stop;
+  stop.stop_after = 4;
+  RunResult a = run_ranks(config, {1, 2, 1}, dir, stop);
+  ASSERT_EQ(a.losses.size(), 4u) << a.errs[0];
+  const std::string shard = dir + "/checkpoints/step_00000004/rank_00001.safetensors";
+  std::string bytes = slurp(shard);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= 0x5a;
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+
+  RunResult b = run_ranks(config, {1, 2, 1}, dir);
+  for (size_t k = 0; k < b.exit_codes.size(); ++k) {
+    EXPECT_EQ(b.exit_codes[k], 0) << "rank " << k << ": " << b.errs[k];
+  }
+  EXPECT_EQ(b.losses.size(), 4u);
+  expect_same_losses(b.losses, whole.losses, 2, "resumed from step 2", /*tolerance=*/0);
+  int moved = 0;
+  for (const auto& entry : fs::directory_iterator(dir + "/checkpoints")) {
+    moved += entry.path().filename().string().rfind("step_00000004.corrupt-", 0) == 0;
+  }
+  EXPECT_EQ(moved, 1);
+  EXPECT_NE(b.errs[0].find("rank_00001.safetensors: XXH64"), std::string::npos) << b.errs[0];
+  EXPECT_EQ(b.errs[1].find("moved it aside"), std::string::npos) << b.errs[1];
+}
+
 // Dropout's masks are keyed by the step and each row's sample id, and split features by their
 // index in the whole axis: data-, FSDP- and tensor-parallel layouts drop the same elements as
 // one process, so they train its losses (which differ from those without dropout), and a run

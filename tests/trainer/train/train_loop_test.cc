@@ -1,5 +1,6 @@
-// The train loop on real text: loss going down, bit-exact resume, and bad input (corrupt
-// checkpoint, tokenizer mismatch, NaN, model change, full disk); sampling from a run.
+// The train loop on real text: loss going down, bit-exact resume (also past a corrupt
+// checkpoint), and bad input (corrupt checkpoints, tokenizer mismatch, NaN, model change, full
+// disk); sampling from a run.
 #include "ax/trainer/train/train_loop.h"
 
 #include <gtest/gtest.h>
@@ -322,15 +323,97 @@ void corrupt(const std::string& step_dir) {
   ASSERT_GT(corrupted, 0) << "no safetensors file in " << step_dir;
 }
 
-TEST(TrainLoop, CorruptCheckpointIsAnError) {
-  const Config config = corpus_config("tiny-gpt", {});
-  const std::string dir = new_dir("corrupt");
+// Three ways a checkpoint directory goes bad, with the file and the check the error names.
+struct CheckpointDamage {
+  const char* what;
+  void (*apply)(const std::string& step_dir);
+  const char* file;
+  const char* check;
+};
+const CheckpointDamage kCheckpointDamages[] = {
+    {"flipped bytes in a tensor file", [](const std::string& d) { corrupt(d); },
+     "rank_00000.safetensors", "does not match"},
+    {"a deleted file", [](const std::string& d) { fs::remove(d + "/loader.json"); }, "loader.json",
+     "missing"},
+    {"truncated metadata", [](const std::string& d) { fs::resize_file(d + "/tensors.json", 7); },
+     "tensors.json", "truncated"},
+};
+
+// Checkpoints at steps 2 and 4, the newest damaged: the run resumes from step 2, moves step 4
+// aside, says so, and trains the losses of an uninterrupted run from step 3 on.
+TEST(TrainLoop, CorruptNewestCheckpointFallsBackToTheOlderOne) {
+  const Config config = corpus_config(
+      "tiny-gpt", {"train.max_steps=6", "train.checkpoint_every=2", "train.eval_every=0"});
+  TrainRun whole = train_run(config, new_dir("fallback-whole"));
+  ASSERT_TRUE(whole.status.ok()) << whole.status.to_string();
+  ASSERT_EQ(whole.steps.size(), 6u);
+  for (const CheckpointDamage& damage : kCheckpointDamages) {
+    SCOPED_TRACE(damage.what);
+    const std::string dir = new_dir("fallback");
+    ASSERT_TRUE(train_run(config, dir, 4).status.ok());
+    CheckpointManager checkpoints(dir, 3);
+    damage.apply(checkpoints.step_dir(4));
+    TrainRun resumed = train_run(config, dir);
+    ASSERT_TRUE(resumed.status.ok()) << resumed.status.to_string();
+    EXPECT_NE(resumed.out.find("resumed from step 2"), std::string::npos) << resumed.out;
+    EXPECT_NE(resumed.out.find("moved aside (failed verification, see the warning above): " +
+                               checkpoints.step_dir(4) + ".corrupt-"),
+              std::string::npos)
+        << resumed.out;
+    ASSERT_EQ(resumed.steps.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(resumed.steps[i].step, whole.steps[i + 2].step);
+      EXPECT_EQ(resumed.steps[i].loss, whole.steps[i + 2].loss) << "step " << i + 3;  // exact
+    }
+    size_t moved = 0;
+    for (const auto& entry : fs::directory_iterator(dir + "/checkpoints")) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step_00000004.corrupt-", 0) != 0) continue;
+      ++moved;
+      const std::string reason = data::testing::read_file(entry.path().string() + "/CORRUPT");
+      EXPECT_NE(reason.find(damage.file), std::string::npos) << reason;
+      EXPECT_NE(reason.find(damage.check), std::string::npos) << reason;
+    }
+    EXPECT_EQ(moved, 1u);
+    // Step 4 was trained and saved again, from step 2's state.
+    EXPECT_EQ(*checkpoints.latest(), std::optional<int64_t>(6));
+    EXPECT_TRUE(checkpoints.load(4).ok());
+  }
+}
+
+// train.resume_on_corrupt=refuse: today's strict refusal, naming the checkpoint and the check.
+TEST(TrainLoop, CorruptCheckpointWithRefuseIsAnError) {
+  const Config config = corpus_config("tiny-gpt", {"train.resume_on_corrupt=refuse"});
+  const std::string dir = new_dir("corrupt-refuse");
   ASSERT_TRUE(train_run(config, dir, 2).status.ok());
-  corrupt(CheckpointManager(dir, 3).step_dir(2));
+  const std::string step_dir = CheckpointManager(dir, 3).step_dir(2);
+  corrupt(step_dir);
   TrainRun run = train_run(config, dir);
   EXPECT_EQ(run.status.code(), StatusCode::kDataLoss) << run.status.to_string();
-  EXPECT_NE(run.status.message().find("step_"), std::string::npos) << run.status.message();
+  const std::string message = run.status.message();
+  EXPECT_NE(message.find("train.resume_on_corrupt=refuse"), std::string::npos) << message;
+  EXPECT_NE(message.find(step_dir + " failed verification"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank_00000.safetensors: XXH64"), std::string::npos) << message;
   EXPECT_TRUE(run.steps.empty());
+  EXPECT_TRUE(fs::exists(step_dir + "/COMMIT"));
+}
+
+// Every checkpoint corrupt: moved aside, and the run stops instead of starting over from step 0,
+// also when started again (a requeue).
+TEST(TrainLoop, AllCheckpointsCorruptIsAnError) {
+  const Config config = corpus_config("tiny-gpt", {});
+  const std::string dir = new_dir("corrupt-all");
+  ASSERT_TRUE(train_run(config, dir, 2).status.ok());
+  corrupt(CheckpointManager(dir, 3).step_dir(2));
+  for (int start = 0; start < 2; ++start) {
+    TrainRun run = train_run(config, dir);
+    EXPECT_EQ(run.status.code(), StatusCode::kDataLoss) << run.status.to_string();
+    EXPECT_NE(run.status.message().find("no valid checkpoint left"), std::string::npos)
+        << run.status.message();
+    EXPECT_NE(run.status.message().find("step_00000002.corrupt-"), std::string::npos)
+        << run.status.message();
+    EXPECT_TRUE(run.steps.empty());
+  }
 }
 
 // restore_state checks everything before it writes anything.

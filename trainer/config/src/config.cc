@@ -219,6 +219,10 @@ std::vector<KeyDef> build_key_table() {
        "steps between checkpoints; 0 = only at the end"},
       {"train.keep_checkpoints", K::kInt, AX_FIELD(train.keep_checkpoints), B::kPositive, {},
        "newest checkpoints kept on disk"},
+      {"train.resume_on_corrupt", K::kEnum, AX_FIELD(train.resume_on_corrupt), B::kAny,
+       {"fallback", "refuse"},
+       "when the newest checkpoint fails verification on resume: fallback = move it aside "
+       "(step_N.corrupt-<time>) and resume from the newest valid one; refuse = stop with the error"},
       {"train.init_from", K::kString, AX_FIELD(train.init_from), B::kAny, {},
        "start from these weights (--init-from): an ax run or checkpoint directory, or a Hugging "
        "Face directory; fresh optimizer state; the model config comes from there"},

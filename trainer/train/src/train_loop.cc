@@ -14,6 +14,7 @@
 #include "ax/common/file_io.h"
 #include "ax/common/rng.h"
 #include "ax/common/strings.h"
+#include "ax/trainer/comm/store.h"
 #include "trainer.h"
 
 namespace ax::train {
@@ -58,22 +59,38 @@ Status Trainer::check_run_dir() {
 }
 
 Status Trainer::resume() {
-  AX_ASSIGN_OR_RETURN(std::optional<int64_t> latest, checkpoints_.latest());
-  if (!latest) {
+  // The ranks agree on the step through the job's store (keys resume/<round>: a few rounds per
+  // start, left in the store).
+  CheckpointGroup group;
+  group.rank = ctx_.rank;
+  group.world = ctx_.world;
+  if (dist_->multi()) {
+    group.all_gather = [this, round = std::make_shared<int>(0)](const std::string& value) {
+      return comm::store_all_gather(*dist_->store, str_cat("resume/", (*round)++), ctx_.rank,
+                                    ctx_.world, value, dist_->timeout);
+    };
+  }
+  const bool refuse = config_.train.resume_on_corrupt == "refuse";
+  StatusOr<ResumeChoice> choice = checkpoints_.resume(
+      owned_regions(model_->store()), group,
+      refuse ? OnCorruptCheckpoint::kRefuse : OnCorruptCheckpoint::kFallback,
+      [this](const CheckpointState& state) -> Status {
+        AX_RETURN_IF_ERROR(
+            restore_state(state, config_, &model_->store(), optimizer_.get(), &progress_));
+        return packer_ ? packer_->restore(progress_.loader) : loader_->restore(progress_.loader);
+      });
+  if (!choice.ok() && refuse && choice.status().code() == StatusCode::kDataLoss) {
+    return choice.status().with_context(
+        "train.resume_on_corrupt=refuse (remove that directory to resume from an older "
+        "checkpoint, or set train.resume_on_corrupt=fallback)");
+  }
+  AX_RETURN_IF_ERROR(choice.status());
+  moved_aside_ = choice->moved_aside;
+  if (!choice->step) {
     if (!config_.train.init_from.empty()) return init_from();
     model_->init(config_.train.seed);
     return Status::Ok();
   }
-  StatusOr<CheckpointState> state = checkpoints_.load(*latest, owned_regions(model_->store()));
-  if (!state.ok()) {
-    return state.status().with_context(
-        str_cat("resuming from ", checkpoints_.step_dir(*latest),
-                " (remove that directory to resume from an older checkpoint)"));
-  }
-  AX_RETURN_IF_ERROR(
-      restore_state(*state, config_, &model_->store(), optimizer_.get(), &progress_));
-  AX_RETURN_IF_ERROR(packer_ ? packer_->restore(progress_.loader)
-                             : loader_->restore(progress_.loader));
   saved_step_ = progress_.step;
   resumed_ = true;
   return Status::Ok();
@@ -169,6 +186,9 @@ void Trainer::print_summary() const {
   if (resumed_) {
     out_ << "resumed from step " << progress_.step << " (" << checkpoints_.step_dir(progress_.step)
          << ")\n";
+  }
+  for (const std::string& dir : moved_aside_) {
+    out_ << "moved aside (failed verification, see the warning above): " << dir << "\n";
   }
 }
 

@@ -100,7 +100,8 @@ class Trainer {
   TrainProgress progress_;
   int64_t saved_step_ = -1;
   bool resumed_ = false;
-  std::string initialised_from_;  // what init_from() read, for the summary
+  std::vector<std::string> moved_aside_;  // checkpoints that failed verification on resume
+  std::string initialised_from_;          // what init_from() read, for the summary
   bool logged_any_ = false;
   data::TokenBatch batch_;
   std::optional<SpanCorruptionRows> spans_;  // t5

@@ -51,6 +51,15 @@ struct TensorRegion {
   std::vector<int64_t> shape;
 };
 
+// What resume() does when a checkpoint fails verification (train.resume_on_corrupt).
+enum class OnCorruptCheckpoint : uint8_t { kFallback, kRefuse };
+
+// Where resume() landed.
+struct ResumeChoice {
+  std::optional<int64_t> step;           // nullopt: the run directory holds no checkpoint
+  std::vector<std::string> moved_aside;  // directories renamed aside on the way, newest first
+};
+
 class CheckpointManager {
  public:
   CheckpointManager(std::string run_dir, int64_t keep);
@@ -71,6 +80,19 @@ class CheckpointManager {
   // the checkpoint was written from); each comes back as a slice (offset, logical_shape set).
   StatusOr<CheckpointState> load(int64_t step, const std::vector<TensorRegion>& regions) const;
   std::string step_dir(int64_t step) const;
+
+  // Resumes from the newest checkpoint that every rank can load: rank 0 names the candidate,
+  // every rank loads its `regions` of it and hands them to `restore` (which checks, then
+  // applies), and the ranks share their verdicts, so all of them land on the same step. A
+  // DataLoss on any rank (a checksum, a missing file, bad metadata) fails the candidate on all:
+  // kRefuse returns it, naming the directory; kFallback has rank 0 log why, rename the directory
+  // to step_<N>.corrupt-<UTC time> (which nothing lists, prunes or loads again) and try the next
+  // newest. Any other error fails every rank. With no checkpoint left the step is nullopt, unless
+  // corrupt ones were moved aside (now or by an earlier start): that is DataLoss, naming them,
+  // rather than a silent start from step 0. Layout: docs/checkpoint-format.md.
+  StatusOr<ResumeChoice> resume(const std::vector<TensorRegion>& regions,
+                                const CheckpointGroup& group, OnCorruptCheckpoint on_corrupt,
+                                const std::function<Status(const CheckpointState&)>& restore) const;
 
  private:
   std::string run_dir_;

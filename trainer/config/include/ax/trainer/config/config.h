@@ -110,6 +110,9 @@ struct TrainConfig {
   int64_t eval_task_max_new_tokens = 0;
   int64_t checkpoint_every = 500;  // 0 = only at the end
   int64_t keep_checkpoints = 3;
+  // fallback | refuse: when the newest checkpoint fails verification on resume, move it aside
+  // and resume from the newest valid one, or stop as before (docs/trainer.md "Resume").
+  std::string resume_on_corrupt = "fallback";
   // Weights only, from an ax checkpoint or a Hugging Face directory (--init-from); used when the
   // run directory has no checkpoint of its own. The model config comes from there.
   std::string init_from;
