@@ -61,19 +61,20 @@ Status check_index(const char* what, int index, const std::string& index_var, in
   return Status::Ok();
 }
 
-// "data,fsdp,tensor": three positive integers.
+// "data,fsdp,tensor" or "pipeline,data,fsdp,seq,tensor": three or five positive integers.
 StatusOr<int64_t> mesh_product(const std::string& name, const std::string& value) {
   std::vector<std::string> parts = str_split(value, ',');
   int64_t product = 1;
-  bool ok = parts.size() == 3;
+  bool ok = parts.size() == 3 || parts.size() == 5;
   for (const std::string& p : parts) {
     std::optional<int64_t> v = parse_int64(str_trim(p));
     ok = ok && v && *v >= 1 && *v <= kMaxRanks;
     if (ok) product *= *v;
   }
   if (!ok) {
-    return InvalidArgument(name, "='", value, "': expected data,fsdp,tensor (three positive ",
-                           "integers, e.g. 1,8,1)");
+    return InvalidArgument(name, "='", value, "': expected data,fsdp,tensor or ",
+                           "pipeline,data,fsdp,seq,tensor (three or five positive integers, e.g. ",
+                           "1,8,1 or 2,1,8,1,1)");
   }
   return product;
 }

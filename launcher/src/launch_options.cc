@@ -44,7 +44,8 @@ void add_options(CLI::App& app, LaunchOptions* o, std::string* nproc) {
         return InvalidArgument("expected auto or an integer in [1, 4096], got '", v, "'");
       }));
   app.add_option("--mesh", o->mesh,
-                 "mesh spec: auto, auto:tp=N, ici=d,f,t;dcn=d,f,t (default auto)")
+                 "mesh spec: auto, auto:tp=N,sp=N,pp=N, ici=d,f,t;dcn=d,f,t or five numbers "
+                 "p,d,f,s,t per vector (default auto)")
       ->type_name("SPEC")
       ->check(cli::status_check(topo::parse_mesh_spec));
   app.add_option("--max-restarts", o->max_restarts,

@@ -132,7 +132,8 @@ int run(int argc, char** argv) {
   so.grace_seconds = o.grace_seconds;
   AX_LOG(kInfo, "launch") << plan->ranks.size() << " ranks on " << so.host << " (node "
                           << o.node_rank << "/" << o.nnodes << "), ici "
-                          << plan->mesh.ici.to_string() << " dcn " << plan->mesh.dcn.to_string()
+                          << plan->mesh.ici.full_string() << " dcn " << plan->mesh.dcn.full_string()
+                          << " (pipeline,data,fsdp,seq,tensor)"
                           << ", coordinator " << in.coordinator << ", logs in " << o.run_dir
                           << "/logs";
   ax::StatusOr<int> status = ax::launcher::supervise(plan->ranks, so);

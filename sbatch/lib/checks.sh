@@ -104,18 +104,41 @@ ax_check_relative() {
   fi
 }
 
-# ax_mesh_vector NAME OUT: sets OUT to "d,f,t" from NAME's "[8,1,1]", "8,1,1" or "(8, 1, 1)":
-# three whole numbers >= 1, or -1 (fill in from the device count); "" when NAME is unset.
+# ax_mesh_vector NAME OUT: sets OUT to "d,f,t" or "p,d,f,s,t" from NAME's "[8,1,1]", "8,1,1",
+# "(8, 1, 1)" or "[2,1,4,1,1]": three whole numbers data,fsdp,tensor or five
+# pipeline,data,fsdp,seq,tensor (AXLearn's order), each >= 1 or -1 (fill in from the device
+# count, at most one); "" when NAME is unset.
 ax_mesh_vector() {
-  local v="${!1-}" s
+  local v="${!1-}" s n='(-1|[1-9][0-9]*)'
   printf -v "$2" '%s' ""
   ax_is_set "$1" || return 0
   s="$(tr -d '[:space:][]()' <<<"$v")"
-  if [[ "$s" =~ ^(-1|[1-9][0-9]*),(-1|[1-9][0-9]*),(-1|[1-9][0-9]*)$ && "$s" != *-1*-1* ]]; then
+  if [[ ("$s" =~ ^$n,$n,$n$ || "$s" =~ ^$n,$n,$n,$n,$n$) && "$s" != *-1*-1* ]]; then
     printf -v "$2" '%s' "$s"
   else
-    ax_error "$1='$v': expected three numbers data,fsdp,tensor such as [8,1,1] (at most one -1:" \
-      "the rest)"
+    ax_error "$1='$v': expected three numbers data,fsdp,tensor such as [8,1,1], or five" \
+      "pipeline,data,fsdp,seq,tensor such as [1,1,8,1,1] (at most one -1: the rest)"
+  fi
+}
+
+# ax_pax_mesh_spec ICI DCN OUT: the mesh spec of a Pax script from its two vectors and NUM_STAGES
+# (Pax's pipeline size): unset, ax_mesh_spec's; with both vectors unset, auto:pp=NUM_STAGES
+# (stages across nodes); with vectors, both in the five-number form whose pipeline sizes multiply
+# to NUM_STAGES (Pax's ICI[0] x DCN[0] == NUM_STAGES).
+ax_pax_mesh_spec() {
+  printf -v "$3" '%s' "$(ax_mesh_spec "$1" "$2")"
+  ax_check_uint NUM_STAGES 1 || return 0
+  ax_is_set NUM_STAGES || return 0
+  local stages=$((10#$NUM_STAGES)) ici_pp="" dcn_pp=""
+  [[ "$1" =~ ^([1-9][0-9]*)(,[^,]+){4}$ ]] && ici_pp="${BASH_REMATCH[1]}"
+  [[ "$2" =~ ^([1-9][0-9]*)(,[^,]+){4}$ ]] && dcn_pp="${BASH_REMATCH[1]}"
+  if [[ -z "$1" && -z "$2" ]]; then
+    printf -v "$3" '%s' "auto:pp=$stages"
+  elif [[ -z "$ici_pp" || -z "$dcn_pp" ]] || ((ici_pp * dcn_pp != stages)); then
+    ax_error "NUM_STAGES=$NUM_STAGES with ICI_MESH_SHAPE='${ICI_MESH_SHAPE-}'" \
+      "DCN_MESH_SHAPE='${DCN_MESH_SHAPE-}': set both in the five-number form" \
+      "pipeline,data,fsdp,seq,tensor with ICI[0] x DCN[0] = $stages, or leave both unset (stages" \
+      "across nodes)"
   fi
 }
 

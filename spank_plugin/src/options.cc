@@ -51,8 +51,8 @@ spank_err_t register_options(spank_t sp) {
   static spank_option option = {
       const_cast<char*>("ax-mesh"),
       const_cast<char*>("spec"),
-      const_cast<char*>("ax device mesh: auto, auto:tp=N or ici=d,f,t;dcn=d,f,t (sets AX_* in "
-                        "every task)"),
+      const_cast<char*>("ax device mesh: auto, auto:tp=N,sp=N,pp=N or ici=d,f,t;dcn=d,f,t "
+                        "(five numbers p,d,f,s,t for pipeline and seq; sets AX_* in every task)"),
       1,
       0,
       on_mesh_option,

@@ -219,6 +219,10 @@ TEST(JobContext, BadValuesNameTheVariable) {
       {"AX_ICI_MESH", "1,4", "AX_ICI_MESH='1,4': expected data,fsdp,tensor"},
       {"AX_DCN_MESH", "0,1,1", "AX_DCN_MESH='0,1,1'"},
       {"AX_DCN_MESH", "4,1,1", "AX_ICI_MESH=1,4,1 times AX_DCN_MESH=4,1,1 is 16 devices"},
+      {"AX_ICI_MESH", "1,1,4,1",
+       "AX_ICI_MESH='1,1,4,1': expected data,fsdp,tensor or "
+       "pipeline,data,fsdp,seq,tensor"},
+      {"AX_ICI_MESH", "2,1,4,1,1", "AX_ICI_MESH=2,1,4,1,1 times AX_DCN_MESH=2,1,1 is 16 devices"},
       {"AX_DEVICE", "gpu0", "AX_DEVICE='gpu0'"},
       {"AX_COORDINATOR", "n1", "AX_COORDINATOR='n1': expected host:port"},
       {"AX_COORDINATOR", "n1:70000", "AX_COORDINATOR='n1:70000'"},
@@ -309,4 +313,20 @@ TEST(FirstHost, SlurmHostlists) {
 }
 
 }  // namespace
+// The five-number form (pipeline,data,fsdp,seq,tensor) that the launcher and plugin export when
+// a mesh has a pipeline or seq axis; its product must still be the world.
+TEST(JobContext, FiveAxisMeshes) {
+  Env env = ax_env();
+  env["AX_ICI_MESH"] = "2,1,2,1,1";
+  env["AX_DCN_MESH"] = "1,2,1,1,1";
+  StatusOr<JobContext> ctx = job_context(lookup(env));
+  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  EXPECT_EQ(ctx->ici_mesh, "2,1,2,1,1");
+  EXPECT_EQ(ctx->dcn_mesh, "1,2,1,1,1");
+  env["AX_DCN_MESH"] = "2,2,1,1,1";
+  EXPECT_NE(error_of(env).find("AX_ICI_MESH=2,1,2,1,1 times AX_DCN_MESH=2,2,1,1,1 is 16 devices"),
+            std::string::npos)
+      << error_of(env);
+}
+
 }  // namespace ax::job

@@ -133,6 +133,23 @@ TEST(LaunchTest, CpuRanksGetTheEnvironmentContract) {
   }
 }
 
+// Issues 25/26: on one node a pipeline's stages are inside it; every rank gets the five-number
+// form, and the launch line names the five axes.
+TEST(LaunchTest, PipelineAxisReachesTheRanks) {
+  std::string dir = ax::testing::temp_dir("launch_pipeline");
+  Result r = launch(
+      dir,
+      {"--nproc", "auto", "--mesh", "auto:pp=2,tp=2", "--run-dir", dir, "--", AX_FAKE_RANK_BIN},
+      {"AX_TOPOLOGY_FILE=" + kFixtures + "/dgx-h100.json"});
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (int rank = 0; rank < 8; ++rank) {
+    std::string log = rank_log(dir, rank);
+    EXPECT_TRUE(contains(log, "AX_ICI_MESH=2,1,2,1,2\nAX_DCN_MESH=1,1,1\n")) << log;
+  }
+  EXPECT_TRUE(contains(r.out, "ici 2,1,2,1,2 dcn 1,1,1,1,1 (pipeline,data,fsdp,seq,tensor)"))
+      << r.out;
+}
+
 TEST(LaunchTest, DgxH100AutoGivesOneRankPerGpuWithItsNic) {
   std::string dir = ax::testing::temp_dir("launch_dgx");
   Result r = launch(dir, {"--nproc", "auto", "--run-dir", dir, "--", AX_FAKE_RANK_BIN},

@@ -102,6 +102,43 @@ expect "example_fuji.sub: another script's variable, an unknown AX_* and a near 
   "ax-job: warning: AX_NOTHING is set but nothing in ax reads it" \
   "ax-job: warning: SEQ_LENGTH is set but example_fuji.sub does not read it; did you mean SEQ_LEN?"
 
+# Issues 25/26: the pipeline and seq axes, AXLearn's order pipeline,data,fsdp,seq,tensor. Without a
+# PP or SQP variable the spec keeps the three-number form; ax-train itself refuses pipeline/seq > 1.
+last fuji_pp example_fuji.sub "${common[@]}" DCN_PP=2 ICI_TP=4
+expect "example_fuji.sub: DCN_PP and ICI_TP reach the mesh in AXLearn's order" 0 \
+  "'--ax-mesh=ici=1,1,-1,1,4;dcn=2,-1,1,1,1'"
+refute "example_fuji.sub: DCN_PP is neither refused nor warned about" "error" "warning"
+last fuji_sqp example_fuji.sub "${common[@]}" ICI_SQP=2 ICI_PP=1 DCN_SQP=1 DCN_DP=2
+expect "example_fuji.sub: ICI_SQP/ICI_PP/DCN_SQP reach the mesh" 0 \
+  "'--ax-mesh=ici=1,1,-1,2,1;dcn=1,2,1,1,1'"
+last fuji_three example_fuji.sub "${common[@]}" ICI_TP=2
+expect "example_fuji.sub: without PP/SQP the three-number spec is unchanged" 0 \
+  "'--ax-mesh=ici=1,-1,2;dcn=-1,1,1'"
+last fuji_pp_bad example_fuji.sub "${common[@]}" ICI_PP=two DCN_PP=-1
+expect "example_fuji.sub: a bad ICI_PP and a second -1 in DCN are refused, naming them" 2 \
+  "ax-job: error: ICI_PP='two': expected a whole number >= 1, or -1" \
+  "DCN_PP,DCN_DP,DCN_FSDP,DCN_SQP,DCN_TP=-1,-1,1,1,1: at most one -1 per vector"
+refute "example_fuji.sub: nothing launched with a bad PP" "--ax-mesh"
+
+last pile_stages example_pile.sub "${pile[@]}" NUM_STAGES=2
+expect "example_pile.sub: NUM_STAGES alone asks auto for pipeline stages across nodes" 0 \
+  "--ax-mesh=auto:pp=2 "
+refute "example_pile.sub: NUM_STAGES is not warned about" "warning"
+last pile_five example_pile.sub "${pile[@]}" "ICI_MESH_SHAPE=[1,1,2,1,1]" \
+  "DCN_MESH_SHAPE=[2,1,1,1,1]" NUM_STAGES=2
+expect "example_pile.sub: five-number shapes whose pipeline sizes multiply to NUM_STAGES" 0 \
+  "'--ax-mesh=ici=1,1,2,1,1;dcn=2,1,1,1,1'"
+last pile_seq example_pile.sub "${pile[@]}" "ICI_MESH_SHAPE=(1, 1, -1, 2, 1)"
+expect "example_pile.sub: a five-number ICI_MESH_SHAPE with a seq axis" 0 \
+  "'--ax-mesh=ici=1,1,-1,2,1;dcn=-1,1,1'"
+last pile_stages_bad example_pile.sub "${pile[@]}" "ICI_MESH_SHAPE=[1,1,2,1,1]" \
+  "DCN_MESH_SHAPE=[2,1,1,1,1]" NUM_STAGES=4
+expect "example_pile.sub: NUM_STAGES that the shapes do not multiply to is refused" 2 \
+  "ax-job: error: NUM_STAGES=4 with ICI_MESH_SHAPE='[1,1,2,1,1]' DCN_MESH_SHAPE='[2,1,1,1,1]': set both in the five-number form pipeline,data,fsdp,seq,tensor with ICI[0] x DCN[0] = 4"
+last pile_four example_pile.sub "${pile[@]}" "ICI_MESH_SHAPE=[1,2,1,1]"
+expect "example_pile.sub: four numbers are neither form" 2 \
+  "ax-job: error: ICI_MESH_SHAPE='[1,2,1,1]': expected three numbers data,fsdp,tensor such as [8,1,1], or five pipeline,data,fsdp,seq,tensor"
+
 # tokenize.sub (issue 17) warns too; its AX_DATA_ARGS is read, so no script warns about it.
 mkdir -p "$dir/corpus" "$dir/data" && : >"$dir/corpus/a.jsonl"
 last tok_typos tokenize.sub -i "PATH=$PATH" "HOME=$dir" AX_DRY_RUN=1 "AX_BIN=$dir/bin" \

@@ -66,8 +66,7 @@ check_rejected "example_fuji.sub: MAX_STEP and MAX_STEPS differ" example_fuji.su
   "1 problem(s) with the job's variables; nothing was launched"
 
 mapfile -t vars < <(sub_env "$dir" logs/x CONFIG=tiny-llama GA=0 ICI_PP=2 ICI_DP=-1 ICI_FSDP=-1)
-check_rejected "example_fuji.sub: GA=0, pipeline axis, two -1 in ICI" example_fuji.sub \
+check_rejected "example_fuji.sub: GA=0, two -1 in the five-axis ICI vector" example_fuji.sub \
   "GA='0': expected a whole number >= 1" \
-  "ICI_PP='2': ax has no pipeline or sequence parallelism" \
-  "at most one -1 per vector"
+  "mesh ICI_PP,ICI_DP,ICI_FSDP,ICI_SQP,ICI_TP=2,-1,-1,1,1 / DCN_PP,DCN_DP,DCN_FSDP,DCN_SQP,DCN_TP=1,-1,1,1,1: at most one -1 per vector"
 finish

@@ -249,6 +249,36 @@ TEST(SpankEnv, MeshThatCannotFitSaysWhatToUse) {
             "node has 2: use auto:tp=2 or auto:tp=1");
 }
 
+// Issues 25/26: --ax-mesh=auto:pp=2,tp=4 on 2 nodes of 8 GPUs puts a pipeline stage on each node
+// and tensor groups inside it; a shape with pipeline or seq > 1 is exported in the five-number
+// form.
+TEST(SpankEnv, PipelineAndSeqAxesInTheExports) {
+  TaskInput in;
+  in.nnodes = 2;
+  in.node_id = 1;
+  in.tasks_per_node = 8;
+  in.local_id = 5;
+  in.global_id = 13;
+  in.mesh_spec = "auto:pp=2,tp=4";
+  in.coordinator = "n0:20000";
+  in.available_cpus = range(0, 224);
+  StatusOr<TaskEnv> env = task_env(fixture("dgx-h100.json"), Config{}, in);
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  auto m = as_map(*env);
+  EXPECT_EQ(m["AX_ICI_MESH"], "1,2,4");  // pipeline and seq 1 inside the node: three numbers
+  EXPECT_EQ(m["AX_DCN_MESH"], "2,1,1,1,1");
+  EXPECT_EQ(m["AX_RANK"], "13");
+  in.mesh_spec = "ici=1,1,2,4,1;dcn=1,2,1,1,1";
+  env = task_env(fixture("dgx-h100.json"), Config{}, in);
+  ASSERT_TRUE(env.ok()) << env.status().to_string();
+  m = as_map(*env);
+  EXPECT_EQ(m["AX_ICI_MESH"], "1,1,2,4,1");
+  EXPECT_EQ(m["AX_DCN_MESH"], "2,1,1");
+  EXPECT_EQ(check_step_mesh(fixture("dgx-h100.json"), "auto:pp=3", 2, 16).message(),
+            "--ax-mesh=auto:pp=3: pipeline parallelism of 3 puts one stage per ICI domain, but the "
+            "job has 2 domains: use a pipeline size that divides 2 or is a multiple of it");
+}
+
 // What srun checks before any task starts, from the configured node description.
 TEST(SpankStepCheck, RefusesInSrunWhatCannotFitTheConfiguredNode) {
   const topo::Topology dgx = fixture("dgx-h100.json");

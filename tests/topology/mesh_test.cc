@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -77,8 +78,8 @@ std::string derive_error(const std::vector<Topology>& nodes, int num_nodes, int 
   return message.substr(0, message.find(" (at "));
 }
 
-// Every rank once, consecutive ranks share a domain, every (node, GPU) used once, local ranks
-// 0..tasks-1 on each node, ranks of a domain on the domain's GPUs.
+// Every rank once with its own mesh coordinates, consecutive ranks share a domain, every (node,
+// GPU) used once, local ranks 0..tasks-1 on each node, ranks of a domain on the domain's GPUs.
 void check_placement(const Mesh& mesh) {
   const int ranks = mesh.num_nodes * mesh.tasks_per_node;
   ASSERT_EQ(static_cast<int>(mesh.placement.size()), ranks);
@@ -86,8 +87,12 @@ void check_placement(const Mesh& mesh) {
   ASSERT_EQ(mesh.ici.size(), mesh.domain_size);
   std::set<std::pair<int, int>> gpus_used;
   std::set<std::pair<int, int>> local_used;
+  std::set<std::vector<int>> coords_used;
   for (int r = 0; r < ranks; ++r) {
     const Placement& p = mesh.placement[r];
+    const MeshShape& c = p.coord;
+    EXPECT_TRUE(coords_used.insert({c.pipeline, c.data, c.fsdp, c.seq, c.tensor}).second)
+        << "rank " << r << " shares its coordinates " << c.full_string();
     EXPECT_EQ(p.rank, r);
     EXPECT_EQ(p.domain, r / mesh.domain_size);
     EXPECT_GE(p.node, 0);
@@ -130,6 +135,42 @@ TEST(MeshSpecTest, ParsesExplicit) {
   EXPECT_EQ(MeshShape({2, 4, 1}).to_string(), "2,4,1");
 }
 
+// Three numbers are data,fsdp,tensor (pipeline 1, seq 1); five are pipeline,data,fsdp,seq,tensor.
+TEST(MeshSpecTest, ParsesFiveAxes) {
+  MeshSpec s = spec("ici=1,1,-1,2,2;dcn=2,-1,1,1,1");
+  EXPECT_EQ(s.kind, MeshSpec::Kind::kExplicit);
+  EXPECT_EQ(s.ici, (MeshShape{1, 1, -1, 2, 2}));
+  EXPECT_EQ(s.ici.seq, 2);
+  EXPECT_EQ(s.dcn.pipeline, 2);
+  EXPECT_EQ(s.dcn.data, -1);
+  // Mixed forms are fine: each vector is read on its own.
+  s = spec("ici=1,8,1;dcn=2,1,1,1,1");
+  EXPECT_EQ(s.ici, (MeshShape{1, 1, 8, 1, 1}));
+  EXPECT_EQ(s.dcn, (MeshShape{2, 1, 1, 1, 1}));
+  EXPECT_EQ(spec("ici=1,8,1;dcn=2,1,1").ici, spec("ici=1,1,8,1,1;dcn=1,2,1,1,1").ici);
+
+  EXPECT_EQ(MeshShape(1, 2, 4, 1, 1).to_string(), "2,4,1");  // the short form when it can
+  EXPECT_EQ(MeshShape(2, 1, 4, 1, 1).to_string(), "2,1,4,1,1");
+  EXPECT_EQ(MeshShape(1, 1, 4, 2, 1).to_string(), "1,1,4,2,1");
+  EXPECT_EQ(MeshShape(2, 4, 1).full_string(), "1,2,4,1,1");
+  EXPECT_EQ(MeshShape(2, 1, 4, 1, 1).named(), "pipeline=2 data=1 fsdp=4 seq=1 tensor=1");
+  // Both printed forms parse back to the same shape.
+  for (const MeshShape& m : {MeshShape(2, 4, 1), MeshShape(2, 1, 2, 2, 1)}) {
+    EXPECT_EQ(spec("ici=" + m.to_string() + ";dcn=1,1,1").ici, m);
+    EXPECT_EQ(spec("ici=" + m.full_string() + ";dcn=1,1,1").ici, m);
+  }
+
+  s = spec("auto:pp=2,tp=4");
+  EXPECT_EQ(s.kind, MeshSpec::Kind::kAuto);
+  EXPECT_EQ(s.auto_pp, 2);
+  EXPECT_EQ(s.auto_tp, 4);
+  EXPECT_EQ(s.auto_sp, 1);
+  s = spec("auto:sp=2");
+  EXPECT_EQ(s.auto_sp, 2);
+  EXPECT_EQ(s.auto_tp, 1);
+  EXPECT_EQ(s.auto_pp, 1);
+}
+
 TEST(MeshSpecTest, RejectsBadSpecsNamingTheToken) {
   struct Case {
     std::string spec;
@@ -145,7 +186,11 @@ TEST(MeshSpecTest, RejectsBadSpecsNamingTheToken) {
       {"auto:tp=65537", "\"auto:tp=65537\""},
       {"auto:tp=99999999999999999999", "\"auto:tp=99999999999999999999\""},
       {"auto:tp=", "\"auto:tp=\""},
-      {"auto:pp=2", "\"auto:pp=2\""},
+      {"auto:qq=2", "\"auto:qq=2\""},
+      {"auto:tp=2,tp=4", "gives tp twice"},
+      {"auto:tp=2,", "\"auto:tp=2,\""},
+      {"auto:pp2", "\"auto:pp2\""},
+      {"auto:sp=0", "\"auto:sp=0\""},
       {"auto:tp=4x", "\"auto:tp=4x\""},
       {"auto;auto", "given twice"},
       {"auto;", "stray ';'"},
@@ -158,6 +203,10 @@ TEST(MeshSpecTest, RejectsBadSpecsNamingTheToken) {
       {"force", "missing ici"},
       {"ici=1,8;dcn=1,1,1", "\"ici=1,8\" needs three numbers"},
       {"ici=1,8,1,1;dcn=1,1,1", "needs three numbers"},
+      {"ici=1,1,8,1;dcn=1,1,1,1,1", "or five pipeline,data,fsdp,seq,tensor (got 4)"},
+      {"ici=1,1,8,1,1,1;dcn=1,1,1", "(got 6)"},
+      {"ici=1,-1,8,-1,1;dcn=1,1,1", "has more than one -1"},
+      {"ici=1,1,8,0,1;dcn=1,1,1", "bad number \"0\""},
       {"ici=1,-1,-1;dcn=1,1,1", "\"ici=1,-1,-1\" has more than one -1"},
       {"ici=1,8,1;dcn=-1,-1,1", "\"dcn=-1,-1,1\" has more than one -1"},
       {"ici=1,0,1;dcn=1,1,1", "bad number \"0\""},
@@ -230,6 +279,148 @@ TEST(DeriveMeshTest, NvSwitchNodeAutoTensorParallel) {
   EXPECT_EQ(derive({nvswitch_node()}, 1, 8, "auto:tp=2").explanation,
             "auto:tp=2: tensor 2 x FSDP 4 inside each ICI domain of 8 GPUs (a node's "
             "NVLink-connected GPUs), data parallel across 1 domain");
+}
+
+// True when every group of `axis` (the ranks that agree on all other coordinates) is on one node.
+bool groups_within_a_node(const Mesh& mesh, int MeshShape::*axis) {
+  std::map<std::vector<int>, int> node_of;  // the other coordinates -> node
+  for (const Placement& p : mesh.placement) {
+    MeshShape key = p.coord;
+    key.*axis = 0;
+    auto [it, inserted] = node_of.emplace(
+        std::vector<int>{key.pipeline, key.data, key.fsdp, key.seq, key.tensor}, p.node);
+    if (!inserted && it->second != p.node) return false;
+  }
+  return true;
+}
+
+// Auto meshes: rank = (((pipeline * D + data) * F + fsdp) * S + seq) * T + tensor over the global
+// mesh, the trainer's numbering.
+void check_coords(const Mesh& mesh) {
+  const MeshShape g = mesh.global();
+  for (const Placement& p : mesh.placement) {
+    const MeshShape& c = p.coord;
+    EXPECT_EQ(
+        (((c.pipeline * g.data + c.data) * g.fsdp + c.fsdp) * g.seq + c.seq) * g.tensor + c.tensor,
+        p.rank);
+    EXPECT_LT(c.pipeline, g.pipeline);
+    EXPECT_LT(c.data, g.data);
+    EXPECT_LT(c.fsdp, g.fsdp);
+    EXPECT_LT(c.seq, g.seq);
+    EXPECT_LT(c.tensor, g.tensor);
+  }
+}
+
+TEST(DeriveMeshTest, AutoPipelinePutsStagesAcrossNodes) {
+  // 2 and 4 nodes of 8 GPUs, 2 stages with tensor 4: a stage per node (or per pair of nodes),
+  // tensor groups inside a node.
+  Mesh mesh = derive({nvswitch_node()}, 2, 8, "auto:pp=2,tp=4");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 2, 1, 4}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 1, 1, 1, 1}));
+  EXPECT_EQ(mesh.global(), (MeshShape{2, 1, 2, 1, 4}));
+  check_placement(mesh);
+  check_coords(mesh);
+  for (const Placement& p : mesh.placement) EXPECT_EQ(p.coord.pipeline, p.node) << p.rank;
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::tensor));
+  EXPECT_FALSE(groups_within_a_node(mesh, &MeshShape::pipeline));
+  EXPECT_EQ(mesh.explanation,
+            "auto:tp=4,pp=2: pipeline 2 across the domains, tensor 4 x FSDP 2 inside each ICI "
+            "domain of 8 GPUs (a node's NVLink-connected GPUs), data parallel across 1 group of "
+            "domains");
+
+  mesh = derive({nvswitch_node()}, 4, 8, "auto:pp=2,tp=4");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 2, 1, 4}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 2, 1, 1, 1}));
+  check_placement(mesh);
+  check_coords(mesh);
+  for (const Placement& p : mesh.placement) EXPECT_EQ(p.coord.pipeline, p.node / 2) << p.rank;
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::tensor));
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::fsdp));
+
+  mesh = derive({nvswitch_node()}, 4, 8, "auto:pp=4");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 8, 1, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{4, 1, 1, 1, 1}));
+  for (const Placement& p : mesh.placement) EXPECT_EQ(p.coord.pipeline, p.node) << p.rank;
+
+  // More stages than nodes: every node holds the same number of consecutive stages.
+  mesh = derive({nvswitch_node()}, 2, 8, "auto:pp=4,tp=2");
+  EXPECT_EQ(mesh.ici, (MeshShape{2, 1, 2, 1, 2}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 1, 1, 1, 1}));
+  check_coords(mesh);
+  for (const Placement& p : mesh.placement) EXPECT_EQ(p.coord.pipeline / 2, p.node) << p.rank;
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::tensor));
+  // One node: the stages are inside it.
+  mesh = derive({nvswitch_node()}, 1, 8, "auto:pp=2");
+  EXPECT_EQ(mesh.ici, (MeshShape{2, 1, 4, 1, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{1, 1, 1, 1, 1}));
+}
+
+TEST(DeriveMeshTest, AutoSeqStaysInsideANode) {
+  for (int nodes : {1, 2, 4}) {
+    Mesh mesh = derive({nvswitch_node()}, nodes, 8, "auto:sp=4");
+    EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 2, 4, 1})) << nodes;
+    EXPECT_EQ(mesh.dcn, (MeshShape{1, nodes, 1, 1, 1})) << nodes;
+    check_placement(mesh);
+    check_coords(mesh);
+    EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::seq)) << nodes;
+  }
+  Mesh mesh = derive({nvswitch_node()}, 4, 8, "auto:pp=2,sp=2,tp=2");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 2, 2, 2}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 2, 1, 1, 1}));
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::seq));
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::tensor));
+  EXPECT_EQ(mesh.explanation,
+            "auto:tp=2,sp=2,pp=2: pipeline 2 across the domains, tensor 2 x seq 2 x FSDP 2 inside "
+            "each ICI domain of 8 GPUs (a node's NVLink-connected GPUs), data parallel across 2 "
+            "groups of domains");
+  // Asked otherwise: an explicit seq axis across DCN, with force.
+  mesh = derive({nvswitch_node()}, 2, 8, "ici=1,1,8,1,1;dcn=1,1,1,2,1;force");
+  EXPECT_EQ(mesh.global(), (MeshShape{1, 1, 8, 2, 1}));
+  for (const Placement& p : mesh.placement) EXPECT_EQ(p.coord.seq, p.node) << p.rank;
+  EXPECT_FALSE(groups_within_a_node(mesh, &MeshShape::seq));
+  EXPECT_TRUE(groups_within_a_node(mesh, &MeshShape::fsdp));
+}
+
+TEST(DeriveMeshTest, FiveAxisSpecsAndTheirErrors) {
+  Mesh mesh = derive({nvswitch_node()}, 4, 8, "ici=1,1,-1,2,2;dcn=2,-1,1,1,1");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 2, 2, 2}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{2, 2, 1, 1, 1}));
+  check_placement(mesh);
+  check_coords(mesh);
+  EXPECT_EQ(mesh.explanation,
+            "explicit: ici=1,1,2,2,2 covers each ICI domain of 8 GPUs (a node's NVLink-connected "
+            "GPUs), dcn=2,2,1,1,1 the 4 domains");
+  // Three-number specs mean what they meant.
+  mesh = derive({nvswitch_node()}, 2, 8, "ici=1,-1,1;dcn=-1,1,1");
+  EXPECT_EQ(mesh.ici, (MeshShape{1, 1, 8, 1, 1}));
+  EXPECT_EQ(mesh.dcn, (MeshShape{1, 2, 1, 1, 1}));
+  EXPECT_EQ(mesh.ici.to_string(), "1,8,1");
+
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=2,1,2,2,2;dcn=1,2,1,1,1"),
+            "ici=2,1,2,2,2 covers 16 GPUs but there are 8 in one NVLink domain (this node has 8): "
+            "make the product 8 or let a -1 fill it in");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,1,8,1,1;dcn=4,-1,1,1,1"),
+            "dcn=4,-1,1,1,1 cannot be filled: 4 ICI domains do not divide the 2 in the job (2 "
+            "nodes of 8 ranks)");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "ici=1,1,8,1,1;dcn=1,1,1,2,1"),
+            "sequence parallelism across DCN (dcn seq=2) crosses the network; pass force to allow "
+            "it");
+}
+
+TEST(DeriveMeshTest, AutoPipelineAndSeqThatDoNotFit) {
+  EXPECT_EQ(derive_error({nvswitch_node()}, 6, 8, "auto:pp=4"),
+            "pipeline parallelism of 4 puts one stage per ICI domain, but the job has 6 domains: "
+            "use a pipeline size that divides 6 or is a multiple of it");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "auto:pp=16,tp=2"),
+            "pipeline parallelism of 16 over 2 domains puts 8 stages in each NVLink domain, and 8 "
+            "x seq 1 x tensor 2 does not divide its 8 GPUs (this node has 8)");
+  EXPECT_EQ(derive_error({nvswitch_node()}, 2, 8, "auto:sp=4,tp=4"),
+            "sequence parallelism of 4 x tensor parallelism of 4 needs a multiple of 16 GPUs in "
+            "one NVLink domain (a seq group stays inside it), this node has 8: choose sp and tp "
+            "whose product divides 8");
+  // tp is checked first, with its own message.
+  EXPECT_NE(derive_error({nvswitch_node()}, 2, 8, "auto:tp=3,sp=2").find("use auto:tp=2"),
+            std::string::npos);
 }
 
 TEST(DeriveMeshTest, ExplicitWithFills) {

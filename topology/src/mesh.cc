@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <utility>
 
 namespace ax::topo {
@@ -50,13 +51,15 @@ bool parse_dim(std::string_view s, bool allow_fill, int* out) {
 
 Status parse_shape(std::string_view token, std::string_view value, MeshShape* shape) {
   std::vector<std::string> parts = str_split(value, ',');
-  if (parts.size() != 3) {
-    return InvalidArgument(quoted(token), " needs three numbers data,fsdp,tensor (got ",
+  if (parts.size() != 3 && parts.size() != 5) {
+    return InvalidArgument(quoted(token),
+                           " needs three numbers data,fsdp,tensor or five "
+                           "pipeline,data,fsdp,seq,tensor (got ",
                            parts.size(), ")");
   }
-  int dims[3];
+  int dims[5];
   int fills = 0;
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < parts.size(); ++i) {
     if (!parse_dim(parts[i], /*allow_fill=*/true, &dims[i])) {
       return InvalidArgument("bad number ", quoted(parts[i]), " in ", quoted(token),
                              " (expected 1..65536 or -1)");
@@ -64,7 +67,28 @@ Status parse_shape(std::string_view token, std::string_view value, MeshShape* sh
     if (dims[i] == -1) ++fills;
   }
   if (fills > 1) return InvalidArgument(quoted(token), " has more than one -1");
-  *shape = MeshShape{dims[0], dims[1], dims[2]};
+  *shape = parts.size() == 3 ? MeshShape{dims[0], dims[1], dims[2]}
+                             : MeshShape{dims[0], dims[1], dims[2], dims[3], dims[4]};
+  return Status::Ok();
+}
+
+// "tp=4,pp=2" after "auto:": each of tp, sp, pp at most once.
+Status parse_auto_sizes(std::string_view token, std::string_view sizes, MeshSpec* out) {
+  bool seen[3] = {false, false, false};
+  for (const std::string& item : str_split(sizes, ',')) {
+    std::string_view kv = item;
+    const size_t eq = kv.find('=');
+    const std::string_view key = kv.substr(0, eq);
+    const int which = key == "tp" ? 0 : key == "sp" ? 1 : key == "pp" ? 2 : -1;
+    int* dim = which == 0 ? &out->auto_tp : which == 1 ? &out->auto_sp : &out->auto_pp;
+    if (which < 0 || eq == std::string_view::npos ||
+        !parse_dim(kv.substr(eq + 1), /*allow_fill=*/false, dim)) {
+      return InvalidArgument("bad token ", quoted(token),
+                             " (expected auto or auto:tp=N,sp=N,pp=N, any of them, N 1..65536)");
+    }
+    if (seen[which]) return InvalidArgument(quoted(token), " gives ", key, " twice");
+    seen[which] = true;
+  }
   return Status::Ok();
 }
 
@@ -84,11 +108,7 @@ Status parse_spec_tokens(const std::string& spec, MeshSpec* out) {
       have_auto = true;
       out->kind = MeshSpec::Kind::kAuto;
       if (t != "auto") {
-        if (!starts_with(t, "auto:tp=") ||
-            !parse_dim(t.substr(8), /*allow_fill=*/false, &out->auto_tp)) {
-          return InvalidArgument("bad token ", quoted(t),
-                                 " (expected auto or auto:tp=N, N 1..65536)");
-        }
+        if (Status s = parse_auto_sizes(t, t.substr(5), out); !s.ok()) return s;
       }
     } else if (starts_with(t, "ici=")) {
       duplicate = have_ici;
@@ -100,7 +120,7 @@ Status parse_spec_tokens(const std::string& spec, MeshSpec* out) {
       if (Status s = parse_shape(t, t.substr(4), &out->dcn); !s.ok()) return s;
     } else {
       return InvalidArgument("unknown token ", quoted(t),
-                             " (expected auto, auto:tp=N, ici=d,f,t, dcn=d,f,t or force)");
+                             " (expected auto, auto:tp=N,sp=N,pp=N, ici=, dcn= or force)");
     }
     if (duplicate) return InvalidArgument(quoted(t), " given twice");
   }
@@ -109,8 +129,8 @@ Status parse_spec_tokens(const std::string& spec, MeshSpec* out) {
   }
   if (!have_auto) {
     if (!have_ici || !have_dcn) {
-      return InvalidArgument("missing ", have_ici ? "dcn=d,f,t" : "ici=d,f,t",
-                             " (an explicit mesh needs both ici= and dcn=)");
+      return InvalidArgument(
+          "missing ", have_ici ? "dcn=" : "ici=", " (an explicit mesh needs both ici= and dcn=)");
     }
     out->kind = MeshSpec::Kind::kExplicit;
   }
@@ -372,7 +392,7 @@ StatusOr<Domains> find_domains(const std::vector<Topology>& nodes, int num_nodes
 // (`have` says where they are).
 Status fit(const char* name, MeshShape* shape, int64_t target, const std::string& unit,
            const std::string& have) {
-  int* dims[3] = {&shape->data, &shape->fsdp, &shape->tensor};
+  int* dims[5] = {&shape->pipeline, &shape->data, &shape->fsdp, &shape->seq, &shape->tensor};
   int64_t known = 1;
   int* fill = nullptr;
   for (int* d : dims) {
@@ -398,9 +418,98 @@ Status fit(const char* name, MeshShape* shape, int64_t target, const std::string
   return Status::Ok();
 }
 
+// The coordinates of the index-th cell of `shape` in row-major order (tensor fastest).
+MeshShape row_major(int index, const MeshShape& shape) {
+  MeshShape c{0, 0, 0, 0, 0};
+  c.tensor = index % shape.tensor;
+  index /= shape.tensor;
+  c.seq = index % shape.seq;
+  index /= shape.seq;
+  c.fsdp = index % shape.fsdp;
+  index /= shape.fsdp;
+  c.data = index % shape.data;
+  c.pipeline = index / shape.data;
+  return c;
+}
+
+// auto's shapes: tensor (tp) and seq (sp) inside the ICI domain, pipeline stages (pp) across
+// domains (or, when pp is a multiple of the domain count, every domain holds pp/count stages),
+// FSDP over the rest of the domain, data parallel over the rest of the domains.
+StatusOr<std::pair<MeshShape, MeshShape>> auto_shapes(const Domains& d, const MeshSpec& spec) {
+  const int tp = spec.auto_tp, sp = spec.auto_sp, pp = spec.auto_pp;
+  if (tp < 1 || d.size % tp != 0) return tp_does_not_fit(d, tp);
+  const std::string unit = unit_of(d);
+  if (sp < 1 || d.size % (int64_t{tp} * sp) != 0) {
+    return InvalidArgument("sequence parallelism of ", sp, " x tensor parallelism of ", tp,
+                           " needs a multiple of ", int64_t{tp} * sp, " ", unit, " in one ",
+                           kind_word(d), " (a seq group stays inside it), ", where(d),
+                           ": choose sp and tp whose product divides ", d.size);
+  }
+  int dcn_pp = pp, ici_pp = 1;
+  if (pp < 1 || (d.count % pp != 0 && pp % d.count != 0)) {
+    return InvalidArgument("pipeline parallelism of ", pp,
+                           " puts one stage per ICI domain, but the", " job has ",
+                           plural(d.count, "domain"), ": use a pipeline size that", " divides ",
+                           d.count, " or is a multiple of it");
+  }
+  if (pp > d.count) {
+    dcn_pp = d.count;
+    ici_pp = pp / d.count;
+    if (d.size % (int64_t{ici_pp} * sp * tp) != 0) {
+      return InvalidArgument("pipeline parallelism of ", pp, " over ", plural(d.count, "domain"),
+                             " puts ", ici_pp, " stages in each ", kind_word(d), ", and ", ici_pp,
+                             " x seq ", sp, " x tensor ", tp, " does not divide its ", d.size, " ",
+                             unit, " (", where(d), ")");
+    }
+  }
+  MeshShape ici{ici_pp, 1, d.size / (ici_pp * sp * tp), sp, tp};
+  MeshShape dcn{dcn_pp, d.count / dcn_pp, 1, 1, 1};
+  return std::make_pair(ici, dcn);
+}
+
+std::string auto_explanation(const Domains& d, const MeshSpec& spec, const MeshShape& ici,
+                             const MeshShape& dcn) {
+  const std::string unit = unit_of(d);
+  if (spec.auto_tp == 1 && spec.auto_sp == 1 && spec.auto_pp == 1) {
+    return str_cat("auto: FSDP over the ", d.size, " ", unit, " of each ICI domain (", what(d),
+                   "), data parallel across ", plural(d.count, "domain"));
+  }
+  std::string name = "auto:";
+  std::string inside;
+  auto add = [&](const char* key, int value, const char* axis) {
+    if (value == 1) return;
+    name += str_cat(name.back() == ':' ? "" : ",", key, "=", value);
+    if (axis != nullptr) inside += str_cat(axis, " ", value, " x ");
+  };
+  add("tp", spec.auto_tp, "tensor");
+  add("sp", spec.auto_sp, "seq");
+  add("pp", spec.auto_pp, nullptr);
+  std::string stages;
+  if (spec.auto_pp > 1) {
+    stages = str_cat("pipeline ", spec.auto_pp, " across the domains");
+    if (ici.pipeline > 1) stages += str_cat(" (", ici.pipeline, " stages inside each)");
+    stages += ", ";
+  }
+  return str_cat(
+      name, ": ", stages, inside, "FSDP ", ici.fsdp, " inside each ICI domain of ", d.size, " ",
+      unit, " (", what(d), "), data parallel across ",
+      spec.auto_pp > 1 ? plural(dcn.data, "group") + " of domains" : plural(d.count, "domain"));
+}
+
 }  // namespace
 
-std::string MeshShape::to_string() const { return str_cat(data, ",", fsdp, ",", tensor); }
+std::string MeshShape::to_string() const {
+  return pipeline == 1 && seq == 1 ? str_cat(data, ",", fsdp, ",", tensor) : full_string();
+}
+
+std::string MeshShape::full_string() const {
+  return str_cat(pipeline, ",", data, ",", fsdp, ",", seq, ",", tensor);
+}
+
+std::string MeshShape::named() const {
+  return str_cat("pipeline=", pipeline, " data=", data, " fsdp=", fsdp, " seq=", seq,
+                 " tensor=", tensor);
+}
 
 StatusOr<MeshSpec> parse_mesh_spec(const std::string& spec) {
   if (spec.size() > kMaxSpecLength) {
@@ -409,8 +518,8 @@ StatusOr<MeshSpec> parse_mesh_spec(const std::string& spec) {
   }
   if (spec.empty())
     return InvalidArgument(
-        "mesh spec is empty (expected auto, auto:tp=N or "
-        "ici=d,f,t;dcn=d,f,t[;force])");
+        "mesh spec is empty (expected auto, auto:tp=N,sp=N,pp=N or "
+        "ici=d,f,t;dcn=d,f,t[;force], five numbers p,d,f,s,t allowed)");
   MeshSpec out;
   Status status = parse_spec_tokens(spec, &out);
   if (!status.ok()) return InvalidArgument("mesh spec ", quoted(spec), ": ", status.message());
@@ -440,17 +549,10 @@ StatusOr<Mesh> derive_mesh(const std::vector<Topology>& nodes, int num_nodes, in
   mesh.tasks_per_node = tasks_per_node;
   mesh.domain_size = domains.size;
   if (spec.kind == MeshSpec::Kind::kAuto) {
-    const int tp = spec.auto_tp;
-    if (tp < 1 || domains.size % tp != 0) return tp_does_not_fit(domains, tp);
-    mesh.ici = {1, domains.size / tp, tp};
-    mesh.dcn = {domains.count, 1, 1};
-    mesh.explanation =
-        tp == 1
-            ? str_cat("auto: FSDP over the ", domains.size, " ", unit, " of each ICI domain (",
-                      what(domains), "), data parallel across ", plural(domains.count, "domain"))
-            : str_cat("auto:tp=", tp, ": tensor ", tp, " x FSDP ", domains.size / tp,
-                      " inside each ICI domain of ", domains.size, " ", unit, " (", what(domains),
-                      "), data parallel across ", plural(domains.count, "domain"));
+    StatusOr<std::pair<MeshShape, MeshShape>> shapes = auto_shapes(domains, spec);
+    if (!shapes.ok()) return shapes.status();
+    std::tie(mesh.ici, mesh.dcn) = *shapes;
+    mesh.explanation = auto_explanation(domains, spec, mesh.ici, mesh.dcn);
   } else {
     mesh.ici = spec.ici;
     mesh.dcn = spec.dcn;
@@ -470,9 +572,13 @@ StatusOr<Mesh> derive_mesh(const std::vector<Topology>& nodes, int num_nodes, in
     return InvalidArgument("tensor parallelism across DCN (dcn tensor=", mesh.dcn.tensor,
                            ") crosses the network; pass force to allow it");
   }
+  if (mesh.dcn.seq > 1 && !spec.force) {
+    return InvalidArgument("sequence parallelism across DCN (dcn seq=", mesh.dcn.seq,
+                           ") crosses the network; pass force to allow it");
+  }
 
   // Rank r takes slot r: domain r / size, and inside the domain the ICI coordinates in row-major
-  // [data, fsdp, tensor] order, tensor fastest, which is the slot order.
+  // [pipeline, data, fsdp, seq, tensor] order, tensor fastest, which is the slot order.
   const int ranks = static_cast<int>(domains.slots.size());
   mesh.placement.resize(ranks);
   std::vector<int> next_local(num_nodes, 0);
@@ -484,6 +590,11 @@ StatusOr<Mesh> derive_mesh(const std::vector<Topology>& nodes, int num_nodes, in
     p.local_rank = next_local[slot.node]++;
     p.gpu = slot.gpu;
     p.domain = r / domains.size;
+    const MeshShape in = row_major(r % domains.size, mesh.ici);
+    const MeshShape across = row_major(r / domains.size, mesh.dcn);
+    p.coord = {across.pipeline * mesh.ici.pipeline + in.pipeline,
+               across.data * mesh.ici.data + in.data, across.fsdp * mesh.ici.fsdp + in.fsdp,
+               across.seq * mesh.ici.seq + in.seq, across.tensor * mesh.ici.tensor + in.tensor};
   }
   return mesh;
 }

@@ -52,7 +52,9 @@ void add_options(CLI::App& app, Options* o) {
                  "ranks per node (default: the GPU count, or 1 on a node without GPUs)")
       ->type_name("N")
       ->check(CLI::Range(1, kMaxNodes));
-  app.add_option("--mesh", o->mesh, "auto | auto:tp=N | ici=d,f,t;dcn=d,f,t[;force] (default auto)")
+  app.add_option("--mesh", o->mesh,
+                 "auto | auto:tp=N,sp=N,pp=N | ici=d,f,t;dcn=d,f,t[;force] (or five "
+                 "numbers p,d,f,s,t per vector; default auto)")
       ->type_name("SPEC");
   app.add_flag("--json", o->json, R"(print {"topology": ..., "mesh": ...} as JSON)");
 }
@@ -174,18 +176,21 @@ void print_topology(const Topology& t, std::ostream& os) {
 
 void print_mesh(const Mesh& m, std::ostream& os) {
   os << "\nmesh for " << m.num_nodes << " node(s) x " << m.tasks_per_node << " task(s):\n"
-     << "  ici (data,fsdp,tensor)  " << m.ici.to_string() << "\n"
-     << "  dcn (data,fsdp,tensor)  " << m.dcn.to_string() << "\n"
-     << "  global                  " << m.global().to_string() << "\n"
-     << "  domain size             " << m.domain_size << "\n"
-     << "  why                     " << m.explanation << "\n"
-     << "  rank  node  local  gpu  domain\n";
+     << "  axes          pipeline,data,fsdp,seq,tensor\n"
+     << "  ici           " << m.ici.full_string() << "\n"
+     << "  dcn           " << m.dcn.full_string() << "\n"
+     << "  global        " << m.global().full_string() << "\n"
+     << "  domain size   " << m.domain_size << "\n"
+     << "  why           " << m.explanation << "\n"
+     << "  rank  node  local  gpu  domain  pipeline  data  fsdp  seq  tensor\n";
   const int shown = std::min<int>(kPlacementsShown, static_cast<int>(m.placement.size()));
-  char line[96];
+  char line[128];
   for (int r = 0; r < shown; ++r) {
     const Placement& p = m.placement[r];
-    std::snprintf(line, sizeof(line), "  %4d  %4d  %5d  %3s  %6d\n", p.rank, p.node, p.local_rank,
-                  p.gpu >= 0 ? std::to_string(p.gpu).c_str() : "cpu", p.domain);
+    std::snprintf(line, sizeof(line), "  %4d  %4d  %5d  %3s  %6d  %8d  %4d  %4d  %3d  %6d\n",
+                  p.rank, p.node, p.local_rank, p.gpu >= 0 ? std::to_string(p.gpu).c_str() : "cpu",
+                  p.domain, p.coord.pipeline, p.coord.data, p.coord.fsdp, p.coord.seq,
+                  p.coord.tensor);
     os << line;
   }
   if (shown < static_cast<int>(m.placement.size())) {
@@ -210,13 +215,12 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-std::string json_shape(const MeshShape& s) {
-  return str_cat("[", s.data, ",", s.fsdp, ",", s.tensor, "]");
-}
+std::string json_shape(const MeshShape& s) { return str_cat("[", s.full_string(), "]"); }
 
 std::string mesh_json(const Mesh& m) {
   std::ostringstream os;
   os << "{\"nodes\":" << m.num_nodes << ",\"tasks_per_node\":" << m.tasks_per_node
+     << ",\"axes\":[\"pipeline\",\"data\",\"fsdp\",\"seq\",\"tensor\"]"
      << ",\"ici\":" << json_shape(m.ici) << ",\"dcn\":" << json_shape(m.dcn)
      << ",\"global\":" << json_shape(m.global()) << ",\"domain_size\":" << m.domain_size
      << ",\"explanation\":" << json_string(m.explanation) << ",\"placement\":[";
@@ -224,7 +228,7 @@ std::string mesh_json(const Mesh& m) {
     const Placement& p = m.placement[r];
     os << (r ? "," : "") << "{\"rank\":" << p.rank << ",\"node\":" << p.node
        << ",\"local_rank\":" << p.local_rank << ",\"gpu\":" << p.gpu << ",\"domain\":" << p.domain
-       << "}";
+       << ",\"coord\":" << json_shape(p.coord) << "}";
   }
   os << "]}";
   return os.str();

@@ -133,6 +133,34 @@ TEST(ResolveMesh, FromTheLauncherOrTheConfig) {
   EXPECT_FALSE(resolve_mesh(ctx, mesh).ok());  // 4 ranks for a job of 8
 }
 
+// Issues 25/26: the mesh has pipeline and seq axes, ax-train has neither stages nor sequence
+// sharding yet, so such a mesh is refused in one line naming the axis, never run as data parallel.
+TEST(ResolveMesh, RefusesPipelineAndSeqAxes) {
+  job::JobContext ctx;
+  ctx.world = 16;
+  ctx.num_nodes = 2;
+  ctx.rank = 3;
+  MeshConfig mesh;
+  ctx.ici_mesh = "1,1,8,1,1";  // the five-number form with pipeline 1, seq 1 is today's mesh
+  ctx.dcn_mesh = "1,2,1,1,1";
+  StatusOr<comm::MeshCoords> c = resolve_mesh(ctx, mesh);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::tuple(c->data, c->fsdp, c->tensor), std::tuple(2, 8, 1));
+  ctx.dcn_mesh = "2,1,1,1,1";
+  c = resolve_mesh(ctx, mesh);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(c.status().message(),
+            "the mesh AX_ICI_MESH=1,1,8,1,1 AX_DCN_MESH=2,1,1,1,1 has a pipeline axis of 2, but "
+            "ax-train's pipeline stages are not built yet (issue 25): use a mesh with pipeline 1");
+  ctx.ici_mesh = "1,1,4,2,1";
+  ctx.dcn_mesh = "1,2,1";
+  c = resolve_mesh(ctx, mesh);
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(c.status().message(),
+            "the mesh AX_ICI_MESH=1,1,4,2,1 AX_DCN_MESH=1,2,1 has a seq axis of 2, but ax-train's "
+            "sequence sharding is not built yet (issue 26): use a mesh with seq 1");
+}
+
 TEST(TrainLoop, TwentyStepsOnRealTextLowerTheLoss) {
   const Config config = corpus_config("tiny-gpt", {});
   const std::string dir = new_dir("loop-20");

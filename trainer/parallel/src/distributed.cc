@@ -9,6 +9,27 @@
 #include "ax/trainer/comm/communicator.h"
 
 namespace ax::train {
+namespace {
+
+// The pipeline and seq axes exist in the mesh (the launcher, the plugin and the job scripts place
+// them) but ax-train builds neither pipeline stages (issue 25) nor sequence sharding (issue 26):
+// a mesh that asks for them is refused rather than trained as data parallelism.
+Status check_axes_built(const topo::MeshShape& global, const std::string& where) {
+  if (global.pipeline > 1) {
+    return Unimplemented(where, " has a pipeline axis of ", global.pipeline,
+                         ", but ax-train's pipeline stages are not built yet (issue 25): use a "
+                         "mesh with pipeline 1");
+  }
+  if (global.seq > 1) {
+    return Unimplemented(where, " has a seq axis of ", global.seq,
+                         ", but ax-train's sequence sharding is not built yet (issue 26): use a "
+                         "mesh with seq 1");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshConfig& mesh) {
   topo::MeshShape global;
   if (!ctx.ici_mesh.empty() && !ctx.dcn_mesh.empty()) {
@@ -19,11 +40,15 @@ StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshCo
     if (!spec.ok()) return spec.status().with_context("AX_ICI_MESH/AX_DCN_MESH");
     const topo::MeshShape& i = spec->ici;
     const topo::MeshShape& d = spec->dcn;
-    if (std::min({i.data, i.fsdp, i.tensor, d.data, d.fsdp, d.tensor}) < 1) {
+    if (std::min({i.pipeline, i.data, i.fsdp, i.seq, i.tensor, d.pipeline, d.data, d.fsdp, d.seq,
+                  d.tensor}) < 1) {
       return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " AX_DCN_MESH=", ctx.dcn_mesh,
                              ": expected resolved shapes (no -1)");
     }
-    global = {i.data * d.data, i.fsdp * d.fsdp, i.tensor * d.tensor};
+    topo::Mesh resolved;
+    resolved.ici = i;
+    resolved.dcn = d;
+    global = resolved.global();
     if (global.size() != ctx.world) {
       return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " x AX_DCN_MESH=", ctx.dcn_mesh, " is ",
                              global.size(), " ranks, the job has ", ctx.world);
@@ -47,6 +72,12 @@ StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshCo
     if (!derived.ok()) return derived.status().with_context("mesh.ici/mesh.dcn");
     global = derived->global();
   }
+  const std::string where =
+      ctx.ici_mesh.empty()
+          ? str_cat("the mesh (mesh.ici=", mesh.ici, " mesh.dcn=", mesh.dcn, ")")
+          : str_cat("the mesh AX_ICI_MESH=", ctx.ici_mesh, " AX_DCN_MESH=", ctx.dcn_mesh);
+  // A plain return: the message is the user's, without a source location.
+  if (Status s = check_axes_built(global, where); !s.ok()) return s;
   return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor);
 }
 

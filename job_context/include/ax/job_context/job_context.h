@@ -37,8 +37,9 @@ struct JobContext {
   int local_world = 1;
   int node_rank = 0;
   int num_nodes = 1;
-  // "data,fsdp,tensor" shapes when the launcher or plugin derived a mesh (AX_ICI_MESH /
-  // AX_DCN_MESH), else empty: the trainer then uses its config's mesh.
+  // "data,fsdp,tensor" or "pipeline,data,fsdp,seq,tensor" shapes when the launcher or plugin
+  // derived a mesh (AX_ICI_MESH / AX_DCN_MESH), else empty: the trainer then uses its config's
+  // mesh.
   std::string ici_mesh;
   std::string dcn_mesh;
   // AX_DEVICE: "cpu", a CUDA ordinal ("3"), or empty when nobody chose (the trainer decides).

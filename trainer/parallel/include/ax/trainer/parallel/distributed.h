@@ -21,7 +21,8 @@ namespace ax::train {
 
 // The global mesh of a job: AX_ICI_MESH × AX_DCN_MESH when the launcher or plugin derived them,
 // else the config's mesh.ici / mesh.dcn (auto: fsdp over the ranks of a node, data across
-// nodes; one -1 per vector fills in the rest). Its size must equal the job's.
+// nodes; one -1 per vector fills in the rest). Its size must equal the job's. A mesh with a
+// pipeline or seq axis > 1 is Unimplemented (issues 25/26: no stages or sequence sharding yet).
 StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshConfig& mesh);
 
 struct Distributed {
