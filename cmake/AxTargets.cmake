@@ -10,6 +10,9 @@ function(ax_target_defaults target)
   target_compile_options(${target} PRIVATE
     $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O2>
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+    # Unity builds: GCC reads a file that a unity source includes as a header, and then warns
+    # about every class of it that holds a type from its anonymous namespace (-Wsubobject-linkage).
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-subobject-linkage>
     # Error locations ("at datasets/shards/src/x.cc:12") name repository paths, not build-machine ones.
     $<$<COMPILE_LANGUAGE:CXX>:-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=>)
   if(AX_SANITIZE)
@@ -22,6 +25,8 @@ endfunction()
 # of ax_target_defaults (the last -O wins).
 function(ax_hot_target target)
   target_compile_options(${target} PRIVATE $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O3>)
+  # Compiled a file at a time, as measured (docs/notes/cuda-perf.md, benchmarks-train.md).
+  set_target_properties(${target} PROPERTIES UNITY_BUILD OFF)
 endfunction()
 
 # A library of one part: ax_library(name SOURCES ... DEPS ... [INCLUDE_DIR dir]). Public headers
@@ -38,7 +43,11 @@ function(ax_library name)
     target_include_directories(${name} PUBLIC ${A_INCLUDE_DIR})
   endif()
   target_link_libraries(${name} PUBLIC ${A_DEPS} PRIVATE ${A_PRIVATE_DEPS})
-  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # A unity build, eight sources per translation unit: a part's files share its headers and
+  # nlohmann-json's, parsed once per unit instead of once per file (docs/notes/build-time.md). A
+  # part's files keep their file-local names distinct.
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON UNITY_BUILD ON
+                                           UNITY_BUILD_BATCH_SIZE 8)
   ax_target_defaults(${name})
 endfunction()
 

@@ -85,7 +85,9 @@ TEST(SpanCorrupt, SentinelsCountDownFromTheTopAndBothSidesEndInEos) {
   EXPECT_EQ(targets.size(), 114u);
   uint32_t expect = 32099;
   for (uint32_t t : targets) {
-    if (t >= 32000) EXPECT_EQ(t, expect--);
+    if (t >= 32000) {
+      EXPECT_EQ(t, expect--);
+    }
   }
   EXPECT_EQ(expect, 32099u - 28);
   EXPECT_EQ(targets[0], 32099u) << "targets start with <extra_id_0>";

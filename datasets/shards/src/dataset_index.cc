@@ -14,20 +14,17 @@
 #include <string>
 
 #include "ax/common/file_io.h"
+#include "shard_internal.h"
 
 namespace ax::data {
 namespace {
+
+using internal::hex64;
 
 // ordered_json keeps the fields in the order written, so index.json reads top-down.
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kFormatName = "ax-shards";
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
-}
 
 std::optional<uint64_t> parse_hex64(const std::string& s) {
   if (s.size() != 16) return std::nullopt;

@@ -19,18 +19,21 @@
 
 #include "ax/common/check.h"
 #include "ax/common/file_io.h"
+#include "shard_internal.h"
 
 namespace ax::data {
 namespace {
 
+using internal::hex64;
+using internal::kHeaderFrameBytes;
+using internal::kSeekDescriptor;
+
 static_assert(std::endian::native == std::endian::little,
               "the shard format is little-endian and read with plain memcpy");
 
-constexpr uint64_t kHeaderFrameBytes = 8 + kHeaderPayloadBytes;
 constexpr uint64_t kFooterBytes = 9;
 constexpr uint64_t kSeekEntryBytes = 12;
 constexpr uint64_t kDocTableHeadBytes = 8 + 16;  // frame magic + size, then num_docs, checksum, 0
-constexpr uint8_t kSeekDescriptor = 0x80;
 // No zstd frame expands more than this: the best case is a 128 KiB RLE block
 // stored in 4 bytes. Bounds what a (corrupt) doc table may make us allocate.
 constexpr uint64_t kMaxZstdRatio = 32768;
@@ -50,12 +53,6 @@ uint64_t load_u64(const uint8_t* p) {
 std::string hex32(uint32_t v) {
   char buf[11];
   std::snprintf(buf, sizeof(buf), "0x%08" PRIx32, v);
-  return buf;
-}
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
   return buf;
 }
 

@@ -17,15 +17,17 @@
 
 #include "ax/common/check.h"
 #include "ax/common/file_io.h"
+#include "shard_internal.h"
 
 namespace ax::data {
 namespace {
 
+using internal::kHeaderFrameBytes;
+using internal::kSeekDescriptor;
+
 static_assert(std::endian::native == std::endian::little,
               "the shard format is little-endian and written with plain memcpy");
 
-constexpr size_t kHeaderFrameBytes = 8 + kHeaderPayloadBytes;
-constexpr uint8_t kSeekDescriptor = 0x80;  // bit 7: entries carry checksums
 // The seekable format's reference limit (ZSTD_SEEKABLE_MAXFRAMES); also keeps the seek table's
 // frame size within its u32.
 constexpr size_t kMaxFrames = 0x8000000;

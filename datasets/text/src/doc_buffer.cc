@@ -9,6 +9,7 @@
 
 #include "ax/common/file_io.h"
 #include "ax/common/strings.h"
+#include "utf8.h"
 
 namespace ax::data {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 // Once spilled, appends are gathered into writes of this size.
 constexpr size_t kWriteBehindBytes = size_t{1} << 20;
 
-bool is_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+using internal::is_continuation;
 
 // An anonymous file in dir: O_TMPFILE where the file system has it, else a name removed at once.
 StatusOr<int> open_spill_file(const std::string& dir) {

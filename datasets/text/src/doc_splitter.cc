@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ax/common/check.h"
+#include "utf8.h"
 
 namespace ax::data {
 namespace {
@@ -11,7 +12,7 @@ bool is_space_byte(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-bool is_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+using internal::is_continuation;
 
 }  // namespace
 

@@ -19,6 +19,13 @@
 
 namespace ax::train::ckpt {
 
+// A shape as messages print it, JSON's compact form: [4,8].
+inline std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 // tensors.json and COMMIT carry {"format": kFormatName, "version": kFormatVersion}.
 inline constexpr const char* kFormatName = "ax-checkpoint";
 inline constexpr int kFormatVersion = 1;

@@ -12,12 +12,10 @@ namespace ax::train::ckpt {
 namespace {
 
 // ordered_json keeps tensors.json's tensor order, which load() returns.
-using Json = nlohmann::ordered_json;
-
-std::string shape_text(const std::vector<int64_t>& shape) { return Json(shape).dump(); }
+using OrderedJson = nlohmann::ordered_json;
 
 // A string member, or "" when it is missing or not a string.
-std::string string_field(const Json& j, const char* key) {
+std::string string_field(const OrderedJson& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
@@ -32,9 +30,9 @@ int64_t element_count(const std::vector<int64_t>& shape) {
 }
 
 // Reads a JSON document of the checkpoint and checks its format, version and step.
-StatusOr<Json> read_document(const std::string& path, int64_t step) {
+StatusOr<OrderedJson> read_document(const std::string& path, int64_t step) {
   AX_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  OrderedJson j = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return DataLoss(path, ": not a JSON object");
   if (string_field(j, "format") != kFormatName || !j.contains("version") ||
       !j["version"].is_number_integer()) {
@@ -45,15 +43,16 @@ StatusOr<Json> read_document(const std::string& path, int64_t step) {
                               "; this build reads version ", kFormatVersion);
   }
   if (!j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() != step) {
-    return DataLoss(path, ": records step ", j.value("step", Json()).dump(), ", expected ", step);
+    return DataLoss(path, ": records step ", j.value("step", OrderedJson()).dump(), ", expected ",
+                    step);
   }
   return j;
 }
 
-StatusOr<std::vector<int64_t>> int_list(const Json& j, const std::string& where) {
+StatusOr<std::vector<int64_t>> int_list(const OrderedJson& j, const std::string& where) {
   if (!j.is_array()) return DataLoss(where, " is not a list of integers");
   std::vector<int64_t> out;
-  for (const Json& v : j) {
+  for (const OrderedJson& v : j) {
     if (!v.is_number_unsigned() || v.get<uint64_t>() > (uint64_t{1} << 62)) {
       return DataLoss(where, " is not a list of non-negative integers: ", j.dump());
     }
@@ -68,7 +67,8 @@ bool plain_name(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
-StatusOr<std::map<std::string, FileRecord>> file_map(const Json& j, const std::string& path) {
+StatusOr<std::map<std::string, FileRecord>> file_map(const OrderedJson& j,
+                                                     const std::string& path) {
   if (!j.is_object()) return DataLoss(path, ": \"files\" is not an object");
   std::map<std::string, FileRecord> files;
   for (const auto& [name, v] : j.items()) {
@@ -105,7 +105,7 @@ Status verify_file(const std::string& dir, const FileRecord& want, const char* r
   return Status::Ok();
 }
 
-StatusOr<TensorRecord> parse_tensor(const std::string& name, const Json& v,
+StatusOr<TensorRecord> parse_tensor(const std::string& name, const OrderedJson& v,
                                     const std::map<std::string, FileRecord>& files,
                                     const std::string& path) {
   const std::string where = str_cat(path, ": tensor ", name);
@@ -118,7 +118,7 @@ StatusOr<TensorRecord> parse_tensor(const std::string& name, const Json& v,
   AX_ASSIGN_OR_RETURN(t.shape, int_list(v["shape"], where + " shape"));
   if (element_count(t.shape) < 0)
     return DataLoss(where, ": shape ", shape_text(t.shape), " overflows");
-  for (const Json& s : v["slices"]) {
+  for (const OrderedJson& s : v["slices"]) {
     SliceRecord r;
     if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !s.contains("key") ||
         !s["key"].is_string() || !s.contains("offset") || !s.contains("shape")) {
@@ -212,8 +212,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string& dir, int64_
     return FailedPrecondition(dir, " has no ", kCommitFile, " marker: the save of step ", step,
                               " did not finish (a crash?), so it cannot be loaded");
   }
-  AX_ASSIGN_OR_RETURN(Json commit, read_document(commit_path, step));
-  AX_ASSIGN_OR_RETURN(auto files, file_map(commit.value("files", Json()), commit_path));
+  AX_ASSIGN_OR_RETURN(OrderedJson commit, read_document(commit_path, step));
+  AX_ASSIGN_OR_RETURN(auto files, file_map(commit.value("files", OrderedJson()), commit_path));
   if (!files.count(kIndexFile)) return DataLoss(commit_path, ": does not list ", kIndexFile);
   // Every byte is checked before anything is interpreted.
   for (const auto& [name, record] : files) {
@@ -221,8 +221,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string& dir, int64_
   }
 
   const std::string index_path = join_path(dir, kIndexFile);
-  AX_ASSIGN_OR_RETURN(Json index, read_document(index_path, step));
-  AX_ASSIGN_OR_RETURN(auto index_files, file_map(index.value("files", Json()), index_path));
+  AX_ASSIGN_OR_RETURN(OrderedJson index, read_document(index_path, step));
+  AX_ASSIGN_OR_RETURN(auto index_files, file_map(index.value("files", OrderedJson()), index_path));
   auto expected = files;
   expected.erase(kIndexFile);
   for (const auto& [name, record] : expected) {
@@ -237,8 +237,8 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string& dir, int64_
   }
 
   CheckpointReader reader(dir);
-  const Json& tensors = index.value("tensors", Json());
-  const Json& blobs = index.value("blobs", Json());
+  const OrderedJson& tensors = index.value("tensors", OrderedJson());
+  const OrderedJson& blobs = index.value("blobs", OrderedJson());
   if (!tensors.is_object() || !blobs.is_array()) {
     return DataLoss(index_path, ": needs a \"tensors\" object and a \"blobs\" list");
   }
@@ -247,7 +247,7 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string& dir, int64_
     reader.tensors_.push_back(std::move(t));
   }
   AX_RETURN_IF_ERROR(reader.open_files(files));
-  for (const Json& b : blobs) {
+  for (const OrderedJson& b : blobs) {
     if (!b.is_string() || !files.count(b.get<std::string>())) {
       return DataLoss(index_path, ": blob ", b.dump(), " is not a listed file");
     }

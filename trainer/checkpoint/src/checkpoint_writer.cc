@@ -12,9 +12,7 @@
 namespace ax::train::ckpt {
 namespace {
 
-using Json = nlohmann::ordered_json;
-
-std::string shape_text(const std::vector<int64_t>& shape) { return Json(shape).dump(); }
+using OrderedJson = nlohmann::ordered_json;
 
 // Checks one HostTensor and describes it as a slice of its logical tensor.
 StatusOr<TensorRecord> slice_of(const HostTensor& t, const std::string& file) {
@@ -56,7 +54,9 @@ bool valid_blob_name(const std::string& name) {
          !ends_with(name, ".safetensors") && !ends_with(name, ".tmp");
 }
 
-Json file_entry(const FileRecord& f) { return Json{{"size", f.size}, {"xxh64", hex64(f.xxh64)}}; }
+OrderedJson file_entry(const FileRecord& f) {
+  return OrderedJson{{"size", f.size}, {"xxh64", hex64(f.xxh64)}};
+}
 
 // Merges the ranks' records into tensors.json's text and the list of every file it names.
 StatusOr<std::string> index_json(int64_t step, const std::vector<RankWrite>& ranks,
@@ -85,20 +85,20 @@ StatusOr<std::string> index_json(int64_t step, const std::vector<RankWrite>& ran
     }
     blobs.insert(blobs.end(), rank.blobs.begin(), rank.blobs.end());
   }
-  Json tensors = Json::object();
+  OrderedJson tensors = OrderedJson::object();
   for (const TensorRecord& t : merged) {
-    Json slices = Json::array();
+    OrderedJson slices = OrderedJson::array();
     for (const SliceRecord& s : t.slices) {
       slices.push_back(
           {{"file", s.file}, {"key", s.key}, {"offset", s.offset}, {"shape", s.shape}});
     }
     tensors[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"slices", std::move(slices)}};
   }
-  Json file_map = Json::object();
+  OrderedJson file_map = OrderedJson::object();
   for (const FileRecord& f : *files) file_map[f.name] = file_entry(f);
-  Json index = {{"format", kFormatName}, {"version", kFormatVersion},
-                {"step", step},          {"tensors", std::move(tensors)},
-                {"blobs", blobs},        {"files", std::move(file_map)}};
+  OrderedJson index = {{"format", kFormatName}, {"version", kFormatVersion},
+                       {"step", step},          {"tensors", std::move(tensors)},
+                       {"blobs", blobs},        {"files", std::move(file_map)}};
   return index.dump(1) + "\n";
 }
 
@@ -128,36 +128,36 @@ Status publish(const std::string& tmp_dir, const std::string& final_dir, const s
 }  // namespace
 
 std::string rank_write_to_json(const RankWrite& write) {
-  Json files = Json::array(), tensors = Json::array();
+  OrderedJson files = OrderedJson::array(), tensors = OrderedJson::array();
   for (const FileRecord& f : write.files) {
     files.push_back({{"name", f.name}, {"size", f.size}, {"xxh64", hex64(f.xxh64)}});
   }
   for (const TensorRecord& t : write.tensors) {
-    Json slices = Json::array();
+    OrderedJson slices = OrderedJson::array();
     for (const SliceRecord& s : t.slices) {
       slices.push_back(
           {{"file", s.file}, {"key", s.key}, {"offset", s.offset}, {"shape", s.shape}});
     }
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"slices", std::move(slices)}});
   }
-  return Json{{"files", files}, {"tensors", tensors}, {"blobs", write.blobs}}.dump();
+  return OrderedJson{{"files", files}, {"tensors", tensors}, {"blobs", write.blobs}}.dump();
 }
 
 StatusOr<RankWrite> rank_write_from_json(const std::string& text) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  OrderedJson j = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return DataLoss("a rank's checkpoint report is not JSON");
   RankWrite out;
   try {
-    for (const Json& f : j.at("files")) {
+    for (const OrderedJson& f : j.at("files")) {
       std::optional<uint64_t> hash = parse_hex64(f.at("xxh64").get<std::string>());
       if (!hash) return DataLoss("a rank's checkpoint report has a bad checksum");
       out.files.push_back({f.at("name").get<std::string>(), f.at("size").get<uint64_t>(), *hash});
     }
-    for (const Json& t : j.at("tensors")) {
+    for (const OrderedJson& t : j.at("tensors")) {
       TensorRecord r;
       r.name = t.at("name").get<std::string>();
       r.shape = t.at("shape").get<std::vector<int64_t>>();
-      for (const Json& s : t.at("slices")) {
+      for (const OrderedJson& s : t.at("slices")) {
         r.slices.push_back({s.at("file").get<std::string>(), s.at("key").get<std::string>(),
                             s.at("offset").get<std::vector<int64_t>>(),
                             s.at("shape").get<std::vector<int64_t>>()});
@@ -165,7 +165,7 @@ StatusOr<RankWrite> rank_write_from_json(const std::string& text) {
       out.tensors.push_back(std::move(r));
     }
     out.blobs = j.at("blobs").get<std::vector<std::string>>();
-  } catch (const Json::exception& e) {
+  } catch (const OrderedJson::exception& e) {
     return DataLoss("a rank's checkpoint report is malformed: ", e.what());
   }
   return out;
@@ -221,13 +221,13 @@ Status commit_checkpoint(const std::string& tmp_dir, const std::string& final_di
   AX_ASSIGN_OR_RETURN(FileRecord index_rec, write_file(tmp_dir, kIndexFile, index, budget));
   AX_RETURN_IF_ERROR(fsync_dir(tmp_dir));
 
-  Json file_map = Json::object();
+  OrderedJson file_map = OrderedJson::object();
   file_map[kIndexFile] = file_entry(index_rec);
   for (const FileRecord& f : files) file_map[f.name] = file_entry(f);
-  const std::string commit = Json{{"format", kFormatName},
-                                  {"version", kFormatVersion},
-                                  {"step", step},
-                                  {"files", std::move(file_map)}}
+  const std::string commit = OrderedJson{{"format", kFormatName},
+                                         {"version", kFormatVersion},
+                                         {"step", step},
+                                         {"files", std::move(file_map)}}
                                  .dump(1) +
                              "\n";
 

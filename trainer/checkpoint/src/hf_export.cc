@@ -11,6 +11,7 @@
 #include <set>
 
 #include "ax/trainer/checkpoint/checkpoint.h"
+#include "checkpoint_internal.h"
 #include "checkpoint_io.h"
 #include "hf_format.h"
 #include "safetensors.h"
@@ -18,10 +19,10 @@
 namespace ax::train {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 constexpr int64_t kAny = -1;  // a dimension take() does not check
 
-std::string shape_text(const std::vector<int64_t>& shape) { return Json(shape).dump(); }
+using ckpt::shape_text;
 
 // The params/* tensors of a state, by ax name. take() checks the documented shape and marks the
 // tensor used, so that a tensor without a Hugging Face name is an error rather than dropped.
@@ -132,7 +133,7 @@ Status export_hugging_face(const CheckpointState& state, const Config& config,
     for (const ckpt::HfPart& part : t.parts) export_part(t, part, *h, query_scale, &exported);
   }
   AX_RETURN_IF_ERROR(params.check_all_used());
-  const Json hf_config = ckpt::hf_config(m, vocab);
+  const OrderedJson hf_config = ckpt::hf_config(m, vocab);
 
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);

@@ -25,7 +25,7 @@ using ckpt::join_path;
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-std::string shape_text(const std::vector<int64_t>& shape) { return Json(shape).dump(); }
+using ckpt::shape_text;
 
 bool is_file(const fs::path& p) {
   std::error_code ec;

@@ -95,7 +95,7 @@ void to_float(StoredType type, const char* raw, size_t n, float* out) {
   }
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+std::string spaced_shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += str_cat(i ? ", " : "", shape[i]);
   return s + "]";
@@ -127,7 +127,8 @@ StatusOr<FileRecord> write_safetensors(const std::string& dir, const std::string
   for (const TensorRef& t : tensors) {
     std::optional<uint64_t> bytes = f32_bytes(t.shape);
     if (!bytes)
-      return InvalidArgument(name, ": tensor ", t.key, " has a bad shape ", shape_text(t.shape));
+      return InvalidArgument(name, ": tensor ", t.key, " has a bad shape ",
+                             spaced_shape_text(t.shape));
     if (t.key.empty() || t.key == kMetadataKey || header.contains(t.key)) {
       return InvalidArgument(name, ": tensor key '", t.key, "' is empty, reserved or repeated");
     }
@@ -237,7 +238,7 @@ Status SafetensorsReader::parse_header(const std::string& header, uint64_t data_
     std::optional<uint64_t> bytes = tensor_bytes(e.shape, element_bytes(e.dtype));
     if (!bytes || e.end < e.begin || e.end - e.begin != *bytes) {
       return DataLoss(where, ": data_offsets ", offsets->dump(), " do not hold shape ",
-                      shape_text(e.shape), " of ", d);
+                      spaced_shape_text(e.shape), " of ", d);
     }
     entries_.push_back(std::move(e));
   }
@@ -289,9 +290,9 @@ Status SafetensorsReader::read_box(const SafetensorsEntry& entry,
     inside = offset[k] >= 0 && shape[k] >= 0 && offset[k] + shape[k] <= entry.shape[k];
   }
   if (!inside) {
-    return InvalidArgument(path_, ": box at ", shape_text(offset), " of shape ", shape_text(shape),
-                           " is not inside the 1-D or 2-D tensor '", entry.key, "' of shape ",
-                           shape_text(entry.shape));
+    return InvalidArgument(path_, ": box at ", spaced_shape_text(offset), " of shape ",
+                           spaced_shape_text(shape), " is not inside the 1-D or 2-D tensor '",
+                           entry.key, "' of shape ", spaced_shape_text(entry.shape));
   }
   const uint64_t size = element_bytes(entry.dtype);
   const int64_t cols = rank == 2 ? entry.shape[1] : entry.shape[0];

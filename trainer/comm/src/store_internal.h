@@ -8,6 +8,9 @@
 
 namespace ax::train::comm {
 
+// TCP_NODELAY on a store connection: requests and replies are small and answered at once.
+void set_nodelay(int fd);
+
 // "30 s", "0.5 s".
 std::string seconds_text(Millis timeout);
 // "rank 3", "ranks 3, 5".

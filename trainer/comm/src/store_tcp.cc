@@ -37,11 +37,6 @@ using namespace wire;  // NOLINT: the wire format's names are this file's vocabu
 constexpr Millis kReplyGrace{10000};
 constexpr Millis kHandshakeLimit{10000};
 
-void set_nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 StatusOr<std::pair<std::string, int>> split_host_port(const std::string& host_port) {
   size_t colon = host_port.rfind(':');
   std::optional<int64_t> port =
@@ -414,6 +409,11 @@ StatusOr<std::shared_ptr<TcpStore>> make_tcp_store(const TcpStoreOptions& option
   auto store = std::make_shared<TcpStoreImpl>(options, address, std::move(server));
   AX_RETURN_IF_ERROR(store->connect_to(connect_host, port));
   return std::shared_ptr<TcpStore>(std::move(store));
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 }  // namespace ax::train::comm

@@ -57,11 +57,6 @@ constexpr size_t kMaxUnproven = 64;
 constexpr size_t kMaxKeyBytes = 4096;
 constexpr size_t kMaxLoggedPeers = 256;
 
-void set_nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 // A key as error messages show it: long ones cut.
 std::string shown(const std::string& key) {
   return key.size() <= 100 ? key : key.substr(0, 100) + "...";
