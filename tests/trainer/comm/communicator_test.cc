@@ -128,19 +128,6 @@ std::string check_collectives(Communicator& comm, const std::vector<int>& member
   return errors;
 }
 
-std::vector<int> iota(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
-  return v;
-}
-
-CommOptions options(Millis timeout = Millis(30000)) {
-  CommOptions o;
-  o.timeout = timeout;
-  o.coordinator = "127.0.0.1:1";
-  return o;
-}
-
 #if AX_HAVE_GLOO
 
 class GlooWorld : public ::testing::TestWithParam<int> {};
@@ -150,7 +137,7 @@ TEST_P(GlooWorld, EveryCollectiveMatchesTheLocalReference) {
   auto outcomes = run_ranks(
       world,
       [world](int rank, std::shared_ptr<Store> store) -> std::string {
-        auto comm = make_gloo_communicator(store, "world", iota(world), rank, options());
+        auto comm = make_gloo_communicator(store, "world", iota(world), rank, cpu_options());
         if (!comm.ok()) return comm.status().to_string();
         std::string errors;
         for (int64_t n : {1, 7, 1000}) errors += check_collectives(**comm, iota(world), n);
@@ -219,7 +206,7 @@ TEST(GlooCommunicator, Bf16BuffersSumInF32AndRoundOnce) {
     auto outcomes = run_ranks(
         world,
         [world](int rank, std::shared_ptr<Store> store) -> std::string {
-          auto comm = make_gloo_communicator(store, "world", iota(world), rank, options());
+          auto comm = make_gloo_communicator(store, "world", iota(world), rank, cpu_options());
           if (!comm.ok()) return comm.status().to_string();
           std::string errors = check_bf16_collectives(**comm, world);
           return errors.empty() ? "OK" : errors;
@@ -235,7 +222,7 @@ TEST(GlooCommunicator, LargeBuffersOfAMillionFloats) {
   auto outcomes = run_ranks(
       world,
       [&](int rank, std::shared_ptr<Store> store) -> std::string {
-        auto comm = make_gloo_communicator(store, "world", iota(world), rank, options());
+        auto comm = make_gloo_communicator(store, "world", iota(world), rank, cpu_options());
         if (!comm.ok()) return comm.status().to_string();
         std::string errors;
         std::vector<float> buf(total), want(total, 0.f);
@@ -275,7 +262,7 @@ TEST_P(GlooMesh, EveryGroupReducesOverItsMembers) {
       world,
       [m](int rank, std::shared_ptr<Store> store) -> std::string {
         MeshCoords c = MeshCoords::of(rank, m.data, m.fsdp, m.tensor);
-        auto groups = make_mesh_groups(store, c, CommBackend::kGloo, options());
+        auto groups = make_mesh_groups(store, c, CommBackend::kGloo, cpu_options());
         if (!groups.ok()) return groups.status().to_string();
         std::string errors;
         std::pair<Communicator*, std::vector<int>> all[] = {
@@ -318,7 +305,7 @@ TEST(GlooCommunicator, RecreatingAGroupWithTheSameTagWorks) {
       [](int rank, std::shared_ptr<Store> store) -> std::string {
         std::string errors;
         for (int round = 0; round < 3; ++round) {
-          auto comm = make_gloo_communicator(store, "world", {0, 1}, rank, options());
+          auto comm = make_gloo_communicator(store, "world", {0, 1}, rank, cpu_options());
           if (!comm.ok()) return comm.status().to_string();
           errors += check_collectives(**comm, {0, 1}, 3);
         }
@@ -341,7 +328,7 @@ std::vector<RankOutcome> lose_a_rank(int victim, Fate fate) {
   return run_ranks(world,
                    [=](int rank, std::shared_ptr<Store> store) -> std::string {
                      auto comm = make_gloo_communicator(store, "world", iota(world), rank,
-                                                        options(kFailTimeout));
+                                                        cpu_options(kFailTimeout));
                      if (!comm.ok()) return "create: " + comm.status().to_string();
                      std::vector<float> buf(1000, 1.f);
                      for (int step = 0;; ++step) {
@@ -448,12 +435,12 @@ TEST(GlooFailure, RanksBlockedInOtherGroupsNameOnlyTheDeadRank) {
                               auto fsdp = make_gloo_communicator(
                                   store, rank < 2 ? "fsdp[d=0]" : "fsdp[d=1]",
                                   rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, rank,
-                                  options(kFailTimeout));
+                                  cpu_options(kFailTimeout));
                               if (!fsdp.ok()) return "create: " + fsdp.status().to_string();
                               auto data = make_gloo_communicator(
                                   store, rank % 2 ? "data[f=1]" : "data[f=0]",
                                   rank % 2 ? std::vector<int>{1, 3} : std::vector<int>{0, 2}, rank,
-                                  options(kFailTimeout));
+                                  cpu_options(kFailTimeout));
                               if (!data.ok()) return "create: " + data.status().to_string();
                               // Every pair of both groups is connected before rank 3 dies (its
                               // creation could finish while a peer's was still connecting).
@@ -508,7 +495,7 @@ TEST(GlooFailure, RankThatNeverArrivesFailsCreationWithItsName) {
       [&](int rank, std::shared_ptr<Store> store) -> std::string {
         if (rank == 2) return "absent";
         auto t0 = Clock::now();
-        auto comm = make_gloo_communicator(store, "world", {0, 1, 2}, rank, options(timeout));
+        auto comm = make_gloo_communicator(store, "world", {0, 1, 2}, rank, cpu_options(timeout));
         if (comm.ok()) return "created without rank 2";
         std::ostringstream os;
         os << status_code_name(comm.status().code()) << "|" << comm.status().message() << "|"
@@ -528,7 +515,7 @@ TEST(GlooFailure, RankThatNeverArrivesFailsCreationWithItsName) {
 #else
 
 TEST(GlooCommunicator, UnimplementedWithoutGloo) {
-  auto comm = make_gloo_communicator(nullptr, "world", {0, 1}, 0, options());
+  auto comm = make_gloo_communicator(nullptr, "world", {0, 1}, 0, cpu_options());
   EXPECT_EQ(comm.status().code(), StatusCode::kUnimplemented);
 }
 

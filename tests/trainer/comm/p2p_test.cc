@@ -50,19 +50,6 @@ std::vector<uint16_t> bf16_values(int rank, int64_t n, int64_t offset) {
   return v;
 }
 
-std::vector<int> iota(int n) {
-  std::vector<int> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
-  return v;
-}
-
-CommOptions options(Millis timeout = Millis(30000)) {
-  CommOptions o;
-  o.timeout = timeout;
-  o.coordinator = "127.0.0.1:1";
-  return o;
-}
-
 std::string this_host() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -113,7 +100,7 @@ TEST_P(GlooRing, EachRankSendsRightAndReceivesLeftInOneBatch) {
   auto outcomes = run_ranks(
       world,
       [world](int rank, std::shared_ptr<Store> store) -> std::string {
-        auto comm = make_gloo_communicator(store, "ring", iota(world), rank, options());
+        auto comm = make_gloo_communicator(store, "ring", iota(world), rank, cpu_options());
         if (!comm.ok()) return comm.status().to_string();
         std::string errors;
         for (int64_t n : {1, 7, 1001, 12345}) errors += check_ring(**comm, n);
@@ -136,7 +123,7 @@ TEST(GlooP2P, PipelineSendsActivationsForwardAndGradientsBack) {
         int stage = -1;
         for (int s = 0; s < 3; ++s) stage = stages[static_cast<size_t>(s)] == rank ? s : stage;
         if (stage < 0) return "OK";
-        auto comm = make_gloo_communicator(store, "pipe[d=0]", stages, rank, options());
+        auto comm = make_gloo_communicator(store, "pipe[d=0]", stages, rank, cpu_options());
         if (!comm.ok()) return comm.status().to_string();
         Communicator& c = **comm;
         std::string errors;
@@ -181,7 +168,7 @@ TEST(GlooP2P, PipelineSendsActivationsForwardAndGradientsBack) {
 // InvalidArgument before anything moves (the messages end in the place that returned them), and
 // leaves the group usable.
 TEST(GlooP2P, GroupOfOneSendsToItselfAndRejectsWhatCannotBeMet) {
-  auto comm = make_gloo_communicator(nullptr, "pipe", {3}, 3, options());
+  auto comm = make_gloo_communicator(nullptr, "pipe", {3}, 3, cpu_options());
   ASSERT_TRUE(comm.ok()) << comm.status().to_string();
   Communicator& c = **comm;
   std::vector<float> a = f32_values(3, 7, 0), got(7, 0.f);
@@ -245,7 +232,7 @@ std::string never_posted(P2POp::Kind kind, Millis timeout) {
   auto outcomes = run_ranks(
       3,
       [=](int rank, std::shared_ptr<Store> store) -> std::string {
-        auto comm = make_gloo_communicator(store, "pipe", {0, 1, 2}, rank, options(timeout));
+        auto comm = make_gloo_communicator(store, "pipe", {0, 1, 2}, rank, cpu_options(timeout));
         if (!comm.ok()) return "create: " + comm.status().to_string();
         if (rank != 0) {  // alive and connected until rank 0 has its verdict
           StatusOr<std::string> done = store->get("test/done", Millis(30000));
@@ -298,7 +285,8 @@ void expect_ring_names_lost_neighbour(Fate fate) {
   auto outcomes = run_ranks(
       world,
       [=](int rank, std::shared_ptr<Store> store) -> std::string {
-        auto comm = make_gloo_communicator(store, "ring", iota(world), rank, options(kFailTimeout));
+        auto comm =
+            make_gloo_communicator(store, "ring", iota(world), rank, cpu_options(kFailTimeout));
         if (!comm.ok()) return "create: " + comm.status().to_string();
         std::vector<float> out(1000, 1.f), in(1000);
         for (int step = 0;; ++step) {
@@ -348,7 +336,7 @@ TEST(GlooP2PFailure, StoppedNeighbourInARingIsNamed) {
 #else
 
 TEST(GlooP2P, UnimplementedWithoutGloo) {
-  auto comm = make_gloo_communicator(nullptr, "pipe", {0, 1}, 0, options());
+  auto comm = make_gloo_communicator(nullptr, "pipe", {0, 1}, 0, cpu_options());
   EXPECT_EQ(comm.status().code(), StatusCode::kUnimplemented);
 }
 

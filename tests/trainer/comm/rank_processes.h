@@ -16,11 +16,28 @@
 #include <vector>
 
 #include "ax/common/check.h"
+#include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/comm/store.h"
 
 namespace ax::train::comm {
 
 using Clock = std::chrono::steady_clock;
+
+// Group ranks 0..n-1.
+inline std::vector<int> iota(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return v;
+}
+
+// Options of a Gloo communicator in these tests (the coordinator is never dialled: the store is
+// given).
+inline CommOptions cpu_options(Millis timeout = Millis(30000)) {
+  CommOptions o;
+  o.timeout = timeout;
+  o.coordinator = "127.0.0.1:1";
+  return o;
+}
 
 inline double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
