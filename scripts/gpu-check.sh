@@ -384,6 +384,9 @@ step_tests() {
   mapfile -t tests <"$bundle/gpu-tests.txt"
   for t in "${tests[@]}"; do
     axbin "$t"
+    # The parity cases' GEMM plans and cuBLASLt's algorithms, on stderr after each [ RUN ] line:
+    # what a failing GEMM ran (docs/cuda-backend.md "GEMMs").
+    [[ "$t" != cuda_parity_test ]] || ax_cmd=("${ax_cmd[0]}" AX_CUDA_GEMM_LOG=1 "${ax_cmd[@]:1}")
     rc=0
     timeout -k 10 "$(cap 240)" "${ax_cmd[@]}" --gtest_color=no \
       --gtest_output="json:$step_dir/$t.json" >"$step_dir/$t.log" 2>&1 || rc=$?
@@ -514,20 +517,148 @@ step_curves() {
   step_end
 }
 
+# PID and its descendants (parents first), from /proc's parent links: the ranks ax-launch starts
+# run in process groups of their own.
+tree_pids() {  # PID
+  local -A kids=()
+  local f line rest pid ppid queue=("$1")
+  for f in /proc/[0-9]*/stat; do
+    { read -r line <"$f"; } 2>/dev/null || continue  # a process that ended meanwhile
+    pid="${line%% *}"
+    rest="${line##*) }"  # after the command name, which may hold spaces
+    read -r _ ppid _ <<<"$rest"
+    [[ "$ppid" =~ ^[0-9]+$ ]] && kids[$ppid]+=" $pid"
+  done
+  while ((${#queue[@]})); do
+    pid="${queue[0]}"
+    queue=("${queue[@]:1}")
+    echo "$pid"
+    # shellcheck disable=SC2206  # the children's ids are words
+    queue+=(${kids[$pid]:-})
+  done
+}
+
+# What every process of the tree under PID is doing, into FILE: first one line, a word per process
+# (name[pid] state, threads, the main thread's wait channel); then per process its command line,
+# signal masks (/proc/PID/status) and descriptors, per thread (/proc/PID/task/TID) its name, state,
+# wait channel, system call and kernel stack where readable; then (unless a third argument says
+# no-gdb) gdb's backtraces of every thread where gdb is installed. Sets hang_summary to the first
+# line.
+hang_evidence() {  # PID FILE [no-gdb]
+  # A subshell without errexit: a process or thread that ends meanwhile fails a read, and that
+  # must not end gpu-check.sh.
+  (
+    set +e
+    local pid t f state summary=() pids
+    mapfile -t pids < <(tree_pids "$1")
+    for pid in "${pids[@]}"; do
+      { read -r f <"/proc/$pid/stat"; } 2>/dev/null || continue
+      state="${f##*) }"
+      summary+=("$(cat "/proc/$pid/comm" 2>/dev/null)[$pid] ${state%% *}, $(sed -n \
+        's/^Threads:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null) thread(s), main in $(cat \
+        "/proc/$pid/wchan" 2>/dev/null || echo '?')")
+    done
+    f="$(printf '%s; ' "${summary[@]}")"
+    echo "${f%; }"
+    for pid in "${pids[@]}"; do
+      [[ -d "/proc/$pid" ]] || continue
+      echo
+      echo "== process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-400)"
+      grep -E '^(Name|State|PPid|Threads|SigQ|SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt):' \
+        "/proc/$pid/status"
+      find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 -printf '  fd %f -> %l\n'
+      for t in /proc/"$pid"/task/*; do
+        [[ -d "$t" ]] || continue
+        { read -r f <"$t/stat"; } 2>/dev/null || f="? (?) ?"
+        state="${f##*) }"
+        echo "-- thread ${t##*/} '$(cat "$t/comm")' state ${state%% *}, wchan $(cat "$t/wchan")," \
+          "syscall $(cat "$t/syscall")"
+        grep -E '^(SigPnd|SigBlk):' "$t/status" | sed 's/^/   /'
+        sed 's/^/   /' "$t/stack"
+      done
+    done
+    if [[ "${3:-}" == no-gdb ]]; then
+      :
+    elif command -v gdb >/dev/null; then
+      for pid in "${pids[@]}"; do
+        [[ -d "/proc/$pid" ]] || continue
+        echo
+        echo "== gdb -p $pid: thread apply all bt"
+        if [[ "$(sed -n 's/^State:[[:space:]]*//p' "/proc/$pid/status")" == Z* ]]; then
+          echo "(a zombie: it has exited, its parent has not reaped it)"
+          continue
+        fi
+        timeout -k 5 20 gdb -batch -nx -iex "set debuginfod enabled off" -p "$pid" \
+          -ex "info threads" -ex "thread apply all bt" </dev/null 2>&1 |
+          grep -v '^\[New LWP\|^Reading symbols\|^Downloading'
+      done
+    else
+      echo
+      echo "gdb: not installed here"
+    fi
+  ) >"$2" 2>&1
+  hang_summary="$(head -1 "$2")"
+}
+
+# watched SECONDS NAME CMD...: runs CMD (the caller's redirections apply) for at most SECONDS;
+# once CMD has a child (a launcher has started its ranks), NAME.threads.txt gets its tree's
+# processes and threads (hang_evidence without gdb: the launcher's threads and the signals they
+# block, hang or not); past SECONDS, first writes
+# what every process of its tree is doing into NAME.hang.txt (hang_evidence), then stops CMD as
+# `timeout -k 20` would (SIGTERM, SIGKILL 20 s later, to what is left of the tree too) and
+# prints a last line naming the file. watched_rc: CMD's exit status, 124 when it ran out of time.
+watched() {
+  local t="$1" name="$2" pid deadline pids p snapshot=1
+  shift 2
+  "$@" &
+  pid=$!
+  deadline=$((SECONDS + t))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+    if ((snapshot)) && (($(tree_pids "$pid" | wc -l) > 1)); then
+      sleep 0.5  # the ranks' first threads
+      hang_evidence "$pid" "$name.threads.txt" no-gdb
+      snapshot=0
+    fi
+    sleep 0.2
+  done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    watched_rc=0
+    wait "$pid" || watched_rc=$?
+    return
+  fi
+  mapfile -t pids < <(tree_pids "$pid")
+  local -A comms=()
+  for p in "${pids[@]}"; do comms[$p]="$(cat "/proc/$p/comm" 2>/dev/null)"; done
+  hang_evidence "$pid" "$name.hang.txt"
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + 20))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  for p in "${pids[@]}"; do  # still the same process: its name unchanged
+    [[ -n "${comms[$p]}" && "$(cat "/proc/$p/comm" 2>/dev/null)" == "${comms[$p]}" ]] &&
+      kill -KILL "$p" 2>/dev/null
+  done
+  wait "$pid" 2>/dev/null || true
+  # Last, after what the processes printed on the way out: the line a check quotes.
+  echo "gpu-check: no exit after $t s; then SIGTERM: what every thread was doing is in" \
+    "$(basename "$name").hang.txt beside this log ($hang_summary)"
+  watched_rc=124
+}
+
 # launch DIR NPROC ICI SECONDS MODEL [ax-train args...]: ax-launch NPROC ranks of ax-train on
 # the mesh ici=ICI, the output in DIR.log, rank r's in DIR.launch/logs/rank_r.log; its status in
-# launch_rc.
+# launch_rc (124: no exit after SECONDS; then DIR.hang.txt holds what each thread was doing, and
+# DIR.log's last line names it).
 launch() {
   local dir="$1" nproc="$2" ici="$3" t="$4" model="$5" train_cmd
   shift 5
   axbin ax-train
   train_cmd=("${ax_cmd[@]:2}")  # without env: the ranks inherit ax-launch's library path
   axbin ax-launch
-  launch_rc=0
-  timeout -k 20 "$t" "${ax_cmd[@]}" --nproc "$nproc" --mesh "ici=$ici;dcn=1,1,1" \
+  watched "$t" "$dir" "${ax_cmd[@]}" --nproc "$nproc" --mesh "ici=$ici;dcn=1,1,1" \
     --run-dir "$dir.launch" -- "${train_cmd[@]}" --experiment "$model" "${data[@]}" \
     --run-dir "$dir" --set train.eval_every=0 --set train.checkpoint_every=0 \
-    --set train.log_every=1 "$@" >"$dir.log" 2>&1 || launch_rc=$?
+    --set train.log_every=1 "$@" >"$dir.log" 2>&1
+  launch_rc=$watched_rc
 }
 
 step_parallel() {

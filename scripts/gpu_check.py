@@ -147,7 +147,9 @@ def load_losses(path):
 def run_problem(label, metrics, log, rc, device):
     """Why a run cannot be compared, or ''."""
     if rc is not None and rc != 0:
-        why = last_line(log, r"^(\[r\d+\] )?ax-(train|launch):") or last_line(log)
+        # The error line of ax-train or ax-launch, or gpu-check's own (a run that did not exit in
+        # time: it names the file of what every thread was doing, launch() in gpu-check.sh).
+        why = last_line(log, r"^(\[r\d+\] )?(ax-(train|launch)|gpu-check):") or last_line(log)
         return f"{label} run failed (exit {rc}): {why}"
     if device and log:
         try:

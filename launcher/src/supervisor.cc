@@ -35,6 +35,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// While ranks run, poll() wakes at least this often to reap: a SIGCHLD that another thread of
+// the process took (block_supervised_signals) never reaches the signalfd.
+constexpr int kReapEveryMs = 1000;
+
+sigset_t supervised_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGUSR1}) sigaddset(&set, sig);
+  return set;
+}
+
 constexpr int kPreemptedExit = 75;  // EX_TEMPFAIL: the trainer checkpointed on a signal
 // ax-train's kExitCollectiveFailed: a collective failed because another rank failed first. Such
 // an exit is a consequence: the rank that failed first is named by the ranks' own messages (and,
@@ -173,8 +184,7 @@ Status Supervisor::prepare() {
   }
   null_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd_ < 0) return IoError("open /dev/null", errno);
-  sigemptyset(&handled_);
-  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGUSR1}) sigaddset(&handled_, sig);
+  handled_ = supervised_signals();
   if (sigprocmask(SIG_BLOCK, &handled_, nullptr) != 0) return IoError("sigprocmask", errno);
   signal_fd_ = signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) return IoError("signalfd", errno);
@@ -431,12 +441,12 @@ int Supervisor::supervise_set() {
         owners.push_back(&c);
       }
     }
-    int timeout_ms = -1;
+    int timeout_ms = kReapEveryMs;
     auto until = [&](Clock::time_point t) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
       return static_cast<int>(std::max<int64_t>(0, ms) + 1);
     };
-    if (tearing_down_ && !killed_) timeout_ms = until(kill_deadline_);
+    if (tearing_down_ && !killed_) timeout_ms = std::min(timeout_ms, until(kill_deadline_));
     if (running_ == 0) timeout_ms = until(drain_until);
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) {
@@ -448,6 +458,7 @@ int Supervisor::supervise_set() {
       if (fds[i].revents != 0) read_output(*owners[i]);
     }
     if (n > 0 && fds[0].revents != 0) handle_signals();
+    if (running_ > 0) reap();  // a child whose SIGCHLD another thread took (kReapEveryMs)
     if (tearing_down_ && !killed_ && Clock::now() >= kill_deadline_ && running_ > 0) {
       AX_LOG(kWarn, "launch") << running_ << " ranks still running after " << options_.grace_seconds
                               << " s; sending SIGKILL";
@@ -465,6 +476,17 @@ int Supervisor::supervise_set() {
 
 StatusOr<int> Supervisor::run() {
   AX_RETURN_IF_ERROR(prepare());
+  // A stop signal that came while the signals were blocked and no rank had started
+  // (block_supervised_signals): end here, as its default action would have, starting nothing.
+  sigset_t pending;
+  if (sigpending(&pending) == 0) {
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1}) {
+      if (sigismember(&pending, sig)) {
+        AX_LOG(kWarn, "launch") << signal_name(sig) << " before the ranks started: none started";
+        return 128 + sig;
+      }
+    }
+  }
   for (attempt_ = 0;; ++attempt_) {
     if (attempt_ > 0) {
       AX_LOG(kInfo, "launch") << "restart " << attempt_ << "/" << options_.max_restarts;
@@ -483,6 +505,11 @@ StatusOr<int> Supervisor::run() {
 }
 
 }  // namespace
+
+void block_supervised_signals() {
+  const sigset_t set = supervised_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
 StatusOr<int> supervise(const std::vector<RankPlan>& ranks, const SuperviseOptions& options) {
   Supervisor supervisor(ranks, options);

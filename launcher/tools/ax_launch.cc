@@ -83,6 +83,11 @@ int fail(const ax::Status& s, int code) {
 }
 
 int run(int argc, char** argv) {
+  // Before anything starts a thread (topology discovery loads hwloc's plugins and NVML): every
+  // thread then blocks the signals the supervisor reads from its signalfd, so none of them takes
+  // a rank's SIGCHLD (the launcher would wait for an exited rank forever) or a SIGTERM (it would
+  // end the launcher without stopping the ranks).
+  ax::launcher::block_supervised_signals();
   ax::StatusOr<ax::launcher::LaunchOptions> parsed =
       ax::launcher::parse_launch_options(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) return fail(parsed.status(), kUsageError);

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -343,6 +345,86 @@ TEST(LaunchTest, SigtermIsForwardedAndPreemptedRanksExit75) {
     EXPECT_TRUE(contains(rank_log(dir, rank), "got signal")) << rank_log(dir, rank);
   }
   EXPECT_FALSE(std::filesystem::exists(dir + "/error.json"));
+}
+
+// supervise() in a child process of its own (the test binary's threads and signal mask stay as
+// they are); its exit status, or -1 when it had not returned after `seconds` (then killed).
+int supervise_in_child(const std::function<int()>& body, double seconds) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int st = 0;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::vector<RankPlan> one_rank() {
+  RankPlan r;
+  r.device = "cpu";
+  r.env = {{"AX_RANK", "0"}};
+  return {r};
+}
+
+// A thread that does not block SIGCHLD takes a rank's SIGCHLD from the supervisor's signalfd (in
+// ax-launch on a GPU machine, likely a thread of hwloc's OpenCL plugin or NVML: on 2026-11-28 a
+// world-1 launch there waited for its exited rank until `timeout` ended it; the same binary with
+// such a thread preloaded hangs so on the CPU). The rank's exit is seen anyway.
+TEST(SuperviseTest, RankExitIsSeenWhenAnotherThreadTakesItsSigchld) {
+  std::string dir = ax::testing::temp_dir("supervise_stray_thread");
+  const std::vector<RankPlan> ranks = one_rank();
+  SuperviseOptions so;
+  so.command = {AX_FAKE_RANK_BIN};
+  so.run_dir = dir;
+  so.host = host();
+  // Which thread takes the signal is a race: without the supervisor's periodic reap, 1 round in
+  // a few hung on a 2-core machine.
+  for (int round = 0; round < 10; ++round) {
+    const int status = supervise_in_child(
+        [&] {
+          std::atomic<bool> stop{false};
+          // Running and not blocking SIGCHLD: the kernel hands it the signal the supervisor's
+          // thread blocks.
+          std::thread stray([&] {
+            while (!stop.load()) {
+            }
+          });
+          StatusOr<int> st = supervise(ranks, so);
+          stop = true;
+          stray.join();
+          return st.ok() ? *st : 99;
+        },
+        20);
+    ASSERT_EQ(status, 0) << "round " << round << (status == -1 ? ": supervise() hung" : "");
+  }
+  EXPECT_TRUE(contains(rank_log(dir, 0), "AX_RANK=0")) << rank_log(dir, 0);
+}
+
+// ax-launch blocks the stop signals from its first line: one that comes before the ranks start
+// ends the launch without starting them.
+TEST(SuperviseTest, StopSignalBeforeTheRanksStartStartsNone) {
+  std::string dir = ax::testing::temp_dir("supervise_early_term");
+  const std::vector<RankPlan> ranks = one_rank();
+  SuperviseOptions so;
+  so.command = {AX_FAKE_RANK_BIN};
+  so.run_dir = dir;
+  so.host = host();
+  const int status = supervise_in_child(
+      [&] {
+        block_supervised_signals();
+        kill(getpid(), SIGTERM);
+        StatusOr<int> st = supervise(ranks, so);
+        return st.ok() ? *st : 99;
+      },
+      20);
+  EXPECT_EQ(status, 128 + SIGTERM);
+  EXPECT_EQ(rank_log(dir, 0), "");
 }
 
 TEST(LaunchTest, MaxRestartsRestartsTheWholeSet) {

@@ -91,6 +91,17 @@ class RunProblems(unittest.TestCase):
             self.assertEqual(problem, "cuda run failed (exit 1): ax-train: Unimplemented: CUDA "
                              "backend with f32 activations")
 
+    def test_a_run_that_did_not_exit_is_named_by_gpu_checks_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = write(os.path.join(d, "launch.log"),
+                        "[r0] done: step 10, 5120 tokens\n"
+                        "ax-launch: rank 0 on host h was killed by signal 15 (SIGTERM)\n"
+                        "gpu-check: no exit after 120 s; then SIGTERM: what every thread was "
+                        "doing is in one.hang.txt beside this log (ax-launch[7] S)\n")
+            problem = gpu_check.run_problem("one", os.path.join(d, "none"), log, 124, "cuda")
+            self.assertIn("one run failed (exit 124): gpu-check: no exit after 120 s", problem)
+            self.assertIn("one.hang.txt beside this log", problem)
+
     def test_the_device_line_must_name_the_device_not_a_longer_one(self):
         with tempfile.TemporaryDirectory() as d:
             m = metrics(os.path.join(d, "m.jsonl"), [6.0])

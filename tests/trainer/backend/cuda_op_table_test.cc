@@ -5,8 +5,10 @@
 // checked) and from the reference's forward outputs and saved statistics on both sides, so each
 // op is checked alone; cases marked same_bits_twice run the GPU's backward pass again from the
 // same starting gradients and must give the same bits. Without a GPU every test is skipped.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -51,6 +53,8 @@ class OpTableParity : public ::testing::TestWithParam<Param>, protected ParityHa
   }
   void check_second_run(const OpCase& c, const std::vector<std::vector<float>>& start);
   void expect_tensor_cores_ran(const OpCase& c, optable::Env& gpu);
+  std::optional<GemmParts> gemm_parts(const OpCase& c, const std::string& name,
+                                      const std::vector<float>* start);
 
   std::map<std::string, Pair> pairs_;
 };
@@ -73,6 +77,45 @@ void OpTableParity::check_second_run(const OpCase& c,
                 std::memcmp(again.data(), first[i].data(), again.size() * sizeof(float)) == 0)
         << names[i] << " differs between two runs of the same backward pass";
   }
+}
+
+// The f64 parts (GemmParts, cuda_parity.h) of output `name` of a matmul case (the op table's
+// GEMMs), from the operands as the GPU holds them and the case's reference: "out" is the product
+// inp · weightᵀ, plus the bias when the forward pass adds one; "dinp" and "dweight" are the
+// backward pass's products, added to their starting values `start`.
+std::optional<GemmParts> OpTableParity::gemm_parts(const OpCase& c, const std::string& name,
+                                                   const std::vector<float>* start) {
+  if (!c.reference || c.name.rfind("matmul", 0) != 0) return std::nullopt;
+  optable::Host h;
+  for (const In& in : c.inputs) {
+    if (in.kind == Kind::kI32) return std::nullopt;
+    h.f[in.name] = gpu_values(pairs_[in.name]);
+  }
+  for (const Out& out : c.outputs) {
+    const std::string d = "d" + out.name;
+    h.f[d] = pairs_.count(d) > 0
+                 ? gpu_values(pairs_[d])
+                 : std::vector<float>(static_cast<size_t>(optable::numel(out.shape)), 0.0f);
+  }
+  GemmParts parts;
+  if (name == "out") {
+    optable::Host no_bias = h;
+    if (h.has("bias")) std::fill(no_bias.f["bias"].begin(), no_bias.f["bias"].end(), 0.0f);
+    const optable::Want product = c.reference(no_bias);
+    if (product.count("out") == 0) return std::nullopt;
+    parts.acc = product.at("out");
+    if (h.has("bias") && c.reference(h).at("out") != parts.acc) {  // the forward pass adds it
+      const std::vector<float>& bias = h["bias"];
+      parts.addend.resize(parts.acc.size());
+      for (size_t i = 0; i < parts.addend.size(); ++i) parts.addend[i] = bias[i % bias.size()];
+    }
+    return parts;
+  }
+  const optable::Want want = c.reference(h);
+  if (want.count(name) == 0) return std::nullopt;
+  parts.acc = want.at(name);
+  if (start != nullptr) parts.addend.assign(start->begin(), start->end());
+  return parts;
 }
 
 // A case made for the tensor-core attention kernels (`_tc`, op_table_attention.cc): the forward
@@ -113,7 +156,7 @@ TEST_P(OpTableParity, MatchesTheCpuBackend) {
   c.forward(*gpu_, gpu);
   for (const Out& out : c.outputs) {
     if (out.scratch || out.parity.empty()) continue;
-    expect(pairs_[out.name], out.parity);
+    expect(pairs_[out.name], out.parity, [&] { return gemm_parts(c, out.name, nullptr); });
     const std::vector<float> want = ref_values(pairs_[out.name]);
     EXPECT_EQ(std::count(want.begin(), want.end(), -INFINITY) > 0, out.neg_inf)
         << out.name << ": the case has -inf values exactly when it forces some";
@@ -138,12 +181,17 @@ TEST_P(OpTableParity, MatchesTheCpuBackend) {
     }
   }
   std::vector<std::vector<float>> start;
-  for (const std::string& name : accumulated(c)) start.push_back(gpu_values(pairs_[name]));
+  const std::vector<std::string> names = accumulated(c);
+  for (const std::string& name : names) start.push_back(gpu_values(pairs_[name]));
   envs(ref, gpu);
   c.backward(*ref_, ref);
   c.backward(*gpu_, gpu);
   for (const In& in : c.inputs) {
-    if (in.grad != Grad::kNone) expect(pairs_["d" + in.name], in.grad_parity);
+    if (in.grad == Grad::kNone) continue;
+    const std::string d = "d" + in.name;
+    const auto at = std::find(names.begin(), names.end(), d);
+    const std::vector<float>* from = at == names.end() ? nullptr : &start[at - names.begin()];
+    expect(pairs_[d], in.grad_parity, [&, d, from] { return gemm_parts(c, d, from); });
   }
   if (c.same_bits_twice) check_second_run(c, start);
 }

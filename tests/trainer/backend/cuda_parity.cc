@@ -1,6 +1,7 @@
 #include "cuda_parity.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace ax::train::parity {
 namespace {
@@ -20,7 +21,113 @@ double ulp(DType dtype, double x) {
   return std::ldexp(1.0, e - (dtype == kBF16 ? 8 : 24));
 }
 
+// x rounded once to `dtype` (bf16: to nearest even, directly from f64; f32: the C++ cast).
+double round_to(DType dtype, double x) {
+  if (dtype != kBF16) return static_cast<double>(static_cast<float>(x));
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  std::frexp(x, &e);
+  const double step = std::ldexp(1.0, e - 8);  // bf16 keeps 8 significant bits
+  return std::nearbyint(x / step) * step;      // the default rounding: ties to even
+}
+
+// value - exact in steps of `dtype` at exact (at value when exact is 0).
+double steps_off(DType dtype, double value, double exact) {
+  const double d = value - exact;
+  if (d == 0) return 0;
+  const double u = ulp(dtype, exact != 0 ? exact : value);
+  return u > 0 ? d / u : INFINITY;
+}
+
+std::string fmt(double v, const char* spec = "%.6g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, spec, v);
+  return buf;
+}
+
 }  // namespace
+
+std::string gemm_diagnosis(DType dtype, const std::vector<float>& gpu,
+                           const std::vector<float>& ref, const GemmParts& parts, int64_t first) {
+  const size_t n = gpu.size();
+  const bool has_addend = !parts.addend.empty();
+  if (ref.size() != n || parts.acc.size() != n || (has_addend && parts.addend.size() != n)) {
+    return "f64 check: not made (the operands give " + std::to_string(parts.acc.size()) +
+           " values for an output of " + std::to_string(n) + ")";
+  }
+  const auto addend = [&](size_t i) { return has_addend ? parts.addend[i] : 0.0; };
+  const auto exact = [&](size_t i) { return parts.acc[i] + addend(i); };
+  // What a GEMM that rounds its product to the output's dtype before adding gives.
+  const auto early = [&](size_t i) {
+    return round_to(dtype, round_to(dtype, parts.acc[i]) + addend(i));
+  };
+  // Off: more than one step plus kNoise of the output's rms from the f64 value. The noise is
+  // what f32 sums of these lengths differ by (an output near 0 after cancellation has tiny steps),
+  // a hundredth of the parity bound and far below a bf16 rounding of an intermediate.
+  constexpr double kNoise = 1e-5;
+  double sq = 0;
+  int64_t finite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::isfinite(exact(i))) sq += exact(i) * exact(i), ++finite;
+  }
+  const double rms = finite > 0 ? std::sqrt(sq / static_cast<double>(finite)) : 0;
+  struct Side {
+    const char* name;
+    const std::vector<float>& v;
+    double worst = 0;  // |v - f64| / rms
+    int64_t off = 0, once = 0, early = 0, finite = 0;
+  };
+  Side sides[] = {{"gpu", gpu}, {"reference", ref}};
+  for (Side& s : sides) {
+    for (size_t i = 0; i < n; ++i) {
+      const double x = exact(i), v = s.v[i];
+      if (!std::isfinite(x) || !std::isfinite(v)) continue;
+      ++s.finite;
+      const double err = std::fabs(v - x);
+      if (rms > 0) s.worst = std::max(s.worst, err / rms);
+      if (err > ulp(dtype, x != 0 ? x : v) + kNoise * rms) ++s.off;
+      if (v == round_to(dtype, x)) ++s.once;
+      if (v == early(i)) ++s.early;
+    }
+  }
+  const char* unit = dtype == kBF16 ? "bf16" : "f32";
+  std::string out = std::string("f64 check (the operands as the GPU holds them; one step: one ") +
+                    unit + " step at the f64 value; rms: the f64 output's, " + fmt(rms) + "):";
+  if (first >= 0 && static_cast<size_t>(first) < n) {
+    const size_t i = static_cast<size_t>(first);
+    out += "\n  first [" + std::to_string(first) + "]: f64 " + fmt(exact(i), "%.10g") +
+           " = product " + fmt(parts.acc[i], "%.10g") +
+           (has_addend ? " + addend " + fmt(addend(i), "%.10g") : std::string()) + "; gpu " +
+           fmt(gpu[i], "%.10g") + " (" + fmt(steps_off(dtype, gpu[i], exact(i)), "%+.3f") +
+           " steps), reference " + fmt(ref[i], "%.10g") + " (" +
+           fmt(steps_off(dtype, ref[i], exact(i)), "%+.3f") + " steps)";
+  }
+  for (const Side& s : sides) {
+    out += std::string("\n  ") + s.name + ": " + std::to_string(s.off) + " of " +
+           std::to_string(s.finite) + " more than one step + " + fmt(kNoise, "%g") +
+           " rms off, the largest error " + fmt(s.worst, "%.3g") +
+           " rms; the f64 value rounded once in " + std::to_string(s.once) + ", " +
+           (has_addend ? "the product rounded before the addend (then the sum) in "
+                       : "(no addend: a product rounded early is the same) in ") +
+           std::to_string(s.early);
+  }
+  const Side &g = sides[0], &r = sides[1];
+  std::string verdict;
+  if (g.off > 0 && r.off == 0) {
+    verdict = "the GPU is off; the CPU reference is within one step everywhere";
+  } else if (r.off > 0 && g.off == 0) {
+    verdict = "the CPU reference is off; the GPU is within one step everywhere";
+  } else if (g.off > 0) {
+    verdict = "both are more than one step off somewhere";
+  } else {
+    verdict = "both are within one step everywhere (the bound is tighter than two roundings)";
+  }
+  if (has_addend && g.early > g.once && g.early * 100 >= g.finite * 99) {
+    verdict += "; the GPU's values are a product rounded to " + std::string(unit) +
+               " before the addend was added";
+  }
+  return out + "\n  so: " + verdict;
+}
 
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) {
   const int64_t cols = t.ndim == 1 ? 1 : t.cols();
@@ -149,7 +256,8 @@ void ParityHarness::write(Backend& be, const Tensor& t, const std::vector<float>
   }
 }
 
-void ParityHarness::expect(const Pair& p, const std::string& output) {
+void ParityHarness::expect(const Pair& p, const std::string& output,
+                           const GemmPartsFn& gemm_parts) {
   const OutputSpec* spec = spec_of(output);
   ASSERT_NE(spec, nullptr) << "'" << output << "' has no row in kOutputs (cuda_parity.h)";
   double steps = 1, rel = mode().rel;
@@ -186,11 +294,23 @@ void ParityHarness::expect(const Pair& p, const std::string& output) {
     EXPECT_LE(rms_err, kAttentionTensorCoreRms * rms)
         << output << ": rms error " << rms_err << " of an rms " << rms;
   }
+  std::string f64;
+  if (bad > 0 && spec->compare == Compare::kGemm) {
+    const std::optional<GemmParts> parts = gemm_parts ? gemm_parts() : std::nullopt;
+    f64 = "\n" + (parts ? gemm_diagnosis(p.dtype, got, want, *parts, first)
+                        : std::string("no f64 check: the test gives no operands for it"));
+    const char* log = std::getenv("AX_CUDA_GEMM_LOG");
+    f64 += log != nullptr && *log != '\0'
+               ? "\n  (AX_CUDA_GEMM_LOG is set: the test's GEMM plans, when it is on, are on "
+                 "stderr after its [ RUN ] line)"
+               : "\n  (AX_CUDA_GEMM_LOG=1 prints the test's GEMM plans, their algorithms "
+                 "included)";
+  }
   EXPECT_EQ(bad, 0) << output << " (" << spec->why << "): " << bad << " of " << want.size()
                     << " elements differ; first [" << first << "] gpu "
                     << (first >= 0 ? got[first] : 0) << " reference "
                     << (first >= 0 ? want[first] : 0) << "; rms " << rms << ", allowed " << steps
-                    << " step(s) + " << rel << " of (|ref| + rms), worst " << worst;
+                    << " step(s) + " << rel << " of (|ref| + rms), worst " << worst << f64;
 }
 
 }  // namespace ax::train::parity

@@ -19,7 +19,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -133,6 +135,21 @@ inline constexpr OutputSpec kOutputs[] = {
     {"adamw", Compare::kSame, "the reference's float operations in its order, none fused"},
 };
 
+// A GEMM output in f64 from the operands as the GPU holds them (bf16 values are exact in f64, and
+// so are their products): out = acc + addend, acc the product, addend what the GEMM adds to it
+// (the bias broadcast over the rows; the output's starting values, which it accumulates onto
+// with beta 1), empty when it adds nothing.
+struct GemmParts {
+  std::vector<double> acc, addend;
+};
+
+// Where a failing GEMM output stands against its f64 value (ulp: one step of `dtype` at that
+// value): for element `first` and for all, the error of the GPU and of the CPU reference, how
+// many of each are that value rounded once, and how many are what a GEMM that rounds its product
+// to `dtype` before adding the addend (then rounds again) would give; then which side is off.
+std::string gemm_diagnosis(DType dtype, const std::vector<float>& gpu,
+                           const std::vector<float>& ref, const GemmParts& parts, int64_t first);
+
 // One tensor on both backends, of one dtype, holding the same values.
 struct Pair {
   std::vector<int64_t> shape;
@@ -179,8 +196,11 @@ class ParityHarness {
   void give_ref_the_gpu(const Pair& p) { write(*ref_, p.ref, gpu_values(p)); }
 
   // Compares p as kOutputs says for `output` in this mode; an output missing from the table
-  // fails the test.
-  void expect(const Pair& p, const std::string& output);
+  // fails the test. A GEMM output (Compare::kGemm) that fails is also held to its f64 value,
+  // from `gemm_parts` when the caller gives it (called only then; nullopt: none), and the
+  // message says which side is off (gemm_diagnosis).
+  using GemmPartsFn = std::function<std::optional<GemmParts>()>;
+  void expect(const Pair& p, const std::string& output, const GemmPartsFn& gemm_parts = {});
 
   std::unique_ptr<Backend> ref_, gpu_;
   std::mt19937 rng_;

@@ -5,6 +5,9 @@
 #include "cuda_parity.h"
 
 #include <limits>
+#include <random>
+#include <string>
+#include <vector>
 
 namespace ax::train::parity {
 namespace {
@@ -110,6 +113,50 @@ TEST_P(CudaParityTest, SumSquares) {
 
 INSTANTIATE_TEST_SUITE_P(Plans, CudaParityTest, ::testing::ValuesIn(kModes),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// gemm_diagnosis (no GPU needed): products on a 2^-12 grid (|acc| <= 4) and bf16 addends of
+// -0.9 of them, so every sum below is exact in f32 and the output is a tenth of the product;
+// one side rounds the sum once, the other rounds the product to bf16 before adding.
+TEST(GemmDiagnosisTest, NamesTheSideOffAndHowItRounded) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> k(-16384, 16384);
+  const auto bf16 = [](float x) { return f32_from_bf16(bf16_from_f32(x)); };
+  GemmParts parts;
+  std::vector<float> once, early;
+  for (int i = 0; i < 200; ++i) {
+    const float acc = static_cast<float>(k(rng)) / 4096.0f;
+    const float addend = bf16(-0.9f * acc);
+    parts.acc.push_back(acc);
+    parts.addend.push_back(addend);
+    once.push_back(bf16(acc + addend));
+    early.push_back(bf16(bf16(acc) + addend));
+  }
+  const std::string gpu_off = gemm_diagnosis(kBF16, early, once, parts, 3);
+  EXPECT_NE(gpu_off.find("so: the GPU is off; the CPU reference is within one step"),
+            std::string::npos)
+      << gpu_off;
+  EXPECT_NE(gpu_off.find("a product rounded to bf16 before the addend"), std::string::npos)
+      << gpu_off;
+  EXPECT_NE(gpu_off.find("reference: 0 of 200 more than one step"), std::string::npos) << gpu_off;
+  EXPECT_NE(gpu_off.find("first [3]: f64 "), std::string::npos) << gpu_off;
+  EXPECT_NE(gpu_off.find("the product rounded before the addend (then the sum) in 200"),
+            std::string::npos)
+      << gpu_off;
+
+  const std::string ref_off = gemm_diagnosis(kBF16, once, early, parts, 0);
+  EXPECT_NE(ref_off.find("so: the CPU reference is off; the GPU is within one step"),
+            std::string::npos)
+      << ref_off;
+  EXPECT_EQ(ref_off.find("the GPU's values are"), std::string::npos) << ref_off;
+
+  const std::string both_right = gemm_diagnosis(kBF16, once, once, parts, -1);
+  EXPECT_NE(both_right.find("so: both are within one step everywhere"), std::string::npos)
+      << both_right;
+  EXPECT_EQ(both_right.find("first ["), std::string::npos) << both_right;
+
+  parts.addend.pop_back();
+  EXPECT_NE(gemm_diagnosis(kBF16, once, once, parts, 0).find("not made"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace ax::train::parity

@@ -52,7 +52,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
                       prop.minor, ")", mode_name(options),
                       be->tensor_core_attention_ ? "" : ", attention on CUDA cores");
   AX_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream_, cudaStreamNonBlocking));
-  be->matmul_ = std::make_unique<LtMatmul>(options.allow_tf32);
+  AX_ASSIGN_OR_RETURN(LtMatmul::EnvOptions gemm_env, LtMatmul::env_options());
+  be->matmul_ = std::make_unique<LtMatmul>(options.allow_tf32, gemm_env);
   be->allocations_.on_alloc(be->matmul_->workspace(), LtMatmul::workspace_bytes());
   AX_CUDA_CHECK(cudaMalloc(&be->sum_scratch_, (kSumSquaresBlocks + 1) * sizeof(double)));
   be->allocations_.on_alloc(be->sum_scratch_, (kSumSquaresBlocks + 1) * sizeof(double));

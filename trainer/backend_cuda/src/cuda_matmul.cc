@@ -1,15 +1,33 @@
 #include "cuda_matmul.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
 
 #include "ax/common/check.h"
 #include "ax/common/device_check.h"
+#include "ax/common/env.h"
+#include "ax/common/strings.h"
 
 namespace ax::train::cuda {
 namespace {
 
 // 32 MiB: what cuBLAS asks for on Hopper; Ampere needs less.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// Algorithms asked of the heuristic per plan: enough to find one without split-K among them.
+constexpr int kHeuristicResults = 8;
+
+const EnvKnob<bool> kGemmLog(
+    "AX_CUDA_GEMM_LOG", false,
+    "CUDA backend: print each cuBLASLt GEMM plan when it is made (shape, dtypes, bias, beta, "
+    "alignments, the algorithm's configuration and the heuristic's other candidates) to stderr");
+const EnvKnob<std::string> kGemmSplitK(
+    "AX_CUDA_GEMM_SPLIT_K", "not-for-bf16",
+    "CUDA backend: 'not-for-bf16' (a bf16 output takes the heuristic's first algorithm that does "
+    "not split K) or 'heuristic' (its first algorithm, split-K or not)",
+    {"not-for-bf16", "heuristic"});
 
 // The largest power of two (up to 256) that divides the address: cuBLASLt's heuristic assumes
 // 256-byte aligned operands unless told otherwise, and our views start anywhere in an arena.
@@ -34,11 +52,73 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
   AX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
 }
 
+// An algorithm's configuration attribute (0 when this cuBLASLt does not answer for it).
+template <typename T>
+T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written) !=
+      CUBLAS_STATUS_SUCCESS) {
+    return T{};
+  }
+  return value;
+}
+
+int split_k_of(const cublasLtMatmulAlgo_t& algo) {
+  return algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+}
+
+const char* reduction_name(uint32_t scheme) {
+  switch (scheme) {
+    case CUBLASLT_REDUCTION_SCHEME_NONE:
+      return "none";
+    case CUBLASLT_REDUCTION_SCHEME_INPLACE:
+      return "inplace";
+    case CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE:
+      return "compute-type";
+    case CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE:
+      return "output-type";
+    default:
+      return "?";
+  }
+}
+
+// One candidate of the heuristic, as AX_CUDA_GEMM_LOG prints it.
+std::string describe_algo(const cublasLtMatmulHeuristicResult_t& r) {
+  const cublasLtMatmulAlgo_t& a = r.algo;
+  uint64_t numerics = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_NUMERICAL_IMPL_FLAGS, &numerics,
+                                        sizeof(numerics), &written) != CUBLAS_STATUS_SUCCESS) {
+    numerics = 0;
+  }
+  char flags[32];
+  std::snprintf(flags, sizeof flags, "0x%llx", static_cast<unsigned long long>(numerics));
+  const uint32_t reduction = algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  return str_cat("id=", algo_config<int32_t>(a, CUBLASLT_ALGO_CONFIG_ID),
+                 " tile=", algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                 " stages=", algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                 " splitK=", split_k_of(a), " reduction=", reduction_name(reduction),
+                 " swizzle=", algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                 " custom=", algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                 " inner=", algo_config<uint16_t>(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
+                 " cluster=", algo_config<uint16_t>(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                 " numerics=", flags, " waves=", r.wavesCount, " workspace=", r.workspaceSize);
+}
+
 }  // namespace
+
+StatusOr<LtMatmul::EnvOptions> LtMatmul::env_options() {
+  EnvOptions o;
+  AX_ASSIGN_OR_RETURN(o.log, kGemmLog.get());
+  AX_ASSIGN_OR_RETURN(std::string split_k, kGemmSplitK.get());
+  o.bf16_without_split_k = split_k == "not-for-bf16";
+  return o;
+}
 
 size_t LtMatmul::workspace_bytes() { return kWorkspaceBytes; }
 
-LtMatmul::LtMatmul(bool allow_tf32) : allow_tf32_(allow_tf32) {
+LtMatmul::LtMatmul(bool allow_tf32, EnvOptions env) : allow_tf32_(allow_tf32), env_(env) {
   AX_CUBLAS_CHECK(cublasLtCreate(&handle_));
   AX_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -102,21 +182,55 @@ LtMatmul::Plan& LtMatmul::plan_for(const GemmDesc& g) {
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, uint32_t(std::get<14>(key)));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(std::get<14>(key)));
   // Split-K partial sums only in f32: the in-place and output-type schemes add them in the
-  // output's dtype, which for a bf16 output rounds every partial sum to bf16 (measured on an
-  // H200: 2 to 3 bf16 steps off the f32-summed reference in 4 op-table GEMMs;
-  // docs/cuda-backend.md).
+  // output's dtype, which for a bf16 output rounds every partial sum to bf16. (Set after 4
+  // op-table GEMMs were 2 to 3 bf16 steps off the CPU on an H200; the same 4 failed with it, so
+  // that was not the whole cause: see the choice of algorithm below.)
   set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
            uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
   int found = 0;
   AX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d,
-                                                 pref, 1, &result, &found));
+                                                 pref, kHeuristicResults, results, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   AX_CHECK(found > 0) << "cuBLASLt has no algorithm for a GEMM of " << dtype_name(g.in) << " into "
                       << dtype_name(g.out) << " m=" << g.m << " n=" << g.n << " k=" << g.k
                       << " lda=" << g.lda << " ldb=" << g.ldb << " ldd=" << g.ldd
                       << (g.bias ? " with bias" : "");
-  plan.algo = result.algo;
+  // A bf16 output takes the heuristic's first algorithm that keeps K whole (as TransformerEngine
+  // does since its PR #3440, after split-K partials kept in bf16 on L40). The 4 op-table GEMMs
+  // that failed parity on an H200 (twice, the second time with the f32 reduction above) all add
+  // something to the product (the bias, or the old values with beta 1), and as many of their
+  // elements were off as a GEMM that rounds the product to bf16 before that addition would put
+  // off, while 15 others with such an addition passed: something the algorithms chosen for those
+  // shapes do, split-K or not. AX_CUDA_GEMM_LOG and the parity harness's f64 check are to say
+  // (docs/cuda-backend.md "GEMMs"); AX_CUDA_GEMM_SPLIT_K=heuristic turns this choice off.
+  int chosen = 0;
+  const bool avoid_split_k = g.out == DType::kBF16 && env_.bf16_without_split_k;
+  if (avoid_split_k) {
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && split_k_of(results[i].algo) <= 1) {
+        chosen = i;
+        break;
+      }
+    }
+  }
+  plan.algo = results[chosen].algo;
+  if (env_.log) {
+    std::string line = str_cat(
+        "cuda gemm plan: m=", g.m, " n=", g.n, " k=", g.k, " transa=", g.trans_a ? "T" : "N",
+        " transb=", g.trans_b ? "T" : "N", " lda=", g.lda, " ldb=", g.ldb, " ldd=", g.ldd,
+        " in=", dtype_name(g.in), " out=", dtype_name(g.out),
+        " compute=", compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "32F_FAST_TF32" : "32F",
+        " bias=", g.bias ? dtype_name(g.out) : "none", " beta=", g.beta,
+        " align A=", std::get<12>(key), " B=", std::get<13>(key), " D=", std::get<14>(key),
+        " bias=", std::get<15>(key), " | chose ", chosen, " of ", found,
+        avoid_split_k ? " (bf16 output: the first without split-K)" : " (the heuristic's first)",
+        ": ", describe_algo(results[chosen]));
+    for (int i = 0; i < found; ++i) {
+      if (i != chosen) line += str_cat(" | [", i, "] ", describe_algo(results[i]));
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   return plans_.emplace(key, plan).first->second;
 }
 

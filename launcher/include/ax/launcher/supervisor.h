@@ -25,4 +25,13 @@ struct SuperviseOptions {
 // killed). A Status error means the launcher itself could not run (run-dir, fork, pipes).
 StatusOr<int> supervise(const std::vector<RankPlan>& ranks, const SuperviseOptions& options);
 
+// Blocks, in the calling thread, the signals supervise() reads through a signalfd (SIGCHLD,
+// SIGTERM, SIGINT, SIGUSR1). A thread that does not block them takes them instead: a SIGCHLD
+// it takes is lost (its default action ignores it), a SIGTERM ends the launcher without
+// forwarding it. Threads inherit the mask of the thread that creates them, so ax-launch calls
+// this first, before libraries it loads (hwloc's plugins, NVML, the CUDA driver under them)
+// start threads of their own. supervise() also reaps its children at least once a second, so a
+// SIGCHLD taken elsewhere all the same delays it by a second instead of forever.
+void block_supervised_signals();
+
 }  // namespace ax::launcher
