@@ -37,6 +37,10 @@ endfunction()
 ax_pkg(zstd libzstd libzstd-dev)
 ax_pkg(sentencepiece sentencepiece libsentencepiece-dev)
 ax_pkg(xxhash libxxhash libxxhash-dev)
+# Hugging Face tokenizer.json: the pre-tokenizers' regular expressions (Unicode properties,
+# lookahead) and Unicode normalization (NFC, NFKC, grapheme clusters) (docs/tokenization.md).
+ax_pkg(pcre2 libpcre2-8 libpcre2-dev)
+ax_pkg(utf8proc libutf8proc libutf8proc-dev)
 ax_pkg(crypto libcrypto libssl-dev)  # HMAC-SHA256 of the TCP store's handshake
 find_package(nlohmann_json 3 QUIET)
 if(NOT nlohmann_json_FOUND)

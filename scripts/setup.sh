@@ -24,6 +24,8 @@ packages=(
   # libraries (one line per CMake dependency; see cmake/AxDependencies.cmake)
   libzstd-dev zstd                    # shard compression
   libsentencepiece-dev sentencepiece  # tokenizer (and spm_encode, the benchmark's peer)
+  libpcre2-dev                        # tokenizer.json: pre-tokenizer regexes (\p{L}, lookahead)
+  libutf8proc-dev                     # tokenizer.json: NFC/NFKC normalization, grapheme clusters
   time                                # peak memory of each program the data benchmark runs
   libxxhash-dev                       # frame checksums
   libssl-dev                          # libcrypto: HMAC-SHA256 of the TCP store's handshake

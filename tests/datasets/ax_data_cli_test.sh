@@ -151,6 +151,38 @@ run_ok partial "$ax_data" tokenize --tokenizer tok/spm.model --input 'pile/*.jso
 expect_fail 1 merge "of 5 input files are not tokenized yet" jobs/partial
 mkdir -p jobs/none
 expect_fail 1 merge "holds no tokenize job" jobs/none
+
+# --- progress of a requeued job ------------------------------------------------------------------
+# A task that was stopped (or killed) mid-file leaves that file's progress behind; the requeued
+# run starts the file again, so the bytes done go down while `progress --watch` runs. The rate it
+# prints must stay sane: it printed 9203433304781.98 MB/s (an unsigned difference that wrapped).
+run_ok plan-requeued "$ax_data" tokenize --tokenizer tok/spm.model --input 'pile/*.jsonl.zst' \
+  --output jobs/requeued --tasks 2 --plan-only
+size0=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["files"][0]["bytes"])' \
+  jobs/requeued/parts/plan.json)
+echo "$size0 $size0" >jobs/requeued/parts/00000.progress   # the stopped run got to the end of file 0
+"$ax_data" progress jobs/requeued --watch 0.2 >watch.out 2>&1 &
+watcher=$!
+sleep 0.7
+echo "1000 $size0" >jobs/requeued/parts/00000.progress     # the requeued run starts file 0 again
+sleep 0.7
+echo "$((size0 / 2)) $size0" >jobs/requeued/parts/00000.progress
+sleep 0.9
+kill "$watcher"
+wait "$watcher" 2>/dev/null || true
+[[ $(grep -c '^ax-data progress: ' watch.out) -ge 5 ]] || fail "progress --watch: too few lines: $(cat watch.out)"
+pass
+rates=$(grep -o '[-0-9.e+]* MB/s' watch.out | cut -d' ' -f1 || true)
+[[ -n "$rates" ]] || fail "progress --watch printed no rate: $(cat watch.out)"
+for r in $rates; do
+  awk -v r="$r" 'BEGIN { exit !(r >= 0 && r < 1000) }' ||
+    fail "progress --watch printed $r MB/s after the bytes done went down: $(cat watch.out)"
+done
+pass
+# After the restart it counts from there: the last line's rate is the second half's, not zero.
+awk -v r="$(tail -n 1 <<<"$rates")" 'BEGIN { exit !(r > 0) }' ||
+  fail "progress --watch: no rate after the restart: $(cat watch.out)"
+pass
 expect_fail 2 tokenize "--tasks needs either --task I or --plan-only" --tokenizer tok/spm.model \
   --input corpus/kjv-val.txt --output shards/y --tasks 2
 expect_fail 2 tokenize "--task and --plan-only need --tasks" --tokenizer tok/spm.model \
@@ -272,5 +304,18 @@ expect_fail 1 convert-task "one-word.jsonl:1: the text 'alone' is one word" --ta
   --input one-word.jsonl --output x.jsonl
 [[ ! -e x.jsonl ]] || fail "a failed convert-task wrote its output"
 pass
+
+# A Hugging Face tokenizer.json (the GPT-2 fixture of hf_tokenizer_test) in place of spm.model.
+hf_tok="$root/tests/datasets/hf_tokenizer/gpt2.tokenizer.json"
+run_ok tok-hf "$ax_data" tokenize --tokenizer "$hf_tok" --input corpus/kjv-val.txt \
+  --output shards/hf-val
+run_ok verify-hf "$ax_data" verify shards/hf-val
+expect_in verify-hf.out "404 docs"
+run_ok inspect-hf "$ax_data" inspect shards/hf-val --tokenizer "$hf_tok" --samples 2
+expect_in inspect-hf.out "The Revelation of Jesus Christ"
+mkdir -p wordpiece
+printf '{"version": "1.0", "model": {"type": "WordPiece", "vocab": {}}}' >wordpiece/tokenizer.json
+expect_fail 1 tokenize 'model "WordPiece" is not supported (supported: BPE, Unigram)' \
+  --tokenizer wordpiece --input corpus/kjv-val.txt --output shards/wp
 
 echo "ax_data_cli: $checks checks passed"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,18 +16,10 @@
 #include "ax/common/logging.h"
 #include "ax/common/strings.h"
 #include "ax/datasets/shards/shard_format.h"
+#include "ax/datasets/text/hf_tokenizer.h"
 #include "ax/datasets/text/text_source.h"
 
 namespace ax::data {
-
-class Tokenizer::Impl {
- public:
-  sentencepiece::SentencePieceProcessor sp;
-  uint64_t hash = 0;
-  std::string path;
-  SeamStyle seam_style = SeamStyle::kDropSpace;
-  bool seams_exact = false;
-};
 
 namespace {
 
@@ -38,22 +31,22 @@ constexpr const char* kSeamProbes[] = {
     "x = f(a, b) + g[c] * 2; if (x > 0) { return y; } // done",
 };
 
-std::vector<int> encode_ids(const sentencepiece::SentencePieceProcessor& sp, std::string_view s) {
-  std::vector<int> ids;
-  if (!sp.Encode(s, &ids).ok()) ids.assign(1, -1);
+std::vector<uint32_t> probe_ids(const Tokenizer& tok, std::string_view s) {
+  std::vector<uint32_t> ids;
+  if (!tok.encode(s, &ids).ok()) ids.assign(1, UINT32_MAX);
   return ids;
 }
 
 // Whether every probe encodes the same cut at each lone space (in `style`) as whole.
-bool seams_match(const sentencepiece::SentencePieceProcessor& sp, SeamStyle style) {
+bool seams_match(const Tokenizer& tok, SeamStyle style) {
   for (std::string_view probe : kSeamProbes) {
-    const std::vector<int> whole = encode_ids(sp, probe);
+    const std::vector<uint32_t> whole = probe_ids(tok, probe);
     for (size_t p = 1; p + 1 < probe.size(); ++p) {
       if (probe[p] != ' ' || probe[p - 1] == ' ' || probe[p + 1] == ' ') continue;
       const size_t end = style == SeamStyle::kSpaceToPrevious ? p + 1 : p;
       const size_t next = style == SeamStyle::kSpaceToNext ? p : p + 1;
-      std::vector<int> joined = encode_ids(sp, probe.substr(0, end));
-      const std::vector<int> rest = encode_ids(sp, probe.substr(next));
+      std::vector<uint32_t> joined = probe_ids(tok, probe.substr(0, end));
+      const std::vector<uint32_t> rest = probe_ids(tok, probe.substr(next));
       joined.insert(joined.end(), rest.begin(), rest.end());
       if (joined != whole) return false;
     }
@@ -61,83 +54,97 @@ bool seams_match(const sentencepiece::SentencePieceProcessor& sp, SeamStyle styl
   return true;
 }
 
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& model_path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(model_path, ec)) {
+      return NotFound("tokenizer model ", model_path, " does not exist");
+    }
+    AX_ASSIGN_OR_RETURN(std::string bytes, read_file(model_path));
+    std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer());
+    tok->hash_ = hash64(bytes.data(), bytes.size());
+    sentencepiece::util::Status st = tok->sp_.LoadFromSerializedProto(bytes);
+    if (!st.ok() || tok->sp_.GetPieceSize() <= 0) {
+      return DataLoss(model_path, " is not a SentencePiece model (",
+                      st.ok() ? "no pieces" : st.message(), ")");
+    }
+    tok->finish_loading(model_path);
+    return std::unique_ptr<Tokenizer>(std::move(tok));
+  }
+
+  uint64_t hash() const override { return hash_; }
+  uint32_t vocab_size() const override { return static_cast<uint32_t>(sp_.GetPieceSize()); }
+  int32_t eos_id() const override { return sp_.eos_id(); }
+  int32_t pad_id() const override { return sp_.pad_id(); }
+  int32_t unk_id() const override { return sp_.unk_id(); }
+  int32_t bos_id() const override { return sp_.bos_id(); }
+
+  Status encode(std::string_view text, std::vector<uint32_t>* out) const override {
+    // SentencePiece keeps no per-call state in the processor (its RNG is thread-local), so one
+    // processor serves every thread.
+    std::vector<int> ids;
+    sentencepiece::util::Status st = sp_.Encode(text, &ids);
+    if (!st.ok()) return Internal("SentencePiece encode failed: ", st.message());
+    out->insert(out->end(), ids.begin(), ids.end());
+    return Status::Ok();
+  }
+
+  StatusOr<std::string> decode(std::span<const uint32_t> ids) const override {
+    const uint32_t n = vocab_size();
+    std::vector<int> v;
+    v.reserve(ids.size());
+    for (uint32_t id : ids) {
+      if (id >= n) return OutOfRange("token id ", id, " is outside the vocabulary (size ", n, ")");
+      v.push_back(static_cast<int>(id));
+    }
+    std::string text;
+    sentencepiece::util::Status st = sp_.Decode(v, &text);
+    if (!st.ok()) return Internal("SentencePiece decode failed: ", st.message());
+    return text;
+  }
+
+  std::string id_to_piece(uint32_t id) const override {
+    if (id >= vocab_size()) return str_cat("<invalid id ", id, ">");
+    return sp_.IdToPiece(static_cast<int>(id));
+  }
+
+ private:
+  SentencePieceTokenizer() = default;
+  sentencepiece::SentencePieceProcessor sp_;
+  uint64_t hash_ = 0;
+};
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_path) {
   std::error_code ec;
-  if (!std::filesystem::exists(model_path, ec)) {
-    return NotFound("tokenizer model ", model_path, " does not exist");
+  if (ends_with(model_path, ".json") || std::filesystem::is_directory(model_path, ec)) {
+    AX_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> hf, HfTokenizer::load(model_path));
+    return std::unique_ptr<Tokenizer>(std::move(hf));
   }
-  AX_ASSIGN_OR_RETURN(std::string bytes, read_file(model_path));
-  auto impl = std::make_unique<Impl>();
-  impl->path = model_path;
-  impl->hash = hash64(bytes.data(), bytes.size());
-  sentencepiece::util::Status st = impl->sp.LoadFromSerializedProto(bytes);
-  if (!st.ok() || impl->sp.GetPieceSize() <= 0) {
-    return DataLoss(model_path, " is not a SentencePiece model (",
-                    st.ok() ? "no pieces" : st.message(), ")");
-  }
-  for (SeamStyle style :
-       {SeamStyle::kDropSpace, SeamStyle::kSpaceToNext, SeamStyle::kSpaceToPrevious}) {
-    if (seams_match(impl->sp, style)) {
-      impl->seam_style = style;
-      impl->seams_exact = true;
-      break;
-    }
-  }
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+  return SentencePieceTokenizer::load(model_path);
 }
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-uint64_t Tokenizer::hash() const { return impl_->hash; }
+void Tokenizer::finish_loading(std::string path) {
+  path_ = std::move(path);
+  for (SeamStyle style :
+       {SeamStyle::kDropSpace, SeamStyle::kSpaceToNext, SeamStyle::kSpaceToPrevious}) {
+    if (seams_match(*this, style)) {
+      seam_style_ = style;
+      seams_exact_ = true;
+      return;
+    }
+  }
+}
 
 uint32_t Tokenizer::num_sentinels() const {
-  const int size = impl_->sp.GetPieceSize();
+  const uint32_t size = vocab_size();
   uint32_t n = 0;
-  while (static_cast<int>(n) < size &&
-         impl_->sp.IdToPiece(size - 1 - static_cast<int>(n)) == str_cat("<extra_id_", n, ">")) {
-    ++n;
-  }
+  while (n < size && id_to_piece(size - 1 - n) == str_cat("<extra_id_", n, ">")) ++n;
   return n;
-}
-uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->sp.GetPieceSize()); }
-int32_t Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
-int32_t Tokenizer::pad_id() const { return impl_->sp.pad_id(); }
-int32_t Tokenizer::unk_id() const { return impl_->sp.unk_id(); }
-int32_t Tokenizer::bos_id() const { return impl_->sp.bos_id(); }
-const std::string& Tokenizer::path() const { return impl_->path; }
-SeamStyle Tokenizer::seam_style() const { return impl_->seam_style; }
-bool Tokenizer::seams_exact() const { return impl_->seams_exact; }
-
-Status Tokenizer::encode(std::string_view text, std::vector<uint32_t>* out) const {
-  // SentencePiece keeps no per-call state in the processor (its RNG is thread-local), so one
-  // processor serves every thread.
-  std::vector<int> ids;
-  sentencepiece::util::Status st = impl_->sp.Encode(text, &ids);
-  if (!st.ok()) return Internal("SentencePiece encode failed: ", st.message());
-  out->insert(out->end(), ids.begin(), ids.end());
-  return Status::Ok();
-}
-
-StatusOr<std::string> Tokenizer::decode(std::span<const uint32_t> ids) const {
-  const uint32_t n = vocab_size();
-  std::vector<int> v;
-  v.reserve(ids.size());
-  for (uint32_t id : ids) {
-    if (id >= n) return OutOfRange("token id ", id, " is outside the vocabulary (size ", n, ")");
-    v.push_back(static_cast<int>(id));
-  }
-  std::string text;
-  sentencepiece::util::Status st = impl_->sp.Decode(v, &text);
-  if (!st.ok()) return Internal("SentencePiece decode failed: ", st.message());
-  return text;
-}
-
-std::string Tokenizer::id_to_piece(uint32_t id) const {
-  if (id >= vocab_size()) return str_cat("<invalid id ", id, ">");
-  return impl_->sp.IdToPiece(static_cast<int>(id));
 }
 
 namespace {

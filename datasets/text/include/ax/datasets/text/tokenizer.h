@@ -1,5 +1,7 @@
-// A SentencePiece model, loaded once and shared: encode/decode are const and safe from many
-// threads at once (one processor, as SentencePiece's maintainers recommend).
+// A tokenizer, loaded once and shared: encode/decode are const and safe from many threads at
+// once. Two kinds sit behind this interface: a SentencePiece model (one processor, as
+// SentencePiece's maintainers recommend) and a Hugging Face tokenizer.json (HfTokenizer,
+// hf_tokenizer.h; docs/tokenization.md "Hugging Face tokenizer.json").
 #pragma once
 
 #include <cstdint>
@@ -16,36 +18,48 @@ namespace ax::data {
 
 class Tokenizer {
  public:
-  // Fails with NotFound for a missing file and DataLoss for one that is not a SentencePiece model.
+  // A SentencePiece model, or a Hugging Face tokenizer.json (a path ending in .json, or a
+  // directory holding tokenizer.json: HfTokenizer::load). Fails with NotFound for a missing
+  // file, DataLoss for one that is not a tokenizer, Unimplemented for a tokenizer.json component
+  // ax does not support.
   static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& model_path);
-  ~Tokenizer();
+  virtual ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
 
-  uint64_t hash() const;  // XXH64 of the .model file bytes (recorded in shards and index.json)
-  uint32_t vocab_size() const;
-  int32_t eos_id() const;  // -1 when the model has none
-  int32_t pad_id() const;
-  int32_t unk_id() const;
-  int32_t bos_id() const;
-  const std::string& path() const;
+  // XXH64 of the model file's bytes (.model or tokenizer.json; recorded in shards and index.json).
+  virtual uint64_t hash() const = 0;
+  // One past the highest id.
+  virtual uint32_t vocab_size() const = 0;
+  virtual int32_t eos_id() const = 0;  // -1 when the model has none
+  virtual int32_t pad_id() const = 0;
+  virtual int32_t unk_id() const = 0;
+  virtual int32_t bos_id() const = 0;
+  const std::string& path() const { return path_; }
   // T5's sentinels: how many ids at the top of the vocabulary are <extra_id_k>, k = 0 at the
   // highest id and counting down (what `ax-data train-tokenizer --extra-ids N` adds); 0 if none.
   uint32_t num_sentinels() const;
 
-  // Appends the ids of text to out (no EOS).
-  Status encode(std::string_view text, std::vector<uint32_t>* out) const;
+  // Appends the ids of text to out (no BOS, no EOS).
+  virtual Status encode(std::string_view text, std::vector<uint32_t>* out) const = 0;
   // Where a long document is cut at a space (DocSplitter): the first style under which this
   // model encodes probe sentences cut at each of their spaces exactly as whole; seams_exact()
   // says whether one did (else kDropSpace, and a seam may change the tokens next to it).
-  SeamStyle seam_style() const;
-  bool seams_exact() const;
-  StatusOr<std::string> decode(std::span<const uint32_t> ids) const;
+  SeamStyle seam_style() const { return seam_style_; }
+  bool seams_exact() const { return seams_exact_; }
+  virtual StatusOr<std::string> decode(std::span<const uint32_t> ids) const = 0;
   // For inspecting: the piece of one id.
-  std::string id_to_piece(uint32_t id) const;
+  virtual std::string id_to_piece(uint32_t id) const = 0;
+
+ protected:
+  Tokenizer() = default;
+  // The last step of loading: records the path and probes the seam style with encode().
+  void finish_loading(std::string path);
 
  private:
-  class Impl;
-  explicit Tokenizer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::string path_;
+  SeamStyle seam_style_ = SeamStyle::kDropSpace;
+  bool seams_exact_ = false;
 };
 
 struct TrainTokenizerOptions {
