@@ -160,6 +160,14 @@ make_bundle() {  # AX_BUILD TEST_BUILD CORPUS_DIR
   done
   bundle_copy "$bundle" "${bins[@]}" "${tests[@]}"
   for f in "${tests[@]}"; do basename "$f"; done >"$bundle/gpu-tests.txt"
+  # The host symbol tables of the test and benchmark binaries (about 0.7 MB each) go: the size a
+  # call carries is the limit. ax-train and ax-launch keep theirs, for the sanitizer's and gdb's
+  # backtraces (a hang's evidence names functions).
+  if command -v strip >/dev/null; then
+    for f in "${tests[@]}" ax-train-bench ax-attention-bench; do
+      strip --strip-unneeded "$bundle/bin/$(basename "$f")" 2>/dev/null || true
+    done
+  fi
   prepare_data "$bundle/data" "$axb/datasets/ax-data" "$corpus"
   local size tree
   size="$(du -sb "$bundle" | cut -f1)"

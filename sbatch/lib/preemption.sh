@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Part of sbatch/ax_job.sh (which sources it): running the step and ending the job. The
 # preemption protocol (a stop request, USR1 or TERM, is forwarded to the step's ranks, which
-# checkpoint and exit 75; the job then requeues itself), the single-node scripts' run, the cause
-# of a failed run from the ranks' outputs, and the job's first line (ax_job_header).
+# checkpoint and exit 75; after a preemption the job then requeues itself, after a cancel it
+# ends: ax_should_requeue), the single-node scripts' run, the cause of a failed run from the
+# ranks' outputs, and the job's first line (ax_job_header).
 
 AX_EXIT_STOPPED=75 # ax-train (and ax-launch): stopped at a checkpoint, run again to resume
 
@@ -10,9 +11,10 @@ AX_STEP_PID=""
 AX_STOP_SIGNAL=""
 AX_FORWARD="${AX_FORWARD:-scancel}" # scancel: to every step of the job; kill: to our child only
 
-# A stop request (USR1 from `--signal=B:USR1@s`, TERM at preemption or the time limit): ask every
-# rank to checkpoint at the next step boundary. The step's tasks get SIGUSR1 through Slurm (ax-train
-# and ax-launch treat USR1 and TERM alike); without Slurm the launcher is our child.
+# A stop request (USR1 from `--signal=B:USR1@s` or at preemption, TERM from scancel or the time
+# limit): ask every rank to checkpoint at the next step boundary. The step's tasks get SIGUSR1
+# through Slurm (ax-train and ax-launch treat USR1 and TERM alike); without Slurm the launcher is
+# our child. Whether the job then requeues is ax_finish's to decide (ax_should_requeue).
 ax_on_stop_signal() {
   if [[ -n "$AX_STOP_SIGNAL" ]]; then
     ax_log "caught SIG$1 again; the ranks are already stopping"
@@ -20,8 +22,10 @@ ax_on_stop_signal() {
   fi
   AX_STOP_SIGNAL="$1"
   # AX_STOP_WHAT: what the script's step does on a stop request (tokenize.sub sets its own).
+  local after="the job then requeues itself (a preemption)"
+  [[ "$1" != USR1 ]] && after="a cancel then ends the job; the time limit requeues it"
   ax_log "caught SIG$1 at $(date +%T):" \
-    "${AX_STOP_WHAT:-every rank checkpoints at the next step boundary and exits}"
+    "${AX_STOP_WHAT:-every rank checkpoints at the next step boundary and exits}; $after"
   if [[ "$AX_FORWARD" == scancel && -n "${SLURM_JOB_ID-}" && -n "$AX_STEP_PID" ]] &&
     timeout 30 scancel --signal=USR1 "$SLURM_JOB_ID" 2>/dev/null; then
     return
@@ -92,11 +96,61 @@ ax_failure_cause() {
   return 0
 }
 
+# ax_slurm_job_view: "STATE REASON RESTARTS" of this job as Slurm sees it now (`scontrol show
+# job`: e.g. "RUNNING None 0", "COMPLETING TimeLimit 0"); empty when Slurm does not answer.
+ax_slurm_job_view() {
+  [[ -n "${SLURM_JOB_ID-}" ]] || return 0
+  local line state="" reason="" restarts="" field
+  line="$(timeout 20 scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | head -n 1)"
+  for field in $line; do
+    case "$field" in
+      JobState=*) state="${field#*=}" ;;
+      Reason=*) reason="${field#*=}" ;;
+      Restarts=*) restarts="${field#*=}" ;;
+    esac
+  done
+  [[ -n "$state" ]] && echo "$state ${reason:-None} ${restarts:-0}"
+}
+
+# ax_should_requeue: after the ranks stopped at a checkpoint, whether the job requeues itself (0)
+# or ends (1, with the reason in AX_NO_REQUEUE_WHY and what comes next in AX_NO_REQUEUE_NEXT). Preemption and the time limit requeue, a
+# cancel does not (docs/job-scripts.md "Preemption, time limits and cancels"):
+#   - requeue: USR1 to this script (the scripts' --signal=B:USR1 before the time limit, Slurm's
+#     preempt_send_user_signal, `scancel --batch --signal=USR1`); a stop that reached the steps
+#     only (GraceTime preemption sends its first SIGTERM to the tasks, not to this script;
+#     `scancel --signal=TERM JOB`); the time limit (Slurm's reason TimeLimit).
+#   - end: `scancel JOB`, which ends the job in Slurm at once (COMPLETING, reason None: the ranks
+#     have KillWait to write their checkpoint) and sends SIGTERM to this script; any SIGTERM or
+#     SIGINT to this script without a USR1 before it.
+#   - nothing to do: Slurm requeued the job itself (PreemptMode=REQUEUE: its restart count is
+#     past this run's SLURM_RESTART_COUNT).
+ax_should_requeue() {
+  local view state reason restarts
+  view="$(ax_slurm_job_view)"
+  read -r state reason restarts <<<"$view"
+  AX_NO_REQUEUE_NEXT="submit the same job again to go on from where it stopped"
+  if [[ "$restarts" =~ ^[0-9]+$ ]] && ((restarts > ${SLURM_RESTART_COUNT:-0})); then
+    AX_NO_REQUEUE_WHY="Slurm has requeued it already (a preemption: restart $restarts)"
+    AX_NO_REQUEUE_NEXT="its restart goes on from where it stopped"
+    return 1
+  fi
+  [[ "$reason" == TimeLimit ]] && return 0
+  if [[ -n "$state" && "$state" != RUNNING && "$state" != SUSPENDED ]]; then
+    AX_NO_REQUEUE_WHY="it was cancelled (Slurm shows it $state, reason $reason: scancel)"
+    return 1
+  fi
+  if [[ "$AX_STOP_SIGNAL" == TERM || "$AX_STOP_SIGNAL" == INT ]]; then
+    AX_NO_REQUEUE_WHY="SIG$AX_STOP_SIGNAL reached this script with no USR1 before it: a cancel"
+    return 1
+  fi
+  return 0
+}
+
 # ax_finish STATUS WHERE [OUTPUT_FILE...]: ends the job. 0: done. 75: the ranks stopped at a
-# checkpoint; unless AX_REQUEUE=0 the job requeues itself (same job id; the next run resumes from
-# that checkpoint and SLURM_RESTART_COUNT counts the restarts). Anything else: the job fails with
-# that status, and its last line names the rank that failed first when the ranks' outputs
-# (OUTPUT_FILEs) do.
+# checkpoint; after a preemption (ax_should_requeue), unless AX_REQUEUE=0, the job requeues itself
+# (same job id; the next run resumes from that checkpoint and SLURM_RESTART_COUNT counts the
+# restarts); after a cancel it ends with 75. Anything else: the job fails with that status, and
+# its last line names the rank that failed first when the ranks' outputs (OUTPUT_FILEs) do.
 ax_finish() {
   local rc="$1" where="$2"
   shift 2
@@ -113,6 +167,11 @@ ax_finish() {
     rc=$AX_EXIT_STOPPED
   fi
   if ((rc == AX_EXIT_STOPPED)); then
+    if [[ -n "${SLURM_JOB_ID-}" ]] && ! ax_should_requeue; then
+      ax_log "the ranks stopped at a checkpoint (exit $rc); not requeueing job $SLURM_JOB_ID:" \
+        "$AX_NO_REQUEUE_WHY; $AX_NO_REQUEUE_NEXT (its checkpoint)"
+      exit "$rc"
+    fi
     if [[ -n "${SLURM_JOB_ID-}" && "${AX_REQUEUE:-1}" == 1 ]]; then
       ax_log "the ranks stopped at a checkpoint (exit $rc); requeueing job $SLURM_JOB_ID" \
         "(restart $((${SLURM_RESTART_COUNT:-0} + 1))), which resumes from it"

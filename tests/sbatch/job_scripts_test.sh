@@ -415,6 +415,47 @@ else
   bad "ax_failure_cause: '$cause'"
 fi
 
+# After the ranks stopped at a checkpoint: a preemption or the time limit requeues, a cancel
+# does not (ax_should_requeue, sbatch/lib/preemption.sh). A stand-in scontrol says what Slurm
+# would ("STATE REASON RESTARTS" as `show job -o` fields, nothing when Slurm does not answer);
+# AX_STOP_SIGNAL is the first signal the batch script caught ("": the stop reached the steps only).
+mkdir -p "$dir/scontrol-bin"
+# shellcheck disable=SC2016 # the stub's own variables
+printf '#!/bin/sh
+set -- $FAKE_VIEW
+[ -n "$1" ] && echo "JobId=7 JobName=x JobState=$1 Reason=$2 Dependency=(null) Requeue=1 Restarts=$3 BatchFlag=1"
+exit 0
+' \
+  >"$dir/scontrol-bin/scontrol"
+chmod +x "$dir/scontrol-bin/scontrol"
+decisions=(
+  "requeue|RUNNING None 0|USR1|the --signal=B:USR1 warning before the time limit, or USR1 at preemption"
+  "requeue|RUNNING None 0||a stop sent to the steps only (GraceTime preemption's SIGTERM to the tasks)"
+  "requeue|COMPLETING TimeLimit 0|TERM|the time limit's SIGTERM"
+  "requeue|COMPLETING TimeLimit 0|USR1|the time limit after the USR1 warning"
+  "requeue||USR1|USR1 while Slurm does not answer"
+  "end|COMPLETING None 0|TERM|scancel JOB (Slurm ends the job at once, SIGTERM to the script)"
+  "end|COMPLETING None 0|USR1|scancel during a stop that USR1 began"
+  "end|RUNNING None 0|TERM|SIGTERM to the batch script alone, no USR1 before it"
+  "end||TERM|SIGTERM while Slurm does not answer"
+  "end|COMPLETING None 1|TERM|a job Slurm requeued itself (PreemptMode=REQUEUE)"
+)
+wrong=()
+for d in "${decisions[@]}"; do
+  IFS='|' read -r want view signal why <<<"$d"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  got="$(PATH="$dir/scontrol-bin:$PATH" FAKE_VIEW="$view" SLURM_JOB_ID=7 \
+    bash -c 'source "$1/ax_job.sh" && AX_STOP_SIGNAL="$2" &&
+      if ax_should_requeue; then echo requeue; else echo "end: $AX_NO_REQUEUE_WHY"; fi' _ \
+    "$SUB" "$signal")"
+  [[ "${got%%:*}" == "$want" ]] || wrong+=("$why: $got")
+done
+if ((${#wrong[@]} == 0)); then
+  ok "ax_should_requeue: ${#decisions[@]} cases, a preemption or the time limit requeues, a cancel ends the job"
+else
+  bad "ax_should_requeue: ${wrong[*]}"
+fi
+
 # Every AX_* name the C++ sources read (a string literal that is exactly the name) is one
 # the job scripts know (AX_KNOWN_ENV, sbatch/lib/lint.sh), so that it is never warned about as
 # unread.

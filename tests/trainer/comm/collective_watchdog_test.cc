@@ -46,17 +46,20 @@ struct Reports {
   std::mutex mu;
   std::vector<std::pair<std::string, Status>> fails;
   std::vector<std::vector<int>> peers;  // of each failure
+  std::vector<int64_t> seqs;            // of each failure
   Status async_error;
   CollectiveWatchdog::Hooks hooks() {
-    return {[this] {
-              std::lock_guard<std::mutex> lock(mu);
-              return async_error;
-            },
-            [this](const std::string& op, const std::vector<int>& p, const Status& cause) {
-              std::lock_guard<std::mutex> lock(mu);
-              fails.push_back({op, cause});
-              peers.push_back(p);
-            }};
+    return {
+        [this] {
+          std::lock_guard<std::mutex> lock(mu);
+          return async_error;
+        },
+        [this](const std::string& op, const std::vector<int>& p, const Status& cause, int64_t seq) {
+          std::lock_guard<std::mutex> lock(mu);
+          fails.push_back({op, cause});
+          peers.push_back(p);
+          seqs.push_back(seq);
+        }};
   }
   size_t count() {
     std::lock_guard<std::mutex> lock(mu);
@@ -65,10 +68,26 @@ struct Reports {
 };
 
 std::shared_ptr<FakeState> track(CollectiveWatchdog& dog, const std::string& op,
-                                 std::vector<int> peers = {}) {
+                                 std::vector<int> peers = {}, int64_t seq = 0) {
   auto state = std::make_shared<FakeState>();
-  dog.track(op, std::make_unique<FakeCollective>(state), std::move(peers));
+  dog.track(op, std::make_unique<FakeCollective>(state), std::move(peers), seq);
   return state;
+}
+
+// The failure names the hung collective's number in its group (activity.h), which the failure
+// line compares with what the missing rank published.
+TEST(CollectiveWatchdog, AFailureCarriesTheCollectivesSequenceNumber) {
+  Reports reports;
+  CollectiveWatchdog dog(milliseconds(100), reports.hooks());
+  auto first = track(dog, "all_gather", {}, 36);
+  auto second = track(dog, "all_gather", {}, 37);
+  const TimePoint t0{};
+  first->progress = DeviceProgress::kDone;
+  second->progress = DeviceProgress::kRunning;
+  EXPECT_FALSE(dog.poll(t0));
+  EXPECT_TRUE(dog.poll(t0 + milliseconds(100)));
+  ASSERT_EQ(reports.count(), 1u);
+  EXPECT_EQ(reports.seqs[0], 37);
 }
 
 TEST(CollectiveWatchdog, TimeQueuedBehindOtherWorkDoesNotCountOnlyRunningTime) {
@@ -160,12 +179,12 @@ TEST(CollectiveWatchdog, HungPointToPointHandsItsPeersToTheFailure) {
 
 TEST(CollectiveWatchdog, NothingPendingAsksNothing) {
   int asked = 0;
-  CollectiveWatchdog dog(milliseconds(10),
-                         {[&] {
-                            ++asked;
-                            return Status::Ok();
-                          },
-                          [](const std::string&, const std::vector<int>&, const Status&) {}});
+  CollectiveWatchdog dog(milliseconds(10), {[&] {
+                                              ++asked;
+                                              return Status::Ok();
+                                            },
+                                            [](const std::string&, const std::vector<int>&,
+                                               const Status&, int64_t) {}});
   EXPECT_FALSE(dog.poll(TimePoint{}));
   EXPECT_EQ(asked, 0);
 }

@@ -268,6 +268,36 @@ TEST(NcclCommunicator, TimeQueuedOnTheStreamDoesNotCountTowardsTheTimeout) {
   });
 }
 
+// The stragglers' figures on a GPU (docs/reliability.md): a collective's device time, from
+// timing events around it on the compute stream, counted once the stream has passed it; time
+// queued before it (a long kernel) is not its; a stream of the communicator's own counts nothing.
+TEST(NcclCommunicator, DeviceCollectiveSecondsCountTheCollectivesOwnTime) {
+  NEED_GPUS(1);
+  run_gpu_ranks(1, 120, [](int, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+    auto comm =
+        make_nccl_communicator(store, "world", {0}, 0, gpu_options(0, stream, Millis(60000)));
+    CommOptions o = gpu_options(0, stream, Millis(60000));
+    o.own_stream = true;
+    auto own = make_nccl_communicator(store, "prefetch", {0}, 0, o);
+    if (!made(comm, f) || !made(own, f)) return;
+    f.expect((*comm)->device_collective_seconds() == 0, "nothing ran yet");
+    DeviceFloats buf(size_t{16} << 20);
+    cudaLaunchHostFunc(stream, sleep_on_stream, reinterpret_cast<void*>(intptr_t{300}));
+    for (int i = 0; i < 4; ++i) {
+      f.expect((*comm)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "all_reduce");
+    }
+    f.cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    const double s = (*comm)->device_collective_seconds();
+    f.expect(s > 0 && s < 0.25,
+             "4 all_reduces of a world of one took " + std::to_string(s) +
+                 " s on the device; the 300 ms queued before them must not count");
+    f.expect((*comm)->device_collective_seconds() == s, "counted once");
+    f.expect((*own)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "all_reduce (own stream)");
+    f.cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    f.expect((*own)->device_collective_seconds() == 0, "a stream of its own overlaps the compute");
+  });
+}
+
 // Point-to-point on a world of one: sends to itself meet its recvs inside one NCCL group.
 TEST(NcclP2P, WorldOfOneGpuSendsToItself) {
   NEED_GPUS(1);
@@ -324,6 +354,31 @@ TEST(NcclCommunicator, TwoGpusRunEveryCollectiveExactly) {
                   f.expect(c.all_gather(all.tensor(), in.tensor()).ok(), "all_gather");
                   f.expect(all.get(stream) == gathered, "all_gather");
                   f.expect(c.barrier().ok(), "barrier");
+                });
+}
+
+// A rank that reaches the all_reduce 400 ms late: the other waits for it inside the collective,
+// on the device, and its device_collective_seconds says so; the late rank's does not. The host
+// returned from the call at once on both (it only enqueues).
+TEST(NcclCommunicator, TheRankThatWaitsForALatePeerCountsTheWait) {
+  NEED_GPUS(2);
+  run_gpu_ranks(2, 180,
+                [](int rank, std::shared_ptr<Store> store, cudaStream_t stream, Findings& f) {
+                  auto comm = make_nccl_communicator(store, "world", {0, 1}, rank,
+                                                     gpu_options(rank, stream, Millis(60000)));
+                  if (!made(comm, f)) return;
+                  DeviceFloats buf(1024);
+                  f.expect((*comm)->barrier().ok(), "barrier");
+                  const double before = (*comm)->device_collective_seconds();
+                  if (rank == 1) std::this_thread::sleep_for(Millis(400));
+                  f.expect((*comm)->all_reduce(buf.tensor(), ReduceOp::kSum).ok(), "all_reduce");
+                  f.cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+                  const double waited = (*comm)->device_collective_seconds() - before;
+                  if (rank == 0) {
+                    f.expect(waited > 0.3, "rank 0 waited " + std::to_string(waited) + " s");
+                  } else {
+                    f.expect(waited < 0.1, "rank 1 (late) waited " + std::to_string(waited) + " s");
+                  }
                 });
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "ax/common/build_config.h"
+#include "ax/common/strings.h"
 #include "test_files.h"
 
 extern char** environ;
@@ -222,8 +224,129 @@ TEST_P(StoreTest, PrefixStoresAreSeparateNamespaces) {
   EXPECT_NE(a->describe().find("group a/"), std::string::npos);
 }
 
+TEST_P(StoreTest, GetManyReturnsTheValuesInOrderOnceAllExist) {
+  auto stores = make_world(factory(), 2);
+  ASSERT_TRUE(stores[0]->set("m/0", "zero").ok());
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(stores[1]->set("m/1", std::string("o\0ne", 4)).ok());
+  });
+  StatusOr<std::vector<std::string>> got = stores[0]->get_many({"m/1", "m/0"}, Millis(10000));
+  late.join();
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, (std::vector<std::string>{std::string("o\0ne", 4), "zero"}));
+  got = stores[1]->get_many({"m/0", "m/2"}, Millis(200));
+  ASSERT_EQ(got.status().code(), StatusCode::kDeadlineExceeded) << got.status().to_string();
+  EXPECT_NE(got.status().message().find("'m/2' not set within 0.2 s"), std::string::npos)
+      << got.status().message();
+  EXPECT_EQ(got.status().message().find("m/0"), std::string::npos) << got.status().message();
+}
+
+// Thousands of ranks missing make one line: the first 16 and a count.
+TEST_P(StoreTest, ManyMissingRanksAreCountedNotAllListed) {
+  constexpr int kBig = 40;
+  auto stores = make_world(factory(), kBig);
+  std::vector<Status> results(2);
+  on_threads(2, [&](int rank) {
+    results[rank] = store_barrier(*stores[rank], "many", rank, kBig, Millis(300));
+  });
+  for (const Status& st : results) {
+    ASSERT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.to_string();
+    EXPECT_NE(st.message().find("barrier 'many': ranks 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, "
+                                "14, 15, 16, 17 and 22 more of 40 did not arrive within 0.3 s"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("tcp", "file"),
                          [](const auto& info) { return info.param; });
+
+// A store without add() (as PMIx): barrier and all-gather wait for every rank's key instead of
+// counting the ranks in.
+class NoAddStore final : public Store {
+ public:
+  explicit NoAddStore(std::shared_ptr<Store> base) : base_(std::move(base)) {}
+  Status set(const std::string& key, std::string_view value) override {
+    return base_->set(key, value);
+  }
+  StatusOr<std::string> get(const std::string& key, Millis timeout) override {
+    return base_->get(key, timeout);
+  }
+  StatusOr<int64_t> add(const std::string&, int64_t) override {
+    return Status(StatusCode::kUnimplemented, "no add here");
+  }
+  Status wait(const std::vector<std::string>& keys, Millis timeout) override {
+    return base_->wait(keys, timeout);
+  }
+  Status sync(Millis timeout) override { return base_->sync(timeout); }
+  std::string describe() const override { return "no-add " + base_->describe(); }
+
+ private:
+  std::shared_ptr<Store> base_;
+};
+
+TEST(Store, WithoutAddBarrierAndAllGatherWaitForEveryRanksKey) {
+  auto stores = make_world(tcp_factory(), 4);
+  on_threads(4, [&](int rank) {
+    NoAddStore store(stores[rank]);
+    StatusOr<std::vector<std::string>> all =
+        store_all_gather(store, "g", rank, 4, std::to_string(rank * 10), Millis(10000));
+    ASSERT_TRUE(all.ok()) << all.status().to_string();
+    EXPECT_EQ(*all, (std::vector<std::string>{"0", "10", "20", "30"}));
+    EXPECT_TRUE(store_barrier(store, "b", rank, 4, Millis(10000)).ok());
+    if (rank == 3) return;
+    Status late = store_barrier(store, "c", rank, 4, Millis(300));
+    EXPECT_NE(late.message().find("barrier 'c': rank 3 of 4 did not arrive within 0.3 s"),
+              std::string::npos)
+        << late.to_string();
+  });
+  // Counting in, nothing is left waiting on the per-rank keys: no "arrived" key here.
+  EXPECT_FALSE(stores[0]->get("b/arrived", Millis(0)).ok());
+}
+
+// Hundreds of ranks at once (threads here): the all-gather reads one packed value per rank and
+// the barrier waits for one key; ax-store-bench does 4096 (docs/reliability.md).
+TEST(TcpStore, HundredsOfRanksGatherAndMeet) {
+  constexpr int kMany = 256;
+  auto stores = make_world(tcp_factory(), kMany);
+  std::atomic<int> good{0};
+  Clock::time_point start = Clock::now();
+  on_threads(kMany, [&](int rank) {
+    StatusOr<std::vector<std::string>> all = store_all_gather(
+        *stores[rank], "resume/0", rank, kMany, rank == 0 ? "proposal" : "", Millis(30000));
+    ASSERT_TRUE(all.ok()) << all.status().to_string();
+    ASSERT_EQ(all->size(), static_cast<size_t>(kMany));
+    EXPECT_EQ((*all)[0], "proposal");
+    EXPECT_EQ((*all)[kMany - 1], "");
+    ASSERT_TRUE(stores[rank]->sync(Millis(30000)).ok());
+    ++good;
+  });
+  EXPECT_EQ(good.load(), kMany);
+  EXPECT_LT(seconds_since(start), 30.0);
+  StatusOr<std::string> arrived = stores[0]->get("resume/0/arrived", Millis(0));
+  ASSERT_TRUE(arrived.ok());
+  EXPECT_EQ(*arrived, std::to_string(kMany));
+}
+
+// A request waiting for several keys looks at each only until it is there; a key erased after
+// that (erase_prefix) is looked for again before the answer.
+TEST(TcpStore, WaitNoticesAKeyErasedAfterItWasSeen) {
+  auto stores = make_world(tcp_factory(), 2);
+  auto* tcp = dynamic_cast<TcpStore*>(stores[0].get());
+  ASSERT_NE(tcp, nullptr);
+  ASSERT_TRUE(stores[0]->set("e/a", "1").ok());
+  Status waited;
+  std::thread waiter([&] { waited = stores[1]->wait({"e/a", "f/b"}, Millis(10000)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // filed under f/b
+  ASSERT_EQ(*tcp->erase_prefix("e/"), 1);
+  ASSERT_TRUE(stores[0]->set("f/b", "1").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(stores[0]->get("e/a", Millis(0)).status().code() == StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(stores[0]->set("e/a", "again").ok());
+  waiter.join();
+  EXPECT_TRUE(waited.ok()) << waited.to_string();
+}
 
 TEST(TcpStore, PortZeroPicksAFreePortAndDescribesIt) {
   TcpStoreOptions o;
@@ -376,6 +499,90 @@ TEST(TcpStore, KilledServerIsAnErrorNamingItNotAHang) {
   // The connection stays broken: later calls fail at once with the same message.
   Status again = clients[0]->set("k", "v");
   EXPECT_NE(again.message().find(expect), std::string::npos) << again.message();
+}
+
+// Runs `body` in a child process whose open-file limit is soft/hard; returns what it wrote to
+// the pipe it gets, or "exit N" when it ended otherwise than with status 0.
+std::string with_file_limit(rlim_t soft, rlim_t hard, const std::function<std::string()>& body) {
+  int out[2];
+  EXPECT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(out[0]);
+    rlimit rl{soft, hard};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(3);
+    const std::string text = body();
+    if (write(out[1], text.data(), text.size()) < 0) _exit(4);
+    _exit(0);
+  }
+  close(out[1]);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(out[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "exit " + std::to_string(status);
+  return got;
+}
+
+// Rank 0's store needs a descriptor per rank: a limit that the process cannot raise that far is
+// one line saying how many are needed and how to raise the limit, before anything listens.
+TEST(TcpStore, DescriptorLimitTooLowForTheWorldIsOneLineSayingHowToRaiseIt) {
+  const std::string message = with_file_limit(200, 300, [] {
+    StatusOr<std::shared_ptr<TcpStore>> s =
+        make_tcp_store({"127.0.0.1:0", true, 0, 1000, Millis(2000), kSecret});
+    return s.ok() ? std::string("started") : s.status().to_string();
+  });
+  EXPECT_EQ(message.rfind("FailedPrecondition: ", 0), 0u) << message;
+  for (const char* part :
+       {"rank 0's TCP store at 127.0.0.1:0 needs 1256 open files for a job of 1000 ranks",
+        "this process may open 200 (RLIMIT_NOFILE; hard limit 300)", "ulimit -n 1256",
+        "PropagateResourceLimits", "--propagate=NOFILE", "LimitNOFILE"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+  }
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_EQ(message.find("(at "), std::string::npos) << message;  // no source location
+}
+
+// A soft limit below what the world needs is raised up to the hard limit, as servers do.
+TEST(TcpStore, SoftDescriptorLimitIsRaisedTowardsTheHardOne) {
+  const std::string result = with_file_limit(100, 5000, [] {
+    StatusOr<std::shared_ptr<TcpStore>> s =
+        make_tcp_store({"127.0.0.1:0", true, 0, 1000, Millis(2000), kSecret});
+    if (!s.ok()) return s.status().to_string();
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    return str_cat("soft ", rl.rlim_cur, " hard ", rl.rlim_max);
+  });
+  EXPECT_EQ(result, "soft 1256 hard 5000");
+}
+
+// The same through a program: ax-store-check as rank 0 of 1000 under `ulimit -n 200` prints the
+// one line and exits 1.
+TEST(StoreCheck, DescriptorLimitTooLowIsOneErrorLine) {
+  const std::string out = with_file_limit(200, 200, [] {
+    std::string cmd = str_cat(
+        "env -u SLURM_JOB_ID -u SLURM_PROCID -u SLURM_STEP_ID -u PMIX_RANK AX_RANK=0 "
+        "AX_WORLD_SIZE=1000 AX_COORDINATOR=127.0.0.1:",
+        ax::testing::free_port(), " AX_JOB_SECRET=", kSecret, " ", AX_STORE_CHECK_BIN,
+        " --store tcp --timeout 5 2>&1; "
+        "echo \"exit $?\"");
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+    pclose(p);
+    return text;
+  });
+  const size_t first_newline = out.find('\n');
+  ASSERT_NE(first_newline, std::string::npos) << out;
+  const std::string line = out.substr(0, first_newline);
+  EXPECT_EQ(out.substr(first_newline + 1), "exit 1\n") << out;
+  EXPECT_NE(line.find("needs 1256 open files for a job of 1000 ranks"), std::string::npos) << line;
+  EXPECT_NE(line.find("ulimit -n 1256"), std::string::npos) << line;
 }
 
 // ax-store-check as 8 real processes over TCP and 4 over the file store.

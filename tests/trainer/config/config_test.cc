@@ -321,6 +321,30 @@ TEST(ConfigOverrides, EachType) {
   EXPECT_EQ(c.train.log_every, 5);
 }
 
+// docs/reliability.md: the stragglers' margin and floor, and the test-only knob that slows a rank.
+TEST(ConfigOverrides, StragglersAndTheDebugSlowKnob) {
+  Config c = experiment("tiny-gpt");
+  EXPECT_DOUBLE_EQ(c.train.straggler_margin, 0.2);
+  EXPECT_DOUBLE_EQ(c.train.straggler_min_ms, 20);
+  EXPECT_EQ(c.train.debug_slow_rank, -1);
+  EXPECT_EQ(c.train.debug_slow_phase, "compute");
+  for (const char* a :
+       {"train.straggler_margin=0.5", "train.straggler_min_ms=5", "train.debug_slow_rank=2",
+        "train.debug_slow_ms=150", "train.debug_slow_phase=data", "train.debug_slow_step=3"}) {
+    ASSERT_TRUE(apply_override(&c, a).ok()) << a;
+  }
+  EXPECT_DOUBLE_EQ(c.train.straggler_margin, 0.5);
+  EXPECT_DOUBLE_EQ(c.train.straggler_min_ms, 5);
+  EXPECT_EQ(c.train.debug_slow_rank, 2);
+  EXPECT_DOUBLE_EQ(c.train.debug_slow_ms, 150);
+  EXPECT_EQ(c.train.debug_slow_phase, "data");
+  EXPECT_EQ(c.train.debug_slow_step, 3);
+  StatusOr<Config> back = from_json(to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->train.debug_slow_phase, "data");
+  EXPECT_DOUBLE_EQ(back->train.straggler_margin, 0.5);
+}
+
 // Llama 3.1's RoPE scaling: off by default, its numbers Llama 3.1's until set.
 TEST(ConfigOverrides, RopeScaling) {
   Config c = experiment("tiny-llama");
@@ -385,6 +409,11 @@ TEST(ConfigOverrides, BadValuesNameTheKey) {
       {"train.keep_checkpoints=0", "'train.keep_checkpoints': 0 must be > 0"},
       {"train.resume_on_corrupt=ignore",
        "'train.resume_on_corrupt': 'ignore' is not one of fallback, refuse"},
+      {"train.straggler_margin=-0.1", "'train.straggler_margin': -0.1 must be >= 0"},
+      {"train.straggler_min_ms=-5", "'train.straggler_min_ms': -5 must be >= 0"},
+      {"train.debug_slow_phase=disk",
+       "'train.debug_slow_phase': 'disk' is not one of compute, data"},
+      {"train.debug_slow_step=-1", "must be >= 0"},
   };
   for (const Case& k : cases) {
     std::string message = override_error(k.assignment);
@@ -598,7 +627,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 70);  // experiment + 69 keys
+  EXPECT_EQ(lines, 77);  // experiment + 76 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

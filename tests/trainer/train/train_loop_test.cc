@@ -5,6 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -557,6 +562,92 @@ TEST(TrainLoop, FullDiskKeepsThePreviousCheckpoint) {
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(*latest, std::optional<int64_t>(2));
   EXPECT_TRUE(checkpoints.load(2).ok());
+}
+
+// Background checkpoints (train.checkpoint_async, the default) hold the same bytes as the
+// synchronous ones, step for step, and say what the loop waited for.
+TEST(TrainLoop, BackgroundCheckpointsEqualSynchronousOnes) {
+  const std::vector<std::string> o = {"train.max_steps=6", "train.checkpoint_every=2",
+                                      "train.eval_every=0"};
+  std::vector<std::string> sync = o;
+  sync.push_back("train.checkpoint_async=false");
+  const std::string bg = new_dir("ckpt-background"), fg = new_dir("ckpt-sync");
+  TrainRun a = train_run(corpus_config("tiny-gpt", o), bg);
+  TrainRun b = train_run(corpus_config("tiny-gpt", sync), fg);
+  ASSERT_TRUE(a.status.ok()) << a.status.to_string();
+  ASSERT_TRUE(b.status.ok()) << b.status.to_string();
+  EXPECT_NE(a.out.find("in the background; training paused"), std::string::npos) << a.out;
+  EXPECT_EQ(b.out.find("in the background"), std::string::npos) << b.out;
+  for (int64_t step : {2, 4, 6}) {
+    auto sa = CheckpointManager(bg, 3).load(step);
+    auto sb = CheckpointManager(fg, 3).load(step);
+    ASSERT_TRUE(sa.ok()) << sa.status().to_string();
+    ASSERT_TRUE(sb.ok()) << sb.status().to_string();
+    ASSERT_EQ(sa->tensors.size(), sb->tensors.size());
+    for (size_t i = 0; i < sa->tensors.size(); ++i) {
+      EXPECT_EQ(sa->tensors[i].data, sb->tensors[i].data) << step << " " << sa->tensors[i].name;
+    }
+    // The blobs too, but for config.json, which records train.checkpoint_async itself.
+    sa->blobs.erase("config.json");
+    sb->blobs.erase("config.json");
+    EXPECT_EQ(sa->blobs, sb->blobs) << step;
+  }
+}
+
+// kill -9 while a background write is under way: the run resumes from the checkpoint before it
+// and ends with the losses and state of an uninterrupted run.
+TEST(TrainLoop, KillDuringBackgroundWriteResumesFromThePreviousCheckpoint) {
+  const Config config = corpus_config(
+      "tiny-gpt", {"train.max_steps=9", "train.checkpoint_every=3", "train.eval_every=0"});
+  const std::string whole = new_dir("kill-whole"), killed = new_dir("kill-bg");
+  TrainRun a = train_run(config, whole);
+  ASSERT_TRUE(a.status.ok()) << a.status.to_string();
+  ASSERT_EQ(a.steps.size(), 9u);
+
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // A slow disk: each checkpoint of tiny-gpt (about 1.3 MiB) takes seconds to write.
+    ::setenv("AX_CHECKPOINT_WRITE_DELAY_MS", "1500", 1);
+    TrainRun run = train_run(config, killed);
+    ::_exit(run.status.ok() ? 0 : 1);
+  }
+  // Kill once step 3 is committed and step 6's files are being written.
+  const fs::path root = fs::path(killed) / "checkpoints";
+  bool writing_six = false;
+  for (int i = 0; i < 6000 && !writing_six; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::error_code ec;
+    if (!fs::exists(root / "step_00000003" / "COMMIT", ec)) continue;
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      writing_six = writing_six || name.rfind("step_00000006.tmp-", 0) == 0;
+    }
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(writing_six) << "step 6's write never started";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before the kill";
+
+  auto latest = CheckpointManager(killed, 3).latest();
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, std::optional<int64_t>(3));
+  TrainRun b = train_run(config, killed);
+  ASSERT_TRUE(b.status.ok()) << b.status.to_string();
+  EXPECT_NE(b.out.find("resumed from step 3"), std::string::npos) << b.out;
+  ASSERT_EQ(b.steps.size(), 6u);
+  for (size_t i = 0; i < b.steps.size(); ++i) {
+    EXPECT_EQ(b.steps[i].step, a.steps[i + 3].step);
+    EXPECT_EQ(b.steps[i].loss, a.steps[i + 3].loss) << "step " << b.steps[i].step;  // exact
+  }
+  auto sa = CheckpointManager(whole, 3).load(9);
+  auto sb = CheckpointManager(killed, 3).load(9);
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  ASSERT_EQ(sa->tensors.size(), sb->tensors.size());
+  for (size_t i = 0; i < sa->tensors.size(); ++i) {
+    EXPECT_EQ(sa->tensors[i].data, sb->tensors[i].data) << sa->tensors[i].name;
+  }
 }
 
 TEST(Sampler, PickToken) {

@@ -124,42 +124,24 @@ std::string CheckpointManager::step_dir(int64_t step) const {
 }
 
 Status CheckpointManager::save(const CheckpointState& state) {
-  if (state.step < 0) return InvalidArgument("checkpoint step ", state.step, " is negative");
-  AX_ASSIGN_OR_RETURN(ckpt::WriteBudget budget, ckpt::write_budget_from_env());
-  const std::string root = join_path(run_dir_, "checkpoints");
-  std::error_code ec;
-  if (!fs::is_directory(root, ec)) {
-    fs::create_directories(root, ec);
-    if (ec) return IoError(str_cat("create ", root), ec.value());
-    AX_RETURN_IF_ERROR(ckpt::fsync_dir(run_dir_));
-  }
-  const std::string final_dir = step_dir(state.step);
-  const std::string tmp_dir = str_cat(final_dir, kTmpMarker, ::getpid());
-  ckpt::remove_tree(tmp_dir);
-  if (::mkdir(tmp_dir.c_str(), 0755) != 0) return IoError(str_cat("create ", tmp_dir), errno);
-
-  Status status = [&]() -> Status {
-    AX_ASSIGN_OR_RETURN(ckpt::RankWrite mine, ckpt::write_rank_files(tmp_dir, 0, state, &budget));
-    return ckpt::commit_checkpoint(tmp_dir, final_dir, state.step, {mine}, &budget);
-  }();
-  if (!status.ok()) {
-    ckpt::remove_tree(tmp_dir);
-    return status.with_context(str_cat("saving the checkpoint of step ", state.step));
-  }
-  AX_LOG(kDebug, "checkpoint") << "saved step " << state.step << " to " << final_dir;
-  prune(root, keep_, state.step);
-  return Status::Ok();
+  return save(state, CheckpointGroup{});
 }
 
 Status CheckpointManager::save(const CheckpointState& state, const CheckpointGroup& group) {
-  if (group.world <= 1) return save(state);
-  if (state.step < 0) return InvalidArgument("checkpoint step ", state.step, " is negative");
+  AX_ASSIGN_OR_RETURN(PendingSave pending, begin_save(state.step, group));
+  StatusOr<std::string> written = write_files(&pending, group.rank, state);
+  return finish_save(pending, written, group);
+}
+
+StatusOr<PendingSave> CheckpointManager::begin_save(int64_t step,
+                                                    const CheckpointGroup& group) const {
+  if (step < 0) return InvalidArgument("checkpoint step ", step, " is negative");
+  const bool multi = group.world > 1;
   const std::string root = join_path(run_dir_, "checkpoints");
-  const std::string final_dir = step_dir(state.step);
-  // 1. Rank 0 prepares the temporary directory and tells everyone its name (or its error).
+  // Rank 0 prepares the temporary directory and tells everyone its name (or its error).
   std::string prepared;
   if (group.rank == 0) {
-    const std::string tmp = str_cat(final_dir, kTmpMarker, ::getpid());
+    const std::string tmp = str_cat(step_dir(step), kTmpMarker, ::getpid());
     Status s = [&]() -> Status {
       std::error_code ec;
       if (!fs::is_directory(root, ec)) {
@@ -171,45 +153,89 @@ Status CheckpointManager::save(const CheckpointState& state, const CheckpointGro
       if (::mkdir(tmp.c_str(), 0755) != 0) return IoError(str_cat("create ", tmp), errno);
       return Status::Ok();
     }();
-    prepared = s.ok() ? "ok " + tmp : "error " + s.to_string();
+    if (!multi) {
+      if (!s.ok()) return s.with_context(str_cat("saving the checkpoint of step ", step));
+      prepared = "ok " + tmp;
+    } else {
+      prepared = s.ok() ? "ok " + tmp : "error " + s.to_string();
+    }
   }
-  AX_ASSIGN_OR_RETURN(std::vector<std::string> names, group.all_gather(prepared));
+  std::vector<std::string> names = {prepared};
+  if (multi) {
+    AX_ASSIGN_OR_RETURN(names, group.all_gather(prepared));
+  }
   if (!starts_with(names[0], "ok ")) {
     return Status(StatusCode::kIoError,
-                  str_cat("saving the checkpoint of step ", state.step,
+                  str_cat("saving the checkpoint of step ", step,
                           ": rank 0: ", names[0].substr(names[0].find(' ') + 1)));
   }
-  const std::string tmp_dir = names[0].substr(3);
-  // 2. Every rank writes its file and reports it.
   AX_ASSIGN_OR_RETURN(ckpt::WriteBudget budget, ckpt::write_budget_from_env());
-  StatusOr<ckpt::RankWrite> mine = ckpt::write_rank_files(tmp_dir, group.rank, state, &budget);
+  return PendingSave{step, names[0].substr(3), budget.bytes_left, budget.delay_ms_per_mib};
+}
+
+StatusOr<std::string> CheckpointManager::write_files(PendingSave* pending, int rank,
+                                                     const CheckpointState& state) const {
+  if (state.step != pending->step) {
+    return InvalidArgument("the state of step ", state.step, " given to the save of step ",
+                           pending->step);
+  }
+  ckpt::WriteBudget budget{pending->budget_bytes, pending->delay_ms_per_mib};
+  StatusOr<ckpt::RankWrite> mine = ckpt::write_rank_files(pending->tmp_dir, rank, state, &budget);
+  pending->budget_bytes = budget.bytes_left;
+  if (!mine.ok()) return mine.status();
+  return ckpt::rank_write_to_json(*mine);
+}
+
+Status CheckpointManager::finish_save(const PendingSave& pending,
+                                      const StatusOr<std::string>& written,
+                                      const CheckpointGroup& group) const {
+  const bool multi = group.world > 1;
+  const std::string root = join_path(run_dir_, "checkpoints");
+  ckpt::WriteBudget budget{pending.budget_bytes};
+  if (!multi) {
+    Status s = [&]() -> Status {
+      if (!written.ok()) return written.status();
+      AX_ASSIGN_OR_RETURN(ckpt::RankWrite mine, ckpt::rank_write_from_json(*written));
+      return ckpt::commit_checkpoint(pending.tmp_dir, step_dir(pending.step), pending.step,
+                                     {mine}, &budget);
+    }();
+    if (!s.ok()) {
+      ckpt::remove_tree(pending.tmp_dir);
+      return s.with_context(str_cat("saving the checkpoint of step ", pending.step));
+    }
+    AX_LOG(kDebug, "checkpoint") << "saved step " << pending.step << " to "
+                                 << step_dir(pending.step);
+    prune(root, keep_, pending.step);
+    return Status::Ok();
+  }
+  // Every rank reports its files; rank 0 commits when every rank succeeded and tells everyone.
   AX_ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                      group.all_gather(mine.ok() ? "ok " + ckpt::rank_write_to_json(*mine)
-                                                 : "error " + mine.status().to_string()));
-  // 3. Rank 0 commits when every rank succeeded and tells everyone the outcome.
+                      group.all_gather(written.ok() ? "ok " + *written
+                                                    : "error " + written.status().to_string()));
   std::string verdict;
   if (group.rank == 0) {
     Status s = [&]() -> Status {
       std::vector<ckpt::RankWrite> writes;
       for (size_t r = 0; r < reports.size(); ++r) {
         if (!starts_with(reports[r], "ok ")) {
-          return Status(StatusCode::kIoError,
-                        str_cat("rank ", r, ": ", reports[r].substr(reports[r].find(' ') + 1)));
+          const std::string why = reports[r].substr(reports[r].find(' ') + 1);
+          return Status(StatusCode::kIoError, str_cat("rank ", r, ": ", why));
         }
         AX_ASSIGN_OR_RETURN(ckpt::RankWrite w, ckpt::rank_write_from_json(reports[r].substr(3)));
         writes.push_back(std::move(w));
       }
-      return ckpt::commit_checkpoint(tmp_dir, final_dir, state.step, writes, &budget);
+      return ckpt::commit_checkpoint(pending.tmp_dir, step_dir(pending.step), pending.step,
+                                     writes, &budget);
     }();
-    if (!s.ok()) ckpt::remove_tree(tmp_dir);
+    if (!s.ok()) ckpt::remove_tree(pending.tmp_dir);
     verdict = s.ok() ? "ok" : "error " + s.to_string();
   }
   AX_ASSIGN_OR_RETURN(std::vector<std::string> verdicts, group.all_gather(verdict));
   if (verdicts[0] != "ok") {
-    return Status(StatusCode::kIoError, str_cat("saving the checkpoint of step ", state.step, ": ",
-                                                verdicts[0].substr(verdicts[0].find(' ') + 1)));
+    return Status(StatusCode::kIoError, str_cat("saving the checkpoint of step ", pending.step,
+                                                ": ", verdicts[0].substr(verdicts[0].find(' ') + 1)));
   }
-  if (group.rank == 0) prune(root, keep_, state.step);
+  if (group.rank == 0) prune(root, keep_, pending.step);
   return Status::Ok();
 }
 

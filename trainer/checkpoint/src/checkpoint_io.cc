@@ -5,9 +5,11 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "ax/common/check.h"
@@ -23,11 +25,18 @@ const EnvKnob<int64_t> kFailAfterBytes(
     "bytes, to test full-disk handling (-1 = off)",
     -1);
 
+const EnvKnob<int64_t> kWriteDelay(
+    "AX_CHECKPOINT_WRITE_DELAY_MS", 0,
+    "test hook: a checkpoint save sleeps this many milliseconds per MiB it writes, a slow disk "
+    "for the tests of background checkpoints (0 = off)",
+    0);
+
 }  // namespace
 
 StatusOr<WriteBudget> write_budget_from_env() {
   AX_ASSIGN_OR_RETURN(int64_t bytes, kFailAfterBytes.get());
-  return WriteBudget{bytes};
+  AX_ASSIGN_OR_RETURN(int64_t delay, kWriteDelay.get());
+  return WriteBudget{bytes, delay};
 }
 
 FileWriter::FileWriter(std::string path, std::string name, int fd, WriteBudget* budget)
@@ -73,6 +82,10 @@ Status FileWriter::append(const void* data, size_t size) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError(str_cat("write ", path_), errno);
     if (budget_ != nullptr && budget_->bytes_left >= 0) budget_->bytes_left -= n;
+    if (budget_ != nullptr && budget_->delay_ms_per_mib > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          budget_->delay_ms_per_mib * 1000 * static_cast<int64_t>(n) / (int64_t{1} << 20)));
+    }
     p += n;
     size -= static_cast<size_t>(n);
     size_ += static_cast<uint64_t>(n);

@@ -25,8 +25,11 @@ struct FileRecord {
 
 // The bytes one save may still write before its writes fail with ENOSPC; negative = unlimited.
 // Set from AX_CHECKPOINT_FAIL_AFTER_BYTES, a test hook that simulates a full disk.
+// AX_CHECKPOINT_WRITE_DELAY_MS, the slow-disk test hook, sleeps that many milliseconds per MiB
+// written.
 struct WriteBudget {
   int64_t bytes_left = -1;
+  int64_t delay_ms_per_mib = 0;
 };
 StatusOr<WriteBudget> write_budget_from_env();
 

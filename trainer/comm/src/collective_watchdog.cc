@@ -41,11 +41,11 @@ void CollectiveWatchdog::stop() {
 }
 
 void CollectiveWatchdog::track(std::string op, std::unique_ptr<TrackedCollective> collective,
-                               std::vector<int> peers) {
+                               std::vector<int> peers, int64_t seq) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return;  // nothing more to report: the group has failed
-    queue_.push_back({std::move(op), std::move(collective), std::move(peers), std::nullopt});
+    queue_.push_back({std::move(op), std::move(collective), std::move(peers), seq, std::nullopt});
   }
   cv_.notify_all();
 }
@@ -70,6 +70,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
   Status async = hooks_.async_error ? hooks_.async_error() : Status::Ok();
   std::string op;
   std::vector<int> peers;
+  int64_t seq = 0;
   Status cause;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -77,6 +78,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
     if (!async.ok()) {
       op = queue_.front().op;
       peers = queue_.front().peers;
+      seq = queue_.front().seq;
       cause = async;
     }
     while (cause.ok() && !queue_.empty()) {
@@ -85,6 +87,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
       if (!progress.ok()) {
         op = head.op;
         peers = head.peers;
+        seq = head.seq;
         cause = progress.status();
         break;
       }
@@ -97,6 +100,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
         if (now - *head.running_since >= timeout_) {
           op = head.op;
           peers = head.peers;
+          seq = head.seq;
           cause = DeadlineExceeded(timeout_cause(timeout_));
         }
       }
@@ -105,7 +109,7 @@ bool CollectiveWatchdog::poll(TimePoint now) {
     if (cause.ok()) return false;
     failed_ = true;
   }
-  hooks_.fail(op, peers, cause);
+  hooks_.fail(op, peers, cause, seq);
   return true;
 }
 
@@ -138,13 +142,13 @@ Status FailureLatch::status() const {
 }
 
 Status FailureLatch::record(std::string_view op, const Status& cause, Store& store,
-                            const std::vector<int>& peers) {
+                            const std::vector<int>& peers, int64_t seq) {
   // Held through the alive round: a second thread that fails meanwhile waits and returns the
   // first failure rather than running a round of its own.
   std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.ok()) return failed_;
   failed_ = fail_rank(store, op, group_, prefix_, ranks_, group_rank_,
-                      TransportError{cause.code(), cause.message()}, timeout_, peers);
+                      TransportError{cause.code(), cause.message(), seq}, timeout_, peers);
   // The owner reports it (ax-train: one line per rank); the log has it at debug level.
   AX_LOG(kDebug, "comm") << failed_.message();
   return failed_;
@@ -153,8 +157,8 @@ Status FailureLatch::record(std::string_view op, const Status& cause, Store& sto
 void handle_async_failure(FailureLatch& latch, std::string_view op, const std::vector<int>& peers,
                           const Status& cause, Store& store,
                           const std::function<void(const Status&)>& on_failure,
-                          const std::function<void()>& abort) {
-  Status failure = latch.record(op, cause, store, peers);
+                          const std::function<void()>& abort, int64_t seq) {
+  Status failure = latch.record(op, cause, store, peers, seq);
   if (on_failure) on_failure(failure);
   abort();
 }

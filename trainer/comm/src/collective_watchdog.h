@@ -54,10 +54,11 @@ class CollectiveWatchdog {
   struct Hooks {
     // ncclCommGetAsyncError: Ok while the communicator is healthy.
     std::function<Status()> async_error;
-    // Called once, with the collective that failed or hung, its peers (track) and the cause;
-    // the watchdog stops watching afterwards. Called from the watchdog's thread (or poll()'s
-    // caller).
-    std::function<void(const std::string& op, const std::vector<int>& peers, const Status& cause)>
+    // Called once, with the collective that failed or hung, its peers and sequence number
+    // (track) and the cause; the watchdog stops watching afterwards. Called from the watchdog's
+    // thread (or poll()'s caller).
+    std::function<void(const std::string& op, const std::vector<int>& peers, const Status& cause,
+                       int64_t seq)>
         fail;
   };
 
@@ -75,9 +76,10 @@ class CollectiveWatchdog {
 
   // Follows `collective` (named `op` in a failure) until it is done. Collectives of one
   // watchdog must run in the order they are tracked (one stream). `peers`: the group ranks a
-  // point-to-point transfer waits for, handed to the fail hook (empty for a collective).
+  // point-to-point transfer waits for, handed to the fail hook (empty for a collective); `seq`:
+  // the call's number in its group (activity.h), 0 when unknown.
   void track(std::string op, std::unique_ptr<TrackedCollective> collective,
-             std::vector<int> peers = {});
+             std::vector<int> peers = {}, int64_t seq = 0);
 
   // One round at `now`: asks for the asynchronous error, drops the finished collectives at the
   // head of the queue and times the oldest unfinished one from the first round that saw it
@@ -95,6 +97,7 @@ class CollectiveWatchdog {
     std::string op;
     std::unique_ptr<TrackedCollective> collective;
     std::vector<int> peers;
+    int64_t seq = 0;
     std::optional<TimePoint> running_since;
   };
   void run(Millis interval, const std::function<void()>& thread_init);
@@ -121,9 +124,10 @@ class FailureLatch {
   // rank's failure (fail_rank on `store`: the rank's other groups closed, the culprit named once
   // for the job), which this group's owner must join (join_failure_domain) for as long as it
   // lives. Callers that meet the failure while another thread records it wait for that record.
-  // `peers`: the group ranks a point-to-point transfer waited for (fail_rank).
+  // `peers`: the group ranks a point-to-point transfer waited for (fail_rank); `seq` the call's
+  // number in the group (0: unknown).
   Status record(std::string_view op, const Status& cause, Store& store,
-                const std::vector<int>& peers = {});
+                const std::vector<int>& peers = {}, int64_t seq = 0);
 
  private:
   const std::string group_, prefix_;
@@ -143,6 +147,6 @@ class FailureLatch {
 void handle_async_failure(FailureLatch& latch, std::string_view op, const std::vector<int>& peers,
                           const Status& cause, Store& store,
                           const std::function<void(const Status&)>& on_failure,
-                          const std::function<void()>& abort);
+                          const std::function<void()>& abort, int64_t seq = 0);
 
 }  // namespace ax::train::comm::internal

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "ax/common/logging.h"
+#include "ax/trainer/comm/activity.h"
 #include "comm_internal.h"
 
 namespace ax::train::comm::internal {
@@ -268,7 +269,9 @@ Status decide_failure(Store& store, std::string_view op, const std::string& grou
     return agree_on_cause(store, op, group, me, err, report, cause_wait);
   }
   AliveReport report = find_missing_ranks(store, prefix, ranks, group_rank, window, peers);
-  return agree_on_cause(store, op, group, me, err, report, cause_wait);
+  const std::string detail =
+      report.store_status.ok() ? absence_detail(store, report.missing, op, prefix, err.seq) : "";
+  return agree_on_cause(store, op, group, me, err, report, cause_wait, detail);
 }
 
 }  // namespace
@@ -293,8 +296,30 @@ std::string describe_ranks(Store& store, const std::vector<int>& ranks) {
   return str_cat(out, hosts.size() == 1 ? " (host " : " (hosts ", joined, ")");
 }
 
+std::string absence_detail(Store& store, const std::vector<int>& missing, std::string_view op,
+                           const std::string& prefix, int64_t seq) {
+  constexpr size_t kMostRanks = 4;  // a longer list says nothing more about the cause
+  std::vector<std::pair<int, std::string>> found;
+  for (size_t i = 0; i < missing.size() && i < kMostRanks; ++i) {
+    // Published already, or never: a live rank outside collectives republishes within half the
+    // timeout, and the timeout has passed.
+    StatusOr<std::string> text = store.get(activity_key(missing[i]), Millis(0));
+    if (!text.ok()) continue;
+    StatusOr<ActivityRecord> record = parse_activity(*text);
+    if (!record.ok()) continue;
+    found.push_back({missing[i], describe_absence(*record, op, prefix, seq, unix_ms())});
+  }
+  if (found.empty()) return "";
+  if (missing.size() == 1) return ": " + found[0].second;
+  std::string out;
+  for (const auto& [rank, text] : found)
+    out += str_cat(out.empty() ? ": " : "; ", "rank ", rank, ": ", text);
+  return out;
+}
+
 Status agree_on_cause(Store& store, std::string_view op, const std::string& group, int global_rank,
-                      const TransportError& err, const AliveReport& report, Millis wait) {
+                      const TransportError& err, const AliveReport& report, Millis wait,
+                      const std::string& detail) {
   if (!report.store_status.ok()) {
     return collective_failure(op, group, err.code, err.cause, report, store.describe());
   }
@@ -304,11 +329,12 @@ Status agree_on_cause(Store& store, std::string_view op, const std::string& grou
     if (claim.ok() && *claim == 1) {
       const std::string who = describe_ranks(store, report.missing);
       (void)store.set(kFailureCauseKey, str_cat(global_rank, "|", who));
-      return Status(err.code, str_cat(head, who, " stopped answering first (", err.cause, ")"));
+      return Status(err.code,
+                    str_cat(head, who, " stopped answering first (", err.cause, ")", detail));
     }
     if (!claim.ok()) {  // no add (PMIx): every rank says what its own round found
       return Status(err.code, str_cat(head, describe_ranks(store, report.missing),
-                                      " did not answer (", err.cause, ")"));
+                                      " did not answer (", err.cause, ")", detail));
     }
   }
   StatusOr<std::string> cause = store.get(kFailureCauseKey, wait);

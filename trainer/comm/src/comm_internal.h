@@ -86,6 +86,9 @@ Status collective_failure(std::string_view op, const std::string& group, StatusC
 struct TransportError {
   StatusCode code;
   std::string cause;
+  // The failed call's sequence number in its group (activity.h: the n-th call of the group on
+  // every member); 0 when unknown.
+  int64_t seq = 0;
 };
 TransportError classify_gloo_error(std::string_view what, Millis timeout);
 // The first line of a Gloo exception's text without its "[file:line] " prefix.
@@ -126,8 +129,18 @@ inline constexpr const char* kFailureCauseKey = "failure/cause";
 // every other rank waits up to `wait` for that cause and says "stopping: <who> stopped answering
 // (rank R reports it)". A store without add (PMIx), or no claim within `wait`, gives the rank's
 // own report (collective_failure). The code is the transport's (err.code).
+// `detail` is appended to the claiming rank's line: what the missing ranks were doing instead
+// (absence_detail).
 Status agree_on_cause(Store& store, std::string_view op, const std::string& group, int global_rank,
-                      const TransportError& err, const AliveReport& report, Millis wait);
+                      const TransportError& err, const AliveReport& report, Millis wait,
+                      const std::string& detail = {});
+
+// What the missing ranks of a failed call (`op`, call err.seq of the group at `prefix`) were
+// doing instead, from the records they published (activity.h): ": it never entered all_gather
+// #37 of this group (its last there was #36) and has been in data loading for 5.2 s (step 3)",
+// or for several ranks ": rank 1: it ...; rank 2: it ...". Empty when none published one.
+std::string absence_detail(Store& store, const std::vector<int>& missing, std::string_view op,
+                           const std::string& prefix, int64_t seq);
 
 // What a failed collective of a registered group (`prefix`) returns, decided once per rank: the
 // first failure sets the rank's alive key in every registered group, closes every other one (its

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ax/common/logging.h"
+#include "ax/trainer/comm/activity.h"
 #include "comm_internal.h"
 
 namespace ax::train::comm {
@@ -174,6 +175,7 @@ class GlooCommunicator : public Communicator {
         timeout_(timeout),
         device_(std::move(device)),
         context_(std::move(context)),
+        activity_(GroupActivity::track(prefix_, name_)),
         sent_(ranks_.size(), 0),
         received_(ranks_.size(), 0) {
     std::weak_ptr<gloo::rendezvous::Context> weak = context_;
@@ -275,6 +277,7 @@ class GlooCommunicator : public Communicator {
     };
     std::vector<Posted> posted;
     const P2POp* current = nullptr;
+    CollectiveScope scope(activity_.get(), internal::exchange_name(ops, ranks_));
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     try {
       for (const P2POp& op : ops) {
@@ -301,7 +304,7 @@ class GlooCommunicator : public Communicator {
       }
     } catch (const std::exception& e) {
       posted.clear();
-      return fail(internal::p2p_name(*current, ranks_), e.what(), {current->peer});
+      return fail(internal::p2p_name(*current, ranks_), e.what(), scope.seq(), {current->peer});
     }
     return Status::Ok();
   }
@@ -310,20 +313,24 @@ class GlooCommunicator : public Communicator {
   template <typename Fn>
   Status run(std::string_view op, Fn&& fn) {
     if (!failed_.ok()) return failed_;
+    CollectiveScope scope(activity_.get(), op);
     try {
       fn();
       return Status::Ok();
     } catch (const std::exception& e) {
-      return fail(op, e.what());
+      return fail(op, e.what(), scope.seq());
     }
   }
 
   // Closing this rank's connections of every group (fail_rank) wakes the peers that wait on
   // it, so every live rank reaches its alive round within moments instead of after its own
   // timeout. The caller reports the Status (one line per rank); the log has it at debug level.
-  // `peers`: the group ranks a point-to-point call waited for (empty for a collective).
-  Status fail(std::string_view op, const std::string& what, const std::vector<int>& peers = {}) {
+  // `seq`: the call's number in the group (activity.h). `peers`: the group ranks a
+  // point-to-point call waited for (empty for a collective).
+  Status fail(std::string_view op, const std::string& what, int64_t seq,
+              const std::vector<int>& peers = {}) {
     internal::TransportError err = internal::classify_gloo_error(what, timeout_);
+    err.seq = seq;
     AX_LOG(kDebug, "comm") << op << " on " << name_ << ": gloo: " << what;
     close_quietly(*context_);
     failed_ = internal::fail_rank(*store_, op, name_, prefix_, ranks_, rank_, err, timeout_, peers);
@@ -369,6 +376,7 @@ class GlooCommunicator : public Communicator {
   const Millis timeout_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::shared_ptr<GroupActivity> activity_;  // the group's collective count (activity.h)
   // Point-to-point transfers so far to / from each group rank: the next one's slot.
   std::vector<uint32_t> sent_, received_;
   int64_t bytes_ = 0;

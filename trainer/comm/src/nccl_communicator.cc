@@ -22,10 +22,13 @@
 #include <stdlib.h>
 
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <optional>
 
 #include "ax/common/device_check.h"
 #include "ax/common/logging.h"
+#include "ax/trainer/comm/activity.h"
 #include "collective_watchdog.h"
 #include "comm_internal.h"
 
@@ -68,29 +71,54 @@ StatusOr<bool> event_passed(cudaEvent_t e) {
   return Internal("cudaEventQuery: ", cudaGetErrorString(r));
 }
 
-// One collective as the watchdog sees it: events recorded on its stream just before and just
-// after the NCCL call. Destroyed by the watchdog's thread once the collective is done.
-class StreamMarkers final : public internal::TrackedCollective {
+// One collective on the device: events recorded on its stream just before and just after the
+// NCCL call. The watchdog follows its progress; on the backend's stream the events also time it
+// (`timed`: device_collective_seconds, the stragglers' figures), so they keep timing enabled.
+// Shared by the watchdog (StreamProgress) and the communicator's list of timed collectives, and
+// destroyed by whichever lets go last, once the collective is done.
+class StreamMarkers {
  public:
-  StreamMarkers() {
-    AX_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
-    AX_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
+  explicit StreamMarkers(bool timed) {
+    const unsigned flags = timed ? cudaEventDefault : cudaEventDisableTiming;
+    AX_CUDA_CHECK(cudaEventCreateWithFlags(&start_, flags));
+    AX_CUDA_CHECK(cudaEventCreateWithFlags(&end_, flags));
   }
-  ~StreamMarkers() override {
+  ~StreamMarkers() {
     cudaEventDestroy(start_);
     cudaEventDestroy(end_);
   }
+  StreamMarkers(const StreamMarkers&) = delete;
+  StreamMarkers& operator=(const StreamMarkers&) = delete;
   void record_start(cudaStream_t s) { AX_CUDA_CHECK(cudaEventRecord(start_, s)); }
   void record_end(cudaStream_t s) { AX_CUDA_CHECK(cudaEventRecord(end_, s)); }
-  StatusOr<DeviceProgress> progress() override {
+  StatusOr<DeviceProgress> progress() {
     AX_ASSIGN_OR_RETURN(bool ended, event_passed(end_));
     if (ended) return DeviceProgress::kDone;
     AX_ASSIGN_OR_RETURN(bool started, event_passed(start_));
     return started ? DeviceProgress::kRunning : DeviceProgress::kQueued;
   }
+  // Milliseconds between the two events once the end has passed; nullopt before that (or when
+  // the device cannot say: the collective then counts nothing).
+  std::optional<float> elapsed_ms() {
+    StatusOr<bool> ended = event_passed(end_);
+    if (!ended.ok()) return 0.0f;
+    if (!*ended) return std::nullopt;
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, start_, end_) == cudaSuccess ? ms : 0.0f;
+  }
 
  private:
   cudaEvent_t start_ = nullptr, end_ = nullptr;
+};
+
+// The watchdog's view of a collective's markers.
+class StreamProgress final : public internal::TrackedCollective {
+ public:
+  explicit StreamProgress(std::shared_ptr<StreamMarkers> markers) : markers_(std::move(markers)) {}
+  StatusOr<DeviceProgress> progress() override { return markers_->progress(); }
+
+ private:
+  std::shared_ptr<StreamMarkers> markers_;
 };
 
 // What make_nccl_communicator hands over besides the options.
@@ -114,14 +142,15 @@ class NcclCommunicator : public Communicator {
         main_stream_(static_cast<cudaStream_t>(options.cuda_stream)),
         res_(res),
         on_async_failure_(options.on_async_failure),
+        activity_(ranks_.size() > 1 ? GroupActivity::track(prefix, name_) : nullptr),
         latch_(name_, prefix, std::move(ranks), rank, options.timeout),
-        watchdog_(
-            options.timeout,
-            {[this] { return async_error(); },
-             [this](const std::string& op, const std::vector<int>& peers, const Status& cause) {
-               internal::handle_async_failure(latch_, op, peers, cause, *store_, on_async_failure_,
-                                              [this] { abort(); });
-             }}) {
+        watchdog_(options.timeout, {[this] { return async_error(); },
+                                    [this](const std::string& op, const std::vector<int>& peers,
+                                           const Status& cause, int64_t seq) {
+                                      internal::handle_async_failure(
+                                          latch_, op, peers, cause, *store_, on_async_failure_,
+                                          [this] { abort(); }, seq);
+                                    }}) {
     const int device = res_.device;
     watchdog_.start(internal::CollectiveWatchdog::interval_for(timeout_),
                     [device] { cudaSetDevice(device); });
@@ -143,6 +172,7 @@ class NcclCommunicator : public Communicator {
     if (domain_id_ >= 0) internal::leave_failure_domain(*store_, domain_id_);
     watchdog_.stop();
     finalize();
+    timed_.clear();  // their events, before the stream they were recorded on goes
     cudaFree(res_.scratch);
     cudaEventDestroy(res_.ready);
     cudaEventDestroy(res_.joined);
@@ -154,6 +184,17 @@ class NcclCommunicator : public Communicator {
   std::string name() const override { return name_; }
   int64_t bytes_moved() const override { return bytes_; }
   bool enqueues() const override { return true; }
+
+  // The finished collectives at the head of the list (they finish in order: one stream).
+  double device_collective_seconds() override {
+    while (!timed_.empty()) {
+      std::optional<float> ms = timed_.front()->elapsed_ms();
+      if (!ms) break;
+      device_ms_ += static_cast<double>(*ms);
+      timed_.pop_front();
+    }
+    return device_ms_ / 1000.0;
+  }
 
   void join() override {
     if (res_.stream == main_stream_) return;
@@ -213,7 +254,7 @@ class NcclCommunicator : public Communicator {
           return state();
         },
         timeout_, kPollInterval, [&] { abort(); }, "barrier");
-    if (!s.ok()) return fail("barrier", s);
+    if (!s.ok()) return fail("barrier", s, {}, activity_ ? activity_->entered() : 0);
     return latch_.status();  // a stream that drained because the watchdog aborted
   }
 
@@ -249,6 +290,8 @@ class NcclCommunicator : public Communicator {
   template <typename Fn>
   Status enqueue(std::string_view op, Fn&& call, const std::vector<int>& peers = {}) {
     if (Status failed = latch_.status(); !failed.ok()) return failed;
+    // The call only enqueues: its time on the device is counted by the markers (timed = false).
+    CollectiveScope scope(activity_.get(), op, /*timed=*/false);
     if (res_.stream != main_stream_) {
       // The collective reads what the compute stream wrote before this call (the cast of its
       // input) and overwrites what the compute stream read before it (the previous use of its
@@ -256,7 +299,10 @@ class NcclCommunicator : public Communicator {
       AX_CUDA_CHECK(cudaEventRecord(res_.ready, main_stream_));
       AX_CUDA_CHECK(cudaStreamWaitEvent(res_.stream, res_.ready, 0));
     }
-    auto markers = std::make_unique<StreamMarkers>();
+    // Collectives on the backend's stream are timed (device_collective_seconds); a stream of the
+    // communicator's own overlaps the compute, so its time is nobody's wait.
+    const bool timed = res_.stream == main_stream_;
+    auto markers = std::make_shared<StreamMarkers>(timed);
     markers->record_start(res_.stream);
     ncclResult_t r = ncclInvalidUsage;
     std::string error = "the communicator was aborted";
@@ -269,14 +315,24 @@ class NcclCommunicator : public Communicator {
         }
       }
     }
-    if (r != ncclSuccess && r != ncclInProgress) return fail(op, Unavailable(error), peers);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return fail(op, Unavailable(error), peers, scope.seq());
+    }
     if (r == ncclInProgress) {
       Status s = internal::poll_until([&] { return state(); }, timeout_, kPollInterval,
                                       [&] { abort(); }, str_cat(op, " enqueue"));
-      if (!s.ok()) return fail(op, s, peers);
+      if (!s.ok()) return fail(op, s, peers, scope.seq());
     }
     markers->record_end(res_.stream);
-    watchdog_.track(std::string(op), std::move(markers), peers);
+    if (timed) {
+      // Finished ones leave at the next device_collective_seconds(); bound the list meanwhile
+      // for a caller that never asks (their time is then counted only up to this bound).
+      constexpr size_t kMostTimed = 4096;
+      if (timed_.size() >= kMostTimed) device_collective_seconds();
+      if (timed_.size() < kMostTimed) timed_.push_back(markers);
+    }
+    watchdog_.track(std::string(op), std::make_unique<StreamProgress>(std::move(markers)), peers,
+                    scope.seq());
     return Status::Ok();
   }
 
@@ -306,9 +362,10 @@ class NcclCommunicator : public Communicator {
   // A failure met on this thread: abort first, which wakes peers waiting on this rank over
   // network transports, then record the rank's failure (the latch: the other groups aborted, the
   // culprit named once for the job).
-  Status fail(std::string_view op, const Status& cause, const std::vector<int>& peers = {}) {
+  Status fail(std::string_view op, const Status& cause, const std::vector<int>& peers = {},
+              int64_t seq = 0) {
     abort();
-    return latch_.record(op, cause, *store_, peers);
+    return latch_.record(op, cause, *store_, peers, seq);
   }
 
   // Flushes and destroys the communicator, or aborts it when that fails or does not finish.
@@ -342,9 +399,14 @@ class NcclCommunicator : public Communicator {
   const NcclResources res_;
   const std::function<void(const Status&)> on_async_failure_;
   int64_t bytes_ = 0;
-  std::mutex nccl_mu_;    // every NCCL call on res_.comm, and aborted_
-  bool aborted_ = false;  // aborted or destroyed: res_.comm is gone
-  int domain_id_ = -1;    // in the rank's failure domain (groups of more than one rank)
+  // Timed collectives not yet counted, oldest first, and the device time of those counted
+  // (training thread only).
+  std::deque<std::shared_ptr<StreamMarkers>> timed_;
+  double device_ms_ = 0;
+  std::shared_ptr<GroupActivity> activity_;  // groups of more than one rank (activity.h)
+  std::mutex nccl_mu_;                       // every NCCL call on res_.comm, and aborted_
+  bool aborted_ = false;                     // aborted or destroyed: res_.comm is gone
+  int domain_id_ = -1;  // in the rank's failure domain (groups of more than one rank)
   internal::FailureLatch latch_;
   internal::CollectiveWatchdog watchdog_;  // last: its thread uses the members above
 };

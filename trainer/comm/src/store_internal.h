@@ -13,7 +13,7 @@ void set_nodelay(int fd);
 
 // "30 s", "0.5 s".
 std::string seconds_text(Millis timeout);
-// "rank 3", "ranks 3, 5".
+// "rank 3", "ranks 3, 5" (the first 16, then "and N more").
 std::string ranks_text(const std::vector<int>& ranks);
 // "'a', 'b'" (the first few, then "and N more").
 std::string keys_text(const std::vector<std::string>& keys);

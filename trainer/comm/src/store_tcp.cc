@@ -3,7 +3,8 @@
 // with the challenge-response handshake of store_auth.h; then one request is outstanding per
 // connection (a mutex serialises the threads of a process). Wire format: store_wire.h and
 // docs/bootstrap.md. The server answers GET and WAIT when the keys exist or their timeout passes,
-// so a client never polls; it waits for a reply the request's timeout plus kReplyGrace at most.
+// so a client never polls; it waits for a reply the request's timeout plus a grace at most
+// (kReplyGrace, longer for a larger job).
 // Once admitted, a client says its rank (kRank), so that the server can record the first rank
 // whose connection closes (kStoreFirstGoneKey).
 #include <arpa/inet.h>
@@ -34,7 +35,11 @@ namespace {
 
 using namespace wire;  // NOLINT: the wire format's names are this file's vocabulary
 
+// How long past a request's own wait a reply may take: 10 s, plus 5 ms per rank of the job,
+// since at thousands of ranks a request may queue behind one from every other rank (30 s at
+// 4096 ranks). Past it the store counts as gone (a stopped or hung rank 0).
 constexpr Millis kReplyGrace{10000};
+constexpr Millis kReplyGracePerRank{5};
 constexpr Millis kHandshakeLimit{10000};
 
 StatusOr<std::pair<std::string, int>> split_host_port(const std::string& host_port) {
@@ -260,6 +265,30 @@ class TcpStoreImpl final : public TcpStore {
                             " (", describe(), ")");
   }
 
+  StatusOr<std::vector<std::string>> get_many(const std::vector<std::string>& keys,
+                                              Millis timeout) override {
+    std::string req(1, static_cast<char>(kGetMany));
+    put_u64(req, static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+    put_u32(req, static_cast<uint32_t>(keys.size()));
+    for (const std::string& k : keys) put_str(req, k);
+    StatusOr<std::string> reply = call(req, timeout);
+    if (!reply.ok()) return reply.status();
+    Reader r(*reply);
+    const uint8_t code = static_cast<uint8_t>(r.u(1));
+    if (code == kError) return ResourceExhausted(r.str(), " (", describe(), ")");
+    const uint64_t n = r.u(4);
+    if (n > reply->size() / 4) return protocol_error();  // each string takes 4 bytes at least
+    std::vector<std::string> strings(static_cast<size_t>(n));
+    for (std::string& s : strings) s = r.str();
+    if (!r.ok() || (code != kOk && code != kTimeout)) return protocol_error();
+    if (code == kTimeout) {
+      return DeadlineExceeded("keys ", keys_text(strings), " not set within ",
+                              seconds_text(timeout), " (", describe(), ")");
+    }
+    if (strings.size() != keys.size()) return protocol_error();
+    return strings;
+  }
+
   StatusOr<int64_t> erase_prefix(const std::string& prefix) override {
     std::string req(1, static_cast<char>(kErase));
     put_str(req, prefix);
@@ -356,12 +385,13 @@ class TcpStoreImpl final : public TcpStore {
   StatusOr<std::string> call(const std::string& body, Millis wait) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.ok()) return broken_;
-    const Millis limit = std::max(wait, Millis(0)) + kReplyGrace;
+    const Millis grace = kReplyGrace + kReplyGracePerRank * options_.world;
+    const Millis limit = std::max(wait, Millis(0)) + grace;
     Clock::time_point deadline = Clock::now() + limit;
     int err = 0;
     Wire w = send_all(fd_, frame(body), deadline, &err);
     if (w == Wire::kTimeout) {
-      return io_error(str_cat("did not take a request within ", seconds_text(kReplyGrace)));
+      return io_error(str_cat("did not take a request within ", seconds_text(grace)));
     }
     if (w != Wire::kOk) return io_error(closed_text(err));
     std::string reply;
@@ -402,7 +432,10 @@ StatusOr<std::shared_ptr<TcpStore>> make_tcp_store(const TcpStoreOptions& option
   if (options.is_server) {
     // Only the address the job chose for the coordinator, not every interface.
     AX_ASSIGN_OR_RETURN(connect_host, resolve_ipv4(host));
-    AX_ASSIGN_OR_RETURN(server, TcpServer::start(connect_host, port, options.secret, host));
+    StatusOr<std::unique_ptr<TcpServer>> started =
+        TcpServer::start(connect_host, port, options.secret, host, options.world);
+    if (!started.ok()) return started.status();  // the user's message, without a location
+    server = std::move(*started);
     port = server->port();
   }
   std::string address = str_cat(host, ":", port);

@@ -16,7 +16,18 @@ using Clock = std::chrono::steady_clock;
 // Requests after the handshake, and the first byte of the client's half of the handshake
 // (kHello). kRank is every client's first request once admitted: the rank it says it is, which
 // the server records when that connection closes (kStoreFirstGoneKey).
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kHello = 5, kErase = 6, kRank = 7 };
+// kGetMany waits for all its keys, like kWait, and returns their values, like kGet: an
+// all-gather's read of every rank's value in one request (store_all_gather).
+enum Op : uint8_t {
+  kSet = 1,
+  kGet = 2,
+  kAdd = 3,
+  kWait = 4,
+  kHello = 5,
+  kErase = 6,
+  kRank = 7,
+  kGetMany = 8
+};
 // First byte of every reply.
 enum Reply : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3, kFull = 4 };
 

@@ -1,6 +1,7 @@
 // The progress line, metrics.jsonl and the TensorBoard scalars of a run.
 #include "ax/trainer/metrics/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -40,7 +41,70 @@ std::string flops_rate(double flops) {
   return printf_string("%.0f GFLOP/s", flops / 1e9);
 }
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+PhaseSpread spread_of(const std::vector<RankTimes>& ranks, double RankTimes::*phase) {
+  PhaseSpread p;
+  std::vector<double> values;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const double v = ranks[r].*phase;
+    values.push_back(v);
+    if (r == 0 || v > p.max_s) {
+      p.max_s = v;
+      p.max_rank = static_cast<int>(r);
+    }
+  }
+  p.median_s = median_of(std::move(values));
+  return p;
+}
+
 }  // namespace
+
+RankSpread rank_spread(const std::vector<RankTimes>& ranks, double margin, double min_excess_s,
+                       int previous_candidate) {
+  RankSpread s;
+  s.data = spread_of(ranks, &RankTimes::data_s);
+  s.compute = spread_of(ranks, &RankTimes::compute_s);
+  s.comm = spread_of(ranks, &RankTimes::comm_s);
+  if (margin <= 0) return s;
+  double worst = 0;
+  const std::pair<const char*, std::pair<double RankTimes::*, const PhaseSpread*>> phases[] = {
+      {"data", {&RankTimes::data_s, &s.data}}, {"compute", {&RankTimes::compute_s, &s.compute}}};
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& [name, phase] : phases) {
+      const double v = ranks[r].*phase.first, median = phase.second->median_s;
+      const double excess = v - median;
+      if (excess <= margin * median || excess <= min_excess_s) continue;
+      if (s.candidate >= 0) ++s.other_candidates;
+      if (s.candidate < 0 || excess > worst) {
+        worst = excess;
+        s.candidate = static_cast<int>(r);
+        s.candidate_phase = name;
+        s.candidate_s = v;
+        s.candidate_median_s = median;
+      }
+    }
+  }
+  if (s.candidate >= 0 && s.candidate == previous_candidate) s.straggler = s.candidate;
+  return s;
+}
+
+std::string describe_straggler(const RankSpread& s) {
+  if (s.candidate < 0) return "";
+  std::string over =
+      s.candidate_median_s > 0
+          ? printf_string("+%.0f%%", 100.0 * (s.candidate_s / s.candidate_median_s - 1))
+          : str_cat("+", step_time(s.candidate_s));
+  return str_cat(
+      s.candidate_phase, " ", step_time(s.candidate_s), "/step, ", over, " over the median ",
+      step_time(s.candidate_median_s),
+      s.other_candidates > 0 ? str_cat(" (+", s.other_candidates, " more)") : std::string());
+}
 
 std::string format_progress(const StepMetrics& m) {
   int width = static_cast<int>(std::to_string(m.max_steps).size());
@@ -54,10 +118,17 @@ std::string format_progress(const StepMetrics& m) {
   std::string mfu = m.peak_flops > 0 ? str_cat(printf_string("MFU %.1f%%", 100.0 * m.mfu), " of ",
                                                flops_rate(m.peak_flops))
                                      : std::string("MFU n/a");
-  return str_cat(step, " | loss ", printf_string("%.4f", m.loss), " | lr ",
-                 printf_string("%.2e", m.lr), " | gnorm ", printf_string("%.3f", m.grad_norm),
-                 " | ", step_time(m.step_time_s), " | ", rate_with_suffix(m.tokens_per_s),
-                 " tok/s | ", mfu, " | ETA ", human_duration(m.eta_s));
+  std::string line = str_cat(
+      step, " | loss ", printf_string("%.4f", m.loss), " | lr ", printf_string("%.2e", m.lr),
+      " | gnorm ", printf_string("%.3f", m.grad_norm), " | ", step_time(m.step_time_s), " | ",
+      rate_with_suffix(m.tokens_per_s), " tok/s | ", mfu, " | ETA ", human_duration(m.eta_s));
+  if (m.ranks && m.ranks->straggler >= 0) {
+    line +=
+        str_cat(" | straggler: rank ", m.ranks->straggler,
+                m.straggler_where.empty() ? std::string() : str_cat(" (", m.straggler_where, ")"),
+                " ", describe_straggler(*m.ranks));
+  }
+  return line;
 }
 
 class MetricsLogger::Impl {
@@ -107,9 +178,34 @@ Status MetricsLogger::log_train(const StepMetrics& m) {
   Json record;
   record["step"] = m.step;
   for (const auto& [name, value] : scalars) record[name] = value;
+  std::vector<std::pair<std::string, double>> rank_scalars;
+  if (m.ranks) {
+    const RankSpread& r = *m.ranks;
+    Json ranks;
+    for (const auto& [name, phase] : {std::pair<const char*, const PhaseSpread*>{"data_s", &r.data},
+                                      {"compute_s", &r.compute},
+                                      {"comm_s", &r.comm}}) {
+      ranks[name] = {
+          {"median", phase->median_s}, {"max", phase->max_s}, {"max_rank", phase->max_rank}};
+      rank_scalars.push_back({str_cat("ranks/", name, "_median"), phase->median_s});
+      rank_scalars.push_back({str_cat("ranks/", name, "_max"), phase->max_s});
+    }
+    record["ranks"] = ranks;
+    Json straggler = {{"rank", r.straggler}};
+    if (r.straggler >= 0) {
+      straggler["phase"] = r.candidate_phase;
+      straggler["s"] = r.candidate_s;
+      straggler["median_s"] = r.candidate_median_s;
+    }
+    record["straggler"] = straggler;
+    rank_scalars.push_back({"ranks/straggler", static_cast<double>(r.straggler)});
+  }
   AX_RETURN_IF_ERROR(impl_->write_line(record));
   for (const auto& [name, value] : scalars) {
     AX_RETURN_IF_ERROR(impl_->tensorboard().add_scalar(str_cat("train/", name), m.step, value));
+  }
+  for (const auto& [tag, value] : rank_scalars) {
+    AX_RETURN_IF_ERROR(impl_->tensorboard().add_scalar(tag, m.step, value));
   }
   return Status::Ok();
 }

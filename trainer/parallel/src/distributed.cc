@@ -166,8 +166,29 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   AX_ASSIGN_OR_RETURN(d->store, connect_job_store(ctx, d->timeout));
   // A collective that fails ends every process; rank 0 hosts the store through which the
   // others learn which rank went missing (a round of a few seconds, docs/comm.md), so it waits
-  // for them before it exits.
-  if (ctx.rank == 0) comm::set_failure_linger(8000);
+  // for them before it exits: until each has said it is going (the counter kExitedKey), at most
+  // 8 s (a rank that died says nothing).
+  {
+    constexpr const char* kExitedKey = "failure/exited";
+    std::weak_ptr<comm::TcpStore> weak = d->store;
+    if (ctx.rank == 0) {
+      comm::set_failure_linger(8000);
+      comm::set_failure_exit_hooks({}, [weak, world = ctx.world] {
+        std::shared_ptr<comm::TcpStore> store = weak.lock();
+        if (!store) return true;
+        StatusOr<int64_t> gone = store->add(kExitedKey, 0);
+        return !gone.ok() || *gone >= world - 1;
+      });
+    } else {
+      comm::set_failure_exit_hooks(
+          [weak] {
+            if (std::shared_ptr<comm::TcpStore> store = weak.lock()) {
+              (void)store->add(kExitedKey, 1);
+            }
+          },
+          {});
+    }
+  }
   comm::CommOptions co;
   co.timeout = d->timeout;
   co.coordinator = ctx.coordinator;
@@ -183,6 +204,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
       d->store, d->coords, cuda ? comm::CommBackend::kNccl : comm::CommBackend::kGloo, co);
   if (!groups.ok()) return groups.status().with_context("building the mesh groups");
   d->groups = std::move(*groups);
+  d->reporter = std::make_unique<comm::ActivityReporter>(d->store, ctx.rank, d->timeout);
   log << "job: " << job::describe(ctx) << "; mesh data=" << d->coords.data
       << " fsdp=" << d->coords.fsdp << " tensor=" << d->coords.tensor << " (this rank d"
       << d->coords.d << " f" << d->coords.f << " t" << d->coords.t << ")\n";

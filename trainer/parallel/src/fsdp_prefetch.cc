@@ -2,6 +2,7 @@
 #include "fsdp_prefetch.h"
 
 #include "ax/common/check.h"
+#include "ax/trainer/comm/activity.h"
 
 namespace ax::train {
 
@@ -39,6 +40,9 @@ Status Prefetcher::wait() {
     busy_ = false;
     return status_;
   }
+  // The training thread waits here for a collective: its time counts as a wait in collectives
+  // (the stragglers' figures), and a rank stuck here says so (activity.h).
+  comm::CollectiveScope waiting(nullptr, "the FSDP prefetch's all_gather");
   cv_.wait(lock, [this] { return !busy_; });
   return status_;
 }

@@ -10,6 +10,7 @@
 #include "ax/common/strings.h"
 #include "ax/datasets/text/tokenizer.h"
 #include "ax/trainer/checkpoint/checkpoint.h"
+#include "ax/trainer/comm/activity.h"
 #include "ax/trainer/train/train_loop.h"
 #include "ax/trainer/train/train_state.h"
 
@@ -193,6 +194,8 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
 }
 
 double forward_backward(Model* model, const StepRows& rows) {
+  // The phases a stuck rank is reported in (comm/activity.h).
+  comm::set_phase(comm::Phase::kForward);
   model->zero_grad();
   // Each micro-batch's mean loss is weighted by its share of the targets of the global batch, so
   // that the sum of the micro-batch gradients (over this rank's micro-batches, then over the
@@ -203,10 +206,13 @@ double forward_backward(Model* model, const StepRows& rows) {
       for_each_micro_batch(
           model, rows,
           [&](float loss, int64_t targets) {
+            comm::set_phase(comm::Phase::kBackward);
             model->backward(static_cast<float>(static_cast<double>(targets) / total));
+            comm::set_phase(comm::Phase::kForward);  // the next micro-batch's
             return static_cast<double>(loss) * static_cast<double>(targets);
           }) /
       total;
+  comm::set_phase(comm::Phase::kBackward);
   model->reduce_gradients();
   return loss;
 }

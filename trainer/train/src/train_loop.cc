@@ -109,6 +109,7 @@ Status Trainer::init_from() {
 }
 
 Status Trainer::setup() {
+  comm::set_phase(comm::Phase::kSetup);  // this thread is the training thread (activity.h)
   AX_RETURN_IF_ERROR(check_run_dir());
   int threads = options_.threads;
   if (threads == 0) {
@@ -123,6 +124,9 @@ Status Trainer::setup() {
   AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision,
                                              config_.train.allow_tf32));
   AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
+  if (dist_->multi()) {
+    AX_ASSIGN_OR_RETURN(timing_, RankTiming::create(*dist_, backend_.get(), ctx_));
+  }
   AX_RETURN_IF_ERROR(open_data());
   AX_ASSIGN_OR_RETURN(model_,
                       Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
@@ -140,6 +144,7 @@ Status Trainer::setup() {
     AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_));
   }
   print_summary();
+  prepare_checkpoint_buffers();
   return Status::Ok();
 }
 
@@ -193,7 +198,14 @@ void Trainer::print_summary() const {
 }
 
 Status Trainer::step(int64_t step, StepResult* result) {
+  comm::set_step(step);
+  comm::set_phase(comm::Phase::kData);
+  const auto data_start = Clock::now();
+  debug_slow(config_.train, ctx_.rank, step, "data");
   AX_ASSIGN_OR_RETURN(StepRows rows, next_rows());
+  if (timing_) timing_->add_data(seconds_since(data_start));
+  comm::set_phase(comm::Phase::kForward);
+  debug_slow(config_.train, ctx_.rank, step, "compute");
   if (config_.model.dropout > 0) {
     // Masks keyed by the step and each row's place in the data (row_ids): the same on every
     // mesh and on resume.
@@ -203,6 +215,7 @@ Status Trainer::step(int64_t step, StepResult* result) {
   const double loss = dist_->all_reduce(dist_->groups.replica.get(),
                                         forward_backward(model_.get(), rows), comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);
+  comm::set_phase(comm::Phase::kOptimizer);
   const double norm = optimizer_->grad_norm();
   if (!std::isfinite(norm)) return non_finite("gradient norm", norm, step);
   result->step = step;
@@ -304,23 +317,6 @@ Status Trainer::evaluate_task_metrics(int64_t step) {
   return metrics_->log_task(step, config_.train.eval_task, result.scores());
 }
 
-Status Trainer::save_checkpoint() {
-  if (saved_step_ == progress_.step) return Status::Ok();
-  const auto t0 = Clock::now();
-  CheckpointState state = capture_state(config_, model_->store(), *optimizer_, progress_);
-  // Data-parallel replicas hold the same values: the first replica writes them.
-  if (dist_->coords.d != 0) state.tensors.clear();
-  Status s = checkpoints_.save(state, dist_->checkpoint_group(progress_.step));
-  if (!s.ok()) {
-    return s.with_context(
-        str_cat("checkpoint of step ", progress_.step, " (the previous checkpoints are intact)"));
-  }
-  saved_step_ = progress_.step;
-  out_ << "checkpoint: step " << progress_.step << " -> " << checkpoints_.step_dir(progress_.step)
-       << " (" << fixed(seconds_since(t0), 2) << " s)" << std::endl;
-  return Status::Ok();
-}
-
 Status Trainer::log_step(const StepResult& r, double step_time_s) {
   window_time_s_ += step_time_s;
   ++window_steps_;
@@ -329,6 +325,13 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   const bool first = !logged_any_;
   if (r.step % every != 0 && r.step != config_.train.max_steps && !first) return Status::Ok();
   logged_any_ = true;
+  std::optional<RankSpread> ranks;
+  if (timing_ && first) timing_->restart_window();  // the first step of a process warms up
+  if (timing_ && !first) {
+    // Every rank, at the same steps: one all-gather of 3 floats per rank over the world.
+    ranks =
+        timing_->gather(config_.train.straggler_margin, config_.train.straggler_min_ms / 1000.0);
+  }
   const double mean_time = window_time_s_ / static_cast<double>(window_steps_);
   StepMetrics m;
   m.step = r.step;
@@ -344,6 +347,10 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
     m.mfu = rows_per_s * model_->flops_per_row() / m.peak_flops;
   }
   m.eta_s = mean_time * static_cast<double>(config_.train.max_steps - r.step);
+  m.ranks = ranks;
+  if (leader() && ranks && ranks->straggler >= 0) {
+    m.straggler_where = timing_->where(ranks->straggler);  // host, local rank, GPU or cores
+  }
   out_ << format_progress(m) << "\n";
   out_.flush();
   window_time_s_ = 0;
@@ -360,24 +367,38 @@ StatusOr<TrainOutcome> Trainer::run() {
   }
   for (int64_t k = progress_.step + 1; k <= max_steps; ++k) {
     const auto t0 = Clock::now();
+    if (timing_) timing_->begin_step();
     StepResult result;
     Status s = step(k, &result);
     if (!s.ok()) {
+      // The checkpoint being written holds a valid earlier state: commit it where every rank
+      // meets the same error (one process; a non-finite loss or gradient norm, which every rank
+      // computes from the same reduced value), so that it is there to resume from.
+      if (writing_ && (ctx_.world == 1 || s.code() == StatusCode::kAborted)) {
+        Status f = finish_checkpoint();
+        if (!f.ok()) out_ << "warning: " << f.to_string() << std::endl;
+      }
       if (metrics_) metrics_->flush().ignore();
       return s;
     }
-    AX_RETURN_IF_ERROR(log_step(result, seconds_since(t0)));
+    const double step_time = timing_ ? timing_->end_step(t0) : seconds_since(t0);
+    comm::set_phase(comm::Phase::kLogging);
+    AX_RETURN_IF_ERROR(log_step(result, step_time));
     const int64_t eval_every = config_.train.eval_every;
+    comm::set_phase(comm::Phase::kEvaluation);
     if (val_set_ && eval_every > 0 && (k % eval_every == 0 || k == max_steps)) {
       AX_RETURN_IF_ERROR(evaluate(k));
     }
     if (task_ && eval_every > 0 && (k % eval_every == 0 || k == max_steps)) {
       AX_RETURN_IF_ERROR(evaluate_task_metrics(k));
     }
+    comm::set_phase(comm::Phase::kCheckpoint);
+    AX_RETURN_IF_ERROR(poll_checkpoint());  // commits a background write every rank finished
     const int64_t ckpt_every = config_.train.checkpoint_every;
     if ((ckpt_every > 0 && k % ckpt_every == 0) || k == max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
     }
+    comm::set_phase(comm::Phase::kLogging);
     const bool keep_going = !options_.after_step || options_.after_step(result);
     // Every rank stops at the same step boundary: a signal that reached some ranks stops all.
     const bool stop = dist_->all_reduce(dist_->groups.world.get(),
@@ -385,6 +406,7 @@ StatusOr<TrainOutcome> Trainer::run() {
                                         comm::ReduceOp::kMax) > 0;
     if (stop && k < max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
+      AX_RETURN_IF_ERROR(finish_checkpoint());  // the write ends before the process does
       if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
       const int sig = stop_signal();
       out_ << "stopped after step " << k
@@ -398,6 +420,7 @@ StatusOr<TrainOutcome> Trainer::run() {
       return TrainOutcome::kStopped;
     }
   }
+  AX_RETURN_IF_ERROR(finish_checkpoint());
   if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
   if (packer_) {
     out_ << "fine-tuning data: " << packer_->examples() << " examples in the " << packer_->rows()

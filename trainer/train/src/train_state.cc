@@ -22,21 +22,51 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return out + "]";
 }
 
+// Host buffers of an earlier capture, handed out again in the same order (a capture of the same
+// store asks for the same sizes): no allocation, no page faults, no zero fill.
+class BufferPool {
+ public:
+  explicit BufferPool(CheckpointState&& old) {
+    for (HostTensor& t : old.tensors) buffers_.push_back(std::move(t.data));
+  }
+  std::vector<float> take(size_t n) {
+    if (next_ < buffers_.size() && buffers_[next_].size() == n) return std::move(buffers_[next_++]);
+    ++next_;
+    return std::vector<float>(n);
+  }
+
+ private:
+  std::vector<std::vector<float>> buffers_;
+  size_t next_ = 0;
+};
+
 // Appends this rank's part of one group (params, adam_m or adam_v), read from `flat` (a shard
 // buffer), as slices of the logical tensors. A whole tensor keeps an empty offset.
 void append_group(const std::string& group, const ParamStore& store, Tensor flat,
-                  bool skip_replicated, std::vector<HostTensor>* out) {
+                  bool skip_replicated, BufferPool* pool, std::vector<HostTensor>* out) {
   Backend* be = store.backend();
+  std::vector<float> run;
   for (const OwnedRange& r : store.owned()) {
     if (skip_replicated && r.spec->split_dim < 0) continue;
-    std::vector<float> run(static_cast<size_t>(r.length));
-    be->copy_to_host(run.data(), Tensor(static_cast<float*>(flat.data) + r.shard_offset,
-                                        DType::kF32, {r.length}));
-    for (const LogicalBox& box : logical_boxes(*r.spec, r.local_begin, r.length)) {
+    const Tensor source(static_cast<float*>(flat.data) + r.shard_offset, DType::kF32, {r.length});
+    const std::vector<LogicalBox> boxes = logical_boxes(*r.spec, r.local_begin, r.length);
+    const bool one_box = boxes.size() == 1 && boxes[0].data_offset == 0 &&
+                         boxes[0].length == r.length;
+    if (!one_box) {
+      run.resize(static_cast<size_t>(r.length));
+      be->copy_to_host(run.data(), source);
+    }
+    for (const LogicalBox& box : boxes) {
       HostTensor t;
       t.name = group + "/" + r.spec->name;
       t.shape = box.shape;
-      t.data.assign(run.begin() + box.data_offset, run.begin() + box.data_offset + box.length);
+      t.data = pool->take(static_cast<size_t>(box.length));
+      if (one_box) {
+        be->copy_to_host(t.data.data(), source);  // straight into the tensor: the common case
+      } else {
+        std::copy(run.begin() + box.data_offset, run.begin() + box.data_offset + box.length,
+                  t.data.begin());
+      }
       if (box.shape != r.spec->logical_shape) {
         t.logical_shape = r.spec->logical_shape;
         t.offset = box.offset;
@@ -135,15 +165,32 @@ void flatten(const Json& j, const std::string& prefix, std::map<std::string, Jso
 
 }  // namespace
 
+CheckpointState host_buffers(const ParamStore& store) {
+  CheckpointState state;
+  const bool skip_replicated = store.parallel().tensor_rank != 0;
+  for (int g = 0; g < 3; ++g) {
+    for (const OwnedRange& r : store.owned()) {
+      if (skip_replicated && r.spec->split_dim < 0) continue;
+      for (const LogicalBox& box : logical_boxes(*r.spec, r.local_begin, r.length)) {
+        HostTensor t;
+        t.data.assign(static_cast<size_t>(box.length), 0.0f);  // touches every page
+        state.tensors.push_back(std::move(t));
+      }
+    }
+  }
+  return state;
+}
+
 CheckpointState capture_state(const Config& config, const ParamStore& store, const AdamW& optimizer,
-                              const TrainProgress& progress) {
+                              const TrainProgress& progress, CheckpointState reuse) {
+  BufferPool pool(std::move(reuse));
   CheckpointState state;
   state.step = progress.step;
   // Tensor ranks other than 0 hold copies of the parameters that are not split.
   const bool skip_replicated = store.parallel().tensor_rank != 0;
   const Tensor flats[] = {store.params(), optimizer.m(), optimizer.v()};
   for (int g = 0; g < 3; ++g) {
-    append_group(kGroups[g], store, flats[g], skip_replicated, &state.tensors);
+    append_group(kGroups[g], store, flats[g], skip_replicated, &pool, &state.tensors);
   }
   state.blobs["config.json"] = to_json(config);
   state.blobs["loader.json"] =

@@ -1,14 +1,18 @@
-// The Trainer that train() runs, private to this folder. Its methods live in two files:
-// train_loop.cc (setup, resume, the loop, evaluation, checkpoints, logs) and train_data.cc (the
-// data wiring: loaders or packers, the rows of a step, the validation data).
+// The Trainer that train() runs, private to this folder. Its methods live in three files:
+// train_loop.cc (setup, resume, the loop, evaluation, logs), checkpointing.cc (saving, in the
+// background or not) and train_data.cc (the data wiring: loaders or packers, the rows of a step,
+// the validation data).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,6 +27,7 @@
 #include "ax/trainer/train/example_rows.h"
 #include "ax/trainer/train/train_loop.h"
 #include "ax/trainer/train/train_state.h"
+#include "rank_timing.h"
 
 namespace ax::train::internal {
 
@@ -71,7 +76,14 @@ class Trainer {
   // train.eval_task: the examples, read once; then the task's metrics at every evaluation.
   Status open_task_eval();
   Status evaluate_task_metrics(int64_t step);
+  // Checkpoints (checkpointing.cc): save_checkpoint captures the state into host memory and,
+  // with train.checkpoint_async, starts writing it on a thread; poll_checkpoint commits that
+  // write once every rank has finished its files (one reduction per step while a write is
+  // pending); finish_checkpoint waits for it and commits.
+  void prepare_checkpoint_buffers();
   Status save_checkpoint();
+  Status poll_checkpoint();
+  Status finish_checkpoint();
   Status log_step(const StepResult& result, double step_time_s);
   void print_summary() const;
 
@@ -113,6 +125,39 @@ class Trainer {
   // Step times since the last progress line.
   double window_time_s_ = 0;
   int64_t window_steps_ = 0;
+  // Several ranks: each one's data, compute and collective times per step, gathered at every
+  // progress line to name a straggler (rank_timing.h, docs/reliability.md "Stragglers").
+  std::unique_ptr<RankTiming> timing_;
+  // One save whose files a thread is writing (train.checkpoint_async). Everything the thread
+  // touches is owned here (the state, the pending save) or outlives it (checkpoints_), and the
+  // destructor joins.
+  struct BackgroundWrite {
+    PendingSave pending;
+    CheckpointGroup group;  // its round counter spans begin_save and finish_save
+    CheckpointState state;
+    StatusOr<std::string> written = Status(StatusCode::kInternal, "not written yet");
+    std::atomic<bool> done{false};
+    std::chrono::steady_clock::time_point started, finished;
+    double copy_s = 0;   // the loop's wait for the host copy of the state
+    double begin_s = 0;  // and for begin_save
+    std::thread thread;
+
+    ~BackgroundWrite() {
+      if (thread.joinable()) thread.join();
+    }
+  };
+  // The host copy of the last background write, whose buffers the next capture reuses; before
+  // the first, buffers_thread_ allocates them beside the first steps (setup, checkpointing.cc).
+  CheckpointState spare_state_;
+  std::thread buffers_thread_;
+  // Last, so that it is destroyed (its thread joined) before everything it reads.
+  std::unique_ptr<BackgroundWrite> writing_;
+  struct JoinOnExit {
+    std::thread* t;
+    ~JoinOnExit() {
+      if (t->joinable()) t->join();
+    }
+  } join_buffers_thread_{&buffers_thread_};
 };
 
 }  // namespace ax::train::internal

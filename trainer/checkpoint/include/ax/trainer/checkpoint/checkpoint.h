@@ -60,6 +60,14 @@ struct ResumeChoice {
   std::vector<std::string> moved_aside;  // directories renamed aside on the way, newest first
 };
 
+// A save begun by CheckpointManager::begin_save and not yet finished.
+struct PendingSave {
+  int64_t step = -1;
+  std::string tmp_dir;        // where every rank writes its files
+  int64_t budget_bytes = -1;  // the full-disk test hook's bytes left (-1: no limit)
+  int64_t delay_ms_per_mib = 0;  // the slow-disk test hook (AX_CHECKPOINT_WRITE_DELAY_MS)
+};
+
 class CheckpointManager {
  public:
   CheckpointManager(std::string run_dir, int64_t keep);
@@ -71,6 +79,18 @@ class CheckpointManager {
   // names the temporary directory, every rank writes its file, rank 0 commits once all have
   // reported, and every rank returns rank 0's verdict; a rank's failure fails the save on all.
   Status save(const CheckpointState& state, const CheckpointGroup& group);
+  // save() in its three parts, so that the slow middle one can run beside training
+  // (train.checkpoint_async, docs/checkpoint-format.md "Background checkpoints"):
+  // begin_save is collective (rank 0 makes the temporary directory, everyone learns its name);
+  // write_files writes this rank's files and talks to nobody, so it may run on another thread
+  // (its result is the report finish_save sends); finish_save is collective again (every rank's
+  // report, rank 0's commit, its verdict to everyone, retention). Until finish_save commits, a
+  // crash leaves the previous checkpoint the newest valid one.
+  StatusOr<PendingSave> begin_save(int64_t step, const CheckpointGroup& group) const;
+  StatusOr<std::string> write_files(PendingSave* pending, int rank,
+                                    const CheckpointState& state) const;
+  Status finish_save(const PendingSave& pending, const StatusOr<std::string>& written,
+                     const CheckpointGroup& group) const;
   // The newest committed step, or nullopt when there is none.
   StatusOr<std::optional<int64_t>> latest() const;
   // Loads a committed checkpoint, checking every file's size and checksum; any problem is

@@ -74,6 +74,12 @@ class Communicator {
   // enqueued here so far, without waiting on the host. Only a communicator with a stream of its
   // own (CommOptions::own_stream) has anything to do.
   virtual void join() {}
+  // Seconds the device has spent in this communicator's collectives that have finished so far
+  // (NCCL on the backend's stream: timing events around each; a collective counts once the
+  // stream has passed it, so synchronize first). 0 where collectives block the calling thread
+  // instead (Gloo: activity.h's collective_wait_seconds() times those) and on a stream of the
+  // communicator's own, whose collectives overlap the compute.
+  virtual double device_collective_seconds() { return 0; }
 
   // Payload bytes this rank has handed to collectives so far (the benchmark's volume figures):
   // all_reduce n·4, reduce_scatter/all_gather the full (size × n)·4, broadcast n·4; exchange the
@@ -155,9 +161,17 @@ inline constexpr int kExitCollectiveFailed = 3;
 // kExitCollectiveFailed; the run resumes from its last checkpoint. Nothing to do when `status`
 // is ok.
 void collective_or_die(const Status& status, const char* what);
+// What collective_or_die does with its line, also for a rank that learns of the job's failure
+// outside a collective (ActivityReporter, activity.h): prints `line` on stderr, runs the exit
+// hooks below and ends the process with kExitCollectiveFailed.
+[[noreturn]] void exit_collective_failed(const std::string& line);
 // How long collective_or_die waits before exiting: the rank that hosts the store stays a little
 // longer, so that the other ranks can still find out through it which rank went missing.
 void set_failure_linger(int milliseconds);
+// Hooks of that exit, both optional: `notify` runs first (a rank other than the store host tells
+// it that it is going); the linger then ends early once `others_gone` returns true (the store
+// host: every other rank said so). Polled every 50 ms.
+void set_failure_exit_hooks(std::function<void()> notify, std::function<bool()> others_gone);
 
 enum class CommBackend : uint8_t { kGloo, kNccl };
 StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCoords& coords,

@@ -37,6 +37,10 @@ class Store {
   // Unimplemented on PMIx.
   virtual StatusOr<int64_t> add(const std::string& key, int64_t delta) = 0;
   virtual Status wait(const std::vector<std::string>& keys, Millis timeout) = 0;
+  // The values of `keys`, in order, once all exist (one timeout for all of them). The TCP store
+  // answers it with one request; the others get() each key.
+  virtual StatusOr<std::vector<std::string>> get_many(const std::vector<std::string>& keys,
+                                                      Millis timeout);
   // Collective over all ranks of the job (see above).
   virtual Status sync(Millis timeout) = 0;
   // "tcp n1:29500 (server)", "file /shared/run/store", "pmix slurm.pmix.42.0"
@@ -44,11 +48,14 @@ class Store {
 };
 
 // Every rank sets "<name>/<rank>" and waits for the others. On timeout: DeadlineExceeded
-// "barrier 'name': ranks 3, 5 of 8 did not arrive within 30 s".
+// "barrier 'name': ranks 3, 5 of 8 did not arrive within 30 s". On a store with add() each
+// rank also counts itself in at "<name>/arrived"; the last one sets "<name>/all", which is the
+// one key everyone waits for (a store serving thousands of ranks then holds one waiting key per
+// rank, not the whole world's); the per-rank keys name the missing ranks after a timeout.
 Status store_barrier(Store& store, const std::string& name, int rank, int world, Millis timeout);
 
-// Gathers one value from every rank on every rank (set "<name>/<rank>", wait, get all), in rank
-// order. Same timeout message as store_barrier.
+// Gathers one value from every rank on every rank (set "<name>/<rank>", the barrier's wait, then
+// one get_many of all values), in rank order. Same timeout message as store_barrier.
 StatusOr<std::vector<std::string>> store_all_gather(Store& store, const std::string& name, int rank,
                                                     int world, std::string_view value,
                                                     Millis timeout);

@@ -99,6 +99,18 @@ struct TrainConfig {
   bool pack_seq2seq = true;        // seq2seq shards: examples packed greedily per row (segments)
   uint64_t seed = 1234;
   int64_t log_every = 10;
+  // Stragglers (docs/reliability.md): at every progress line the ranks gather their data,
+  // compute and collective-wait times per step; a rank whose data or compute time exceeds the
+  // median of the ranks by more than straggler_margin (a fraction of the median) and by more
+  // than straggler_min_ms is named on the line. margin 0 = no alarms (the figures stay).
+  double straggler_margin = 0.2;
+  double straggler_min_ms = 20;
+  // For tests only: rank debug_slow_rank sleeps debug_slow_ms in debug_slow_phase (compute |
+  // data) of every step (debug_slow_step 0) or of step debug_slow_step only. -1 = off.
+  int64_t debug_slow_rank = -1;
+  double debug_slow_ms = 0;
+  std::string debug_slow_phase = "compute";
+  int64_t debug_slow_step = 0;
   int64_t eval_every = 100;  // 0 = never
   int64_t eval_batches = 8;
   // Task evaluation after each validation (docs/evaluation.md): none | mnli | squad | lambada,
@@ -110,6 +122,9 @@ struct TrainConfig {
   int64_t eval_task_max_new_tokens = 0;
   int64_t checkpoint_every = 500;  // 0 = only at the end
   int64_t keep_checkpoints = 3;
+  // Write checkpoints on a background thread from a host copy of the state while training goes
+  // on (docs/trainer.md "Checkpoints"); false = the loop waits for each write.
+  bool checkpoint_async = true;
   // fallback | refuse: when the newest checkpoint fails verification on resume, move it aside
   // and resume from the newest valid one, or stop as before (docs/trainer.md "Resume").
   std::string resume_on_corrupt = "fallback";

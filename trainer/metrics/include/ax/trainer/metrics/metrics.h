@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,49 @@
 #include "ax/common/status.h"
 
 namespace ax::train {
+
+// One rank's mean times per step over the steps since the previous progress line
+// (docs/reliability.md "Stragglers"): waiting for its data, computing (the rest of the step:
+// forward, backward, optimizer, whatever is not a wait), and waiting in collectives.
+struct RankTimes {
+  double data_s = 0;
+  double compute_s = 0;
+  double comm_s = 0;
+};
+
+// One phase over the ranks.
+struct PhaseSpread {
+  double median_s = 0;
+  double max_s = 0;
+  int max_rank = 0;  // the slowest (the lowest rank among equals)
+};
+
+// The ranks' times of one progress line, and the straggler they name, if any.
+struct RankSpread {
+  PhaseSpread data, compute, comm;
+  // The rank whose data or compute time exceeds the median by the most, when by more than the
+  // margin; -1 = none. Waits in collectives never name a rank: they are where the others wait
+  // for a slow one, so the slow rank's are the shortest.
+  int candidate = -1;
+  std::string candidate_phase;  // "data" or "compute"
+  double candidate_s = 0;       // its time per step in that phase
+  double candidate_median_s = 0;
+  int other_candidates = 0;  // further (rank, phase) pairs past the margin
+  // The candidate, when it was the previous line's candidate too: a rank is named once it is
+  // slow on two progress lines running, not for one hiccup (a page-cache flush, a preempted
+  // core). -1 = none.
+  int straggler = -1;
+};
+
+// The spread of `ranks` (by rank) and its candidate: a (rank, phase) whose time exceeds the
+// phase's median by more than `margin` × the median and by more than `min_excess_s`; the
+// largest excess wins. It is the straggler when it is `previous_candidate` too. margin 0 names
+// nobody. The median of an even count is the mean of the middle two.
+RankSpread rank_spread(const std::vector<RankTimes>& ranks, double margin, double min_excess_s,
+                       int previous_candidate = -1);
+
+// The candidate: "compute 161 ms/step, +49% over the median 108 ms" (and " (+1 more)").
+std::string describe_straggler(const RankSpread& spread);
 
 struct StepMetrics {
   int64_t step = 0;
@@ -23,10 +67,15 @@ struct StepMetrics {
   double mfu = 0;         // fraction of peak_flops (PaLM formula); 0 when the peak is unknown
   double peak_flops = 0;  // the device peak used for mfu
   double eta_s = 0;
+  // Several ranks: their times since the previous line (absent on the first line of a process
+  // and for one rank), and where the straggler runs ("host n1, local rank 2, cuda:2 ...").
+  std::optional<RankSpread> ranks;
+  std::string straggler_where;
 };
 
 // "step   120/2000 | loss 4.1234 | lr 5.99e-04 | gnorm 0.812 | 412 ms | 9.9k tok/s |
-//  MFU 41.2% of 989 TFLOP/s | ETA 12m50s"
+//  MFU 41.2% of 989 TFLOP/s | ETA 12m50s", then, when the ranks name a straggler,
+// " | straggler: rank 2 (host n1, ...) compute 161 ms/step, +49% over the median 108 ms".
 std::string format_progress(const StepMetrics& m);
 
 // TFRecord-framed tf.Event records (scalar summaries) in
@@ -51,7 +100,10 @@ class MetricsLogger {
   static StatusOr<std::unique_ptr<MetricsLogger>> open(const std::string& run_dir);
   ~MetricsLogger();
   // Writes {"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"} and the
-  // same scalars under train/.
+  // same scalars under train/; with m.ranks also "ranks": {"data_s", "compute_s", "comm_s":
+  // {"median", "max", "max_rank"}} and "straggler": {"rank", "phase", "s", "median_s"} (rank -1
+  // when none named), and the scalars ranks/<phase>_s_median, ranks/<phase>_s_max,
+  // ranks/straggler.
   Status log_train(const StepMetrics& m);
   // {"step", "val_loss", "val_ppl"} and eval/loss, eval/ppl.
   Status log_eval(int64_t step, double val_loss);

@@ -13,6 +13,7 @@
 #include "ax/job_context/job_context.h"
 #include "ax/trainer/backend/backend.h"
 #include "ax/trainer/checkpoint/checkpoint.h"
+#include "ax/trainer/comm/activity.h"
 #include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/config/config.h"
 #include "ax/trainer/parallel/param_store.h"
@@ -35,6 +36,10 @@ struct Distributed {
   // A small backend buffer for reductions of a few values (host memory on CPU backends).
   Backend* backend = nullptr;
   void* scratch = nullptr;
+  // Publishes what this rank is doing when one state lasts, and ends a rank held outside
+  // collectives once the job has failed (activity.h; docs/reliability.md "Stuck ranks"). Several
+  // ranks only; declared after the store and the groups, so it stops first.
+  std::unique_ptr<comm::ActivityReporter> reporter;
 
   ~Distributed();
   bool multi() const { return ctx.world > 1; }

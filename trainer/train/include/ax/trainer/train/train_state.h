@@ -24,8 +24,14 @@ struct TrainProgress {
   data::LoaderState loader;
 };
 
+// Host buffers in the sizes capture_state asks for, to pass it as `reuse`: allocated and touched
+// ahead of the first checkpoint (on a thread of its own), so that no checkpoint pays for them.
+CheckpointState host_buffers(const ParamStore& store);
+
+// This rank's part of the parameters and AdamW state (host copies) and the blobs. `reuse`, an
+// earlier capture of the same store, lends its host buffers (background checkpoints keep one).
 CheckpointState capture_state(const Config& config, const ParamStore& store, const AdamW& optimizer,
-                              const TrainProgress& progress);
+                              const TrainProgress& progress, CheckpointState reuse = {});
 
 // Checks everything in `state` first (every tensor present with its shape, the blobs parse, the
 // model config matches) and only then writes into store, optimizer and progress: an error leaves
