@@ -128,6 +128,23 @@ TEST(TensorBoardWriter, ScalarsDecodeWithTheGeneratedClasses) {
   }
 }
 
+// A resumed run's SessionLog START, which TensorBoard reads as "drop what earlier files hold for
+// this step and later ones".
+TEST(TensorBoardWriter, SessionStartDecodesAsTensorBoardReadsIt) {
+  const std::string dir = ax::testing::temp_dir("metrics");
+  auto writer = TensorBoardWriter::open(dir);
+  ASSERT_TRUE(writer.ok()) << writer.status().to_string();
+  ASSERT_TRUE((*writer)->add_session_start(301).ok());
+  ASSERT_TRUE((*writer)->add_scalar("train/loss", 301, 2.5).ok());
+  ASSERT_TRUE((*writer)->flush().ok());
+  std::vector<Event> events = decode((*writer)->path());
+  ASSERT_EQ(events.size(), 3u);
+  ASSERT_TRUE(events[1].has_session_log());
+  EXPECT_EQ(events[1].step(), 301);
+  EXPECT_EQ(events[1].session_log().status(), ax_test::tensorboard::SessionLog::START);
+  expect_scalar(events[2], "train/loss", 301, 2.5f);
+}
+
 TEST(TensorBoardWriter, DecoderNoticesCorruption) {
   const std::string dir = ax::testing::temp_dir("metrics");
   auto writer = TensorBoardWriter::open(dir);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -648,6 +649,34 @@ TEST(TrainLoop, KillDuringBackgroundWriteResumesFromThePreviousCheckpoint) {
   for (size_t i = 0; i < sa->tensors.size(); ++i) {
     EXPECT_EQ(sa->tensors[i].data, sb->tensors[i].data) << sa->tensors[i].name;
   }
+}
+
+// A run that died after its last checkpoint redoes the steps after it: metrics.jsonl keeps one
+// record of each step (the redone ones), not two.
+TEST(TrainLoop, MetricsAfterARestartCountEachStepOnce) {
+  const Config config = corpus_config(
+      "tiny-gpt", {"train.max_steps=6", "train.checkpoint_every=3", "train.eval_every=3"});
+  const std::string dir = new_dir("metrics-restart");
+  ASSERT_TRUE(train_run(config, dir).status.ok());
+  // As if the process had died between step 6's records and its checkpoint.
+  fs::remove_all(fs::path(dir) / "checkpoints" / "step_00000006");
+  TrainRun again = train_run(config, dir);
+  ASSERT_TRUE(again.status.ok()) << again.status.to_string();
+  ASSERT_NE(again.out.find("resumed from step 3"), std::string::npos) << again.out;
+  std::ifstream in(fs::path(dir) / "metrics.jsonl");
+  std::map<int64_t, int> train_records, eval_records;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto step_at = line.find("\"step\":");
+    ASSERT_NE(step_at, std::string::npos) << line;
+    const int64_t step = std::stoll(line.substr(step_at + 7));
+    if (line.find("\"loss\"") != std::string::npos) ++train_records[step];
+    if (line.find("\"val_loss\"") != std::string::npos) ++eval_records[step];
+  }
+  EXPECT_EQ(train_records.size(), 6u);
+  for (const auto& [step, n] : train_records) EXPECT_EQ(n, 1) << "step " << step;
+  EXPECT_EQ(eval_records, (std::map<int64_t, int>{{3, 1}, {6, 1}}));
 }
 
 TEST(Sampler, PickToken) {

@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
 #include "append_file.h"
+#include "ax/common/file_io.h"
+#include "ax/common/logging.h"
+#include "ax/common/strings.h"
 
 namespace ax::train {
 namespace {
@@ -149,8 +153,43 @@ class MetricsLogger::Impl {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
-StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::open(const std::string& run_dir) {
+namespace {
+
+// Rewrites path without the records of steps after `step` (and without lines that do not parse:
+// a line torn by a crash). Returns how many lines were dropped.
+StatusOr<int64_t> drop_records_after(const std::string& path, int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return int64_t{0};  // no file yet
+  std::string line, kept;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const Json record = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool later = record.is_object() && record.contains("step") &&
+                       record["step"].is_number_integer() && record["step"].get<int64_t>() > step;
+    if (record.is_discarded() || later) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped > 0) AX_RETURN_IF_ERROR(write_file_atomically(path, kept));
+  return dropped;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::open(const std::string& run_dir,
+                                                             std::optional<int64_t> resumed_step) {
   AX_RETURN_IF_ERROR(make_dirs(run_dir));
+  if (resumed_step) {
+    const std::string path = str_cat(run_dir, "/metrics.jsonl");
+    AX_ASSIGN_OR_RETURN(int64_t dropped, drop_records_after(path, *resumed_step));
+    if (dropped > 0) {
+      AX_LOG(kInfo, "metrics") << path << ": dropped " << dropped << " records after step "
+                               << *resumed_step << " (the run redoes those steps)";
+    }
+  }
   AX_ASSIGN_OR_RETURN(AppendFile jsonl,
                       AppendFile::open(str_cat(run_dir, "/metrics.jsonl"), /*exclusive=*/false));
   // A run that crashed mid-line left a torn record; start the resumed run on a fresh line so
@@ -159,6 +198,7 @@ StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::open(const std::string& 
   if (!clean) AX_RETURN_IF_ERROR(jsonl.append("\n"));
   AX_ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardWriter> tensorboard,
                       TensorBoardWriter::open(str_cat(run_dir, "/tensorboard")));
+  if (resumed_step) AX_RETURN_IF_ERROR(tensorboard->add_session_start(*resumed_step + 1));
   auto impl = std::make_unique<Impl>(std::move(jsonl), std::move(tensorboard));
   return std::unique_ptr<MetricsLogger>(new MetricsLogger(std::move(impl)));
 }

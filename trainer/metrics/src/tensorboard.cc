@@ -39,6 +39,9 @@ constexpr uint32_t kEventWallTime = 1;     // double
 constexpr uint32_t kEventStep = 2;         // int64
 constexpr uint32_t kEventFileVersion = 3;  // string
 constexpr uint32_t kEventSummary = 5;      // Summary
+constexpr uint32_t kEventSessionLog = 6;   // SessionLog
+constexpr uint32_t kSessionLogStatus = 1;  // enum SessionStatus
+constexpr uint64_t kSessionStart = 1;      // SessionLog.START
 constexpr uint32_t kSummaryValue = 1;      // repeated Summary.Value
 constexpr uint32_t kValueTag = 1;          // string
 constexpr uint32_t kValueSimpleValue = 2;  // float
@@ -160,6 +163,16 @@ StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::open(const std::
 
 TensorBoardWriter::TensorBoardWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TensorBoardWriter::~TensorBoardWriter() = default;
+
+Status TensorBoardWriter::add_session_start(int64_t step) {
+  ProtoEncoder session_log;
+  session_log.varint(kSessionLogStatus, kSessionStart);
+  ProtoEncoder event;
+  event.double_field(kEventWallTime, now_seconds());
+  event.varint(kEventStep, static_cast<uint64_t>(step));
+  event.bytes(kEventSessionLog, session_log.data());
+  return impl_->write_event(event);
+}
 
 Status TensorBoardWriter::add_scalar(const std::string& tag, int64_t step, double value) {
   ProtoEncoder summary_value;

@@ -141,7 +141,7 @@ Status Trainer::setup() {
   if (leader()) {
     AX_RETURN_IF_ERROR(
         write_file_atomically((fs::path(run_dir_) / "config.json").string(), to_json(config_)));
-    AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_));
+    AX_ASSIGN_OR_RETURN(metrics_, MetricsLogger::open(run_dir_, progress_.step));
   }
   print_summary();
   prepare_checkpoint_buffers();

@@ -85,6 +85,9 @@ class TensorBoardWriter {
   static StatusOr<std::unique_ptr<TensorBoardWriter>> open(const std::string& dir);
   ~TensorBoardWriter();
   Status add_scalar(const std::string& tag, int64_t step, double value);
+  // A SessionLog START event at `step`: TensorBoard then drops what earlier files hold for this
+  // step and later ones (its purge of orphaned data), i.e. the steps a resumed run redoes.
+  Status add_session_start(int64_t step);
   Status flush();
   const std::string& path() const;
 
@@ -97,7 +100,12 @@ class TensorBoardWriter {
 // metrics.jsonl + TensorBoard, appending when a run resumes.
 class MetricsLogger {
  public:
-  static StatusOr<std::unique_ptr<MetricsLogger>> open(const std::string& run_dir);
+  // resumed_step: the step the run starts after (its checkpoint's, 0 for a fresh start). The
+  // records of later steps in an existing metrics.jsonl, which the run is about to redo, are
+  // dropped first (the file is rewritten atomically), so that no step is counted twice by a
+  // reader; without it (ax-train eval) the file is only appended to.
+  static StatusOr<std::unique_ptr<MetricsLogger>> open(
+      const std::string& run_dir, std::optional<int64_t> resumed_step = std::nullopt);
   ~MetricsLogger();
   // Writes {"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"} and the
   // same scalars under train/; with m.ranks also "ranks": {"data_s", "compute_s", "comm_s":
