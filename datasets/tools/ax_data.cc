@@ -361,7 +361,11 @@ std::string progress_line(const JobProgress& p, double rate, bool with_rate) {
 
 int run_progress(const CLI::App& cmd, const std::string& dir, double watch) {
   using Clock = std::chrono::steady_clock;
-  std::optional<std::pair<Clock::time_point, uint64_t>> first;  // the first observation
+  // The observation the rate is measured from: the first, or the last one after the bytes done
+  // went down. They do when a stopped job runs again: a task stopped (or killed) mid-file left
+  // that file's progress behind, and the new run tokenizes the file from its start.
+  std::optional<std::pair<Clock::time_point, uint64_t>> base;
+  uint64_t last_done = 0;
   while (true) {
     StatusOr<JobProgress> p = job_progress(dir);
     if (!p.ok() && (watch == 0 || p.status().code() != StatusCode::kNotFound)) {
@@ -369,9 +373,11 @@ int run_progress(const CLI::App& cmd, const std::string& dir, double watch) {
     }
     if (p.ok()) {
       const Clock::time_point now = Clock::now();
-      if (!first) first.emplace(now, p->done_bytes);
-      const double dt = std::chrono::duration<double>(now - first->first).count();
-      const double rate = dt > 0 ? static_cast<double>(p->done_bytes - first->second) / dt : 0;
+      if (!base || p->done_bytes < last_done) base.emplace(now, p->done_bytes);
+      last_done = p->done_bytes;
+      const double dt = std::chrono::duration<double>(now - base->first).count();
+      const double rate =
+          dt > 0 ? static_cast<double>(p->done_bytes - base->second) / dt : 0;  // done >= base
       std::cout << "ax-data progress: " << dir << ": "
                 << progress_line(*p, rate, watch > 0 && dt > 0) << std::endl;
       if (watch == 0 || p->merged || p->files_done == p->files) return 0;

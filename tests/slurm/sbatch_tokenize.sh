@@ -127,6 +127,17 @@ else
   bad "preemption: the batch or task outputs lack the signal/requeue/kept lines"
   show_tail "$dir/p.out"
 fi
+# The restart's watcher met the stopped run's progress files (the bytes done then go down as the
+# tasks start those files again): every rate in the batch output stays sane (issue 27: it printed
+# 9203433304781.98 MB/s).
+rates="$(grep -o '[-0-9.e+]* MB/s' "$dir/p.out" | cut -d' ' -f1 | sort -g)"
+lo="$(head -n 1 <<<"$rates")" hi="$(tail -n 1 <<<"$rates")"
+if [[ -n "$rates" ]] && awk -v lo="$lo" -v hi="$hi" 'BEGIN { exit !(lo >= 0 && hi < 10000) }'; then
+  ok "preemption: every progress rate in the batch output is sane ($lo to $hi MB/s)"
+else
+  bad "preemption: a progress rate out of bounds ($lo to $hi MB/s)"
+  grep 'ax-data progress' "$dir/p.out" | sed 's/^/  | /' | tail -n 12
+fi
 if [[ -n "$kept_inode" ]] && [[ -n "$(find "$dir/p" -maxdepth 1 -inum "$kept_inode")" ]]; then
   ok "preemption: a file finished before the signal is in the dataset as it was (inode $kept_inode)"
 else

@@ -335,8 +335,12 @@ StatusOr<TaskResult> run_task(const TokenizeOptions& options, int task, int task
     one.inputs = {plan.files[i]};
     one.output_dir = part_dir(dir, i);
     one.progress_file = progress_path(dir, i);
-    AX_RETURN_IF_ERROR(tokenize(one).status());
+    const Status done = tokenize(one).status();
+    // Finished, the part counts whole; stopped or failed, the next run starts this file again, so
+    // what it had read is no progress any more (a task killed outright leaves its file behind:
+    // ax-data progress --watch copes with bytes done going down).
     ::unlink(one.progress_file.c_str());
+    AX_RETURN_IF_ERROR(done);
   }
   return result;
 }
