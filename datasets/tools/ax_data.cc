@@ -131,8 +131,10 @@ struct TokenizeArgs {
 
 void add_tokenize_inputs(CLI::App& app, TokenizeArgs* a) {
   TokenizeOptions& o = a->o;
-  app.add_option("--tokenizer", o.tokenizer_path, "SentencePiece model")
-      ->type_name("spm.model")
+  app.add_option("--tokenizer", o.tokenizer_path,
+                 "a SentencePiece .model, a Hugging Face tokenizer.json, or a model\n"
+                 "directory holding one (docs/tokenization.md)")
+      ->type_name("FILE|DIR")
       ->required();
   app.add_option("--input", o.inputs, "txt, jsonl or jsonl.zst files or globs (repeatable)")
       ->type_name("FILE")
@@ -166,8 +168,10 @@ void add_tokenize_inputs(CLI::App& app, TokenizeArgs* a) {
                  "chat: the list of {role, content} messages (default messages)")
       ->type_name("NAME");
   app.add_option("--template", a->chat_template,
-                 "chat: simple | llama3 | a JSON template file (default simple)")
-      ->type_name("NAME|FILE");
+                 "chat: simple | llama3 | chatml | a JSON template file | a Hugging Face\n"
+                 "model's tokenizer_config.json or directory, its chat_template matched to\n"
+                 "one of the three (default simple)")
+      ->type_name("NAME|FILE|DIR");
   cli::one_of(
       app.add_option("--text-unit", a->unit, "what one document of a text file is (default line)"),
       {"line", "paragraph", "file"});
@@ -505,7 +509,10 @@ CLI::App* add_shard_set_command(CLI::App& app, const char* name, const char* hel
                                 const char* tokenizer_help) {
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("DIR", a->dir, "the shard set (index.json and shard-*.axs)")->required();
-  cmd->add_option("--tokenizer", a->tokenizer, tokenizer_help)->type_name("spm.model");
+  cmd->add_option(
+         "--tokenizer", a->tokenizer,
+         str_cat(tokenizer_help, "\n(a .model, a tokenizer.json, or a directory holding one)"))
+      ->type_name("FILE|DIR");
   return cmd;
 }
 

@@ -92,10 +92,12 @@ void print_counts(const std::string& dir, const DatasetIndex& idx) {
   char line[256];
   std::cout << "dataset     " << dir << "\n"
             << "kind        " << (idx.kind == ShardKind::kSeq2Seq ? "seq2seq" : "lm") << "\n";
+  const std::string tokenizer_name =
+      idx.tokenizer.kind.empty() ? idx.tokenizer.model_file
+                                 : str_cat(idx.tokenizer.model_file, " (", idx.tokenizer.kind, ")");
   std::snprintf(line, sizeof line, "tokenizer   %s, hash %016llx, vocab %u, eos %d, pad %d",
-                idx.tokenizer.model_file.c_str(),
-                static_cast<unsigned long long>(idx.tokenizer.hash), idx.tokenizer.vocab_size,
-                idx.tokenizer.eos_id, idx.tokenizer.pad_id);
+                tokenizer_name.c_str(), static_cast<unsigned long long>(idx.tokenizer.hash),
+                idx.tokenizer.vocab_size, idx.tokenizer.eos_id, idx.tokenizer.pad_id);
   std::cout << line << "\n"
             << "shards      " << idx.shards.size() << "\n"
             << "documents   " << idx.num_docs << "\n";

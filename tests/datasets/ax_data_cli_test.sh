@@ -223,7 +223,7 @@ expect_fail 2 tokenize "--format: expected text|seq2seq|prompt-response|chat, go
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n' >chat-bad.jsonl
 expect_fail 2 tokenize "--format chat runs as one task (no --tasks)" --tokenizer tok/spm.model \
   --input chat-bad.jsonl --output shards/x --format chat --tasks 2 --task 0
-expect_fail 1 tokenize "chat template (a file, or simple or llama3): open nope" \
+expect_fail 1 tokenize "chat template (simple, llama3, chatml, a JSON template file, or a Hugging Face model's tokenizer_config.json or directory): open nope" \
   --tokenizer tok/spm.model --input chat-bad.jsonl --output shards/x --format chat --template nope
 expect_fail 1 tokenize "chat-bad.jsonl:1: no assistant message to train on" \
   --tokenizer tok/spm.model --input chat-bad.jsonl --output shards/x --format chat
@@ -313,6 +313,68 @@ run_ok verify-hf "$ax_data" verify shards/hf-val
 expect_in verify-hf.out "404 docs"
 run_ok inspect-hf "$ax_data" inspect shards/hf-val --tokenizer "$hf_tok" --samples 2
 expect_in inspect-hf.out "The Revelation of Jesus Christ"
+# The index records which kind of tokenizer made the shards; a set made with one is refused with
+# the other, naming the kind; an index written before the kind was recorded still reads.
+grep -q '"kind": "tokenizer.json"' shards/hf-val/index.json || fail "hf-val: no tokenizer kind"
+grep -q '"kind": "sentencepiece"' shards/val/index.json || fail "val: no tokenizer kind"
+pass
+expect_in inspect-hf.out "gpt2.tokenizer.json (tokenizer.json), hash"
+run_ok verify-hf-tok "$ax_data" verify shards/hf-val --tokenizer "$hf_tok"
+expect_fail 1 verify "(tokenizer.json 'gpt2.tokenizer.json') in the index" shards/hf-val \
+  --tokenizer tok/spm.model
+expect_fail 1 inspect "(sentencepiece 'spm.model') in the index" shards/val --tokenizer "$hf_tok"
+cp -r shards/hf-val shards/hf-old
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); del j["tokenizer"]["kind"]; json.dump(j, open(sys.argv[1], "w"), indent=2)' \
+  shards/hf-old/index.json
+run_ok verify-hf-old "$ax_data" verify shards/hf-old --tokenizer "$hf_tok"
+# A Hugging Face model directory: its tokenizer.json (with the tokenizer_config.json beside it
+# naming EOS), or a SentencePiece tokenizer.model when it has no tokenizer.json.
+mkdir -p hfdir spmdir
+cp "$root/tests/datasets/hf_tokenizer/qwen3.tokenizer.json" hfdir/tokenizer.json
+cp tok/spm.model spmdir/tokenizer.model
+printf '{"eos_token": "<|im_end|>"}' >hfdir/tokenizer_config.json
+run_ok tok-hfdir "$ax_data" tokenize --tokenizer hfdir --input corpus/kjv-val.txt \
+  --output shards/hfdir
+grep -q '"eos_id": 843' shards/hfdir/index.json || fail "hfdir: EOS is not <|im_end|> (843)"
+pass
+run_ok inspect-hfdir "$ax_data" inspect shards/hfdir --tokenizer hfdir/ --samples 1
+expect_in inspect-hfdir.out "The Revelation of Jesus Christ"
+run_ok tok-spmdir "$ax_data" tokenize --tokenizer spmdir --input corpus/kjv-val.txt \
+  --output shards/spmdir
+cmp -s shards/spmdir/shard-00000.axs shards/val/shard-00000.axs ||
+  fail "a directory's tokenizer.model did not give the .model's shards"
+pass
+expect_fail 1 tokenize "holds none of tokenizer.json, tokenizer.model, spiece.model" \
+  --tokenizer corpus --input corpus/kjv-val.txt --output shards/none
+# convert-task's output on through tokenize with a tokenizer.json (seq2seq pairs).
+run_ok tok-mnli-hf "$ax_data" tokenize --tokenizer "$hf_tok" --input ft/mnli.jsonl \
+  --output shards/mnli-hf --format seq2seq
+expect_in tok-mnli-hf.out "1 shard(s), 2 docs"
+# Chat data in the template of the model's tokenizer_config.json (Qwen2.5's ChatML, with its
+# default system message); <|im_start|> and <|im_end|> are single tokens of the tokenizer.json.
+python3 - <<'PY'
+import json
+jinja = ("{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+         "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+         "{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + "
+         "message.content + '<|im_end|>' + '\\n' }}{%- endfor %}")
+json.dump({"eos_token": "<|im_end|>", "chat_template": jinja}, open("hfdir/tokenizer_config.json", "w"))
+with open("chat.jsonl", "w") as f:
+    for q, a in [("Who wrote Revelation?", "John."), ("What is 2+2?", "4")]:
+        f.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                         {"role": "assistant", "content": a}]}) + "\n")
+PY
+run_ok tok-chat-hf "$ax_data" tokenize --format chat --template hfdir --tokenizer hfdir \
+  --input chat.jsonl --output shards/chat-hf
+expect_in tok-chat-hf.out "2 conversation(s) rendered with template hfdir"
+expect_in shards/chat-hf/rendered/00000-chat.jsonl \
+  '{"prompt":"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWho wrote Revelation?<|im_end|>\n<|im_start|>assistant\n","response":"John.<|im_end|>\n"}'
+run_ok inspect-chat-hf "$ax_data" inspect shards/chat-hf --tokenizer hfdir --samples 2
+expect_in inspect-chat-hf.out "<|im_start|>assistant"
+printf '{"chat_template": "{{ bos_token }}{%% for m in messages %%}[INST] {{ m.content }} [/INST]{%% endfor %%}"}' \
+  >hfdir/tokenizer_config.json
+expect_fail 1 tokenize "Llama 2's or Mistral's [INST] ... [/INST] is not a template ax renders" \
+  --format chat --template hfdir --tokenizer hfdir --input chat.jsonl --output shards/chat-bad
 mkdir -p wordpiece
 printf '{"version": "1.0", "model": {"type": "WordPiece", "vocab": {}}}' >wordpiece/tokenizer.json
 expect_fail 1 tokenize 'model "WordPiece" is not supported (supported: BPE, Unigram)' \

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -197,6 +198,74 @@ TEST(HfTokenizer, ManyThreadsEncodeTheSame) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad, std::vector<int>(4, 0));
+}
+
+// The BPE word cache (one per thread and model) changes no id: texts encoded again and again,
+// with more models in turn on one thread than the cache has slots, and models loaded and dropped
+// in between (a new model at an old one's address must not see the old one's words).
+TEST(HfTokenizer, TheWordCacheChangesNoId) {
+  const char* const names[] = {"gpt2", "cl100k", "llama3", "qwen3", "subword-a", "spm-bpe-legacy"};
+  std::vector<std::unique_ptr<HfTokenizer>> toks;
+  std::vector<json> expected;
+  for (const char* name : names) {
+    toks.push_back(load_fixture(name));
+    ASSERT_NE(toks.back(), nullptr);
+    expected.push_back(read_json(fixture_path(std::string(name) + ".expected.json")));
+  }
+  size_t checked = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t t = 0; t < toks.size(); ++t) {
+      if (round == 1) toks[t] = load_fixture(names[t]);  // a fresh model, maybe at the same address
+      for (const json& c : expected[t]["encode"]) {
+        std::vector<uint32_t> ids;
+        ASSERT_TRUE(toks[t]->encode(c["text"].get<std::string>(), &ids).ok());
+        EXPECT_EQ(ids, ids_of(c["ids"]))
+            << names[t] << " round " << round << ": " << shown(c["text"].get<std::string>());
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 400u);
+}
+
+// A word of 1 MB: the merge loop is a heap (O(n log n)), not a rescan of the word after each
+// merge (O(n^2): hours here), and the result is exact. A byte-level BPE whose merges turn a run of
+// "a" into "aaaa" tokens, and "ab" runs into "abab" tokens.
+TEST(HfTokenizer, AOneMegabyteWordIsMergedInBoundedTime) {
+  const std::string dir = temp_dir("hflong");
+  const json tokenizer = {
+      {"version", "1.0"},
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", false},
+        {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", {{"a", 0}, {"b", 1}, {"aa", 2}, {"ab", 3}, {"aaaa", 4}, {"abab", 5}}},
+        {"merges", {"a a", "a b", "aa aa", "ab ab"}}}}};
+  write_file(dir + "/tokenizer.json", tokenizer.dump());
+  auto tok = HfTokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  for (const auto& [unit, id] : {std::pair<std::string, uint32_t>{"a", 4}, {"ab", 5}}) {
+    std::string text;
+    while (text.size() < (1u << 20)) text += unit;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<uint32_t> ids;
+    ASSERT_TRUE((*tok)->encode(text, &ids).ok());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // About 0.3 s on one core; a quadratic merge loop would take hours.
+    EXPECT_LT(seconds, 30.0) << unit;
+    EXPECT_EQ(ids, std::vector<uint32_t>(text.size() / 4, id)) << unit;
+    auto back = (*tok)->decode(ids);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, text);
+  }
 }
 
 // `ax-data tokenize --tokenizer X/tokenizer.json`: Tokenizer::load takes the file or its

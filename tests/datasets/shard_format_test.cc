@@ -282,7 +282,7 @@ TEST(ShardFormat, IndexJsonRoundTrip) {
   const std::string dir = tu::temp_dir("index");
   DatasetIndex in;
   in.kind = ShardKind::kSeq2Seq;
-  in.tokenizer = {0xfedcba9876543210ULL, 32000, 2, -1, "llama.model"};
+  in.tokenizer = {0xfedcba9876543210ULL, 32000, 2, -1, "llama.model", "sentencepiece"};
   in.frame_tokens = 4096;
   in.shards = {{"shard-00000.axs", 100, 4, 777, 0x00000000000000ffULL},
                {"shard-00001.axs", 50, 2, 555, 0xffffffffffffffffULL}};
@@ -306,6 +306,7 @@ TEST(ShardFormat, IndexJsonRoundTrip) {
   EXPECT_EQ(out->tokenizer.eos_id, in.tokenizer.eos_id);
   EXPECT_EQ(out->tokenizer.pad_id, in.tokenizer.pad_id);
   EXPECT_EQ(out->tokenizer.model_file, in.tokenizer.model_file);
+  EXPECT_EQ(out->tokenizer.kind, "sentencepiece");
   EXPECT_EQ(out->frame_tokens, in.frame_tokens);
   EXPECT_EQ(out->num_tokens, in.num_tokens);
   EXPECT_EQ(out->num_docs, in.num_docs);
@@ -321,6 +322,22 @@ TEST(ShardFormat, IndexJsonRoundTrip) {
   EXPECT_EQ(out->skipped_empty, 3u);
   EXPECT_EQ(out->skipped_bad, 1u);
   EXPECT_EQ(out->docs_per_set, in.docs_per_set);
+
+  // An index written before the tokenizer's kind was recorded reads as it did, kind empty; and
+  // one without kind is written without the key.
+  std::string old = text;
+  const size_t at = old.find("\"kind\": \"sentencepiece\"");
+  ASSERT_NE(at, std::string::npos) << old;
+  const size_t comma = old.rfind(',', at);
+  old.erase(comma, old.find('"', at + 9) + 1 - comma);
+  tu::write_file(dir + "/index.json", old);
+  auto before = read_dataset_index(dir);
+  ASSERT_TRUE(before.ok()) << before.status().to_string() << "\n" << old;
+  EXPECT_EQ(before->tokenizer.kind, "");
+  EXPECT_EQ(before->tokenizer.model_file, "llama.model");
+  in.tokenizer.kind.clear();
+  ASSERT_TRUE(write_dataset_index(dir, in).ok());
+  EXPECT_EQ(tu::read_file(dir + "/index.json").find("sentencepiece"), std::string::npos);
 }
 
 TEST(ShardFormat, DocumentsInPiecesEqualWholeDocuments) {

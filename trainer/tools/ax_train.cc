@@ -161,8 +161,10 @@ void add_train_options(CLI::App& app, TrainArgs* a) {
   app.add_option("--data", a->request.data_dir, "training shards (data.train_dir)")
       ->type_name("DIR");
   app.add_option("--tokenizer", a->request.tokenizer,
-                 "the SentencePiece model the shards were made with")
-      ->type_name("FILE");
+                 "the tokenizer the shards were made with: a SentencePiece .model, a\n"
+                 "Hugging Face tokenizer.json, or a directory holding one (default with\n"
+                 "--init-from HF_DIR: that directory's)")
+      ->type_name("FILE|DIR");
   app.add_option("--run-dir", a->run_dir,
                  "checkpoints, config.json, metrics.jsonl, TensorBoard events")
       ->type_name("DIR");
@@ -219,11 +221,15 @@ int main_impl(int argc, char** argv) {
       "eval",
       "Evaluates a run's checkpoint on a task (MNLI, SQuAD v1.1, Lambada): greedy decoding with "
       "the key/value cache, metrics to RUN_DIR/metrics.jsonl and TensorBoard, one prediction per "
-      "example to a jsonl. Under ax-launch or srun --ax-mesh the ranks share the examples.");
+      "example to a jsonl. Under ax-launch or srun --ax-mesh the ranks share the examples. The "
+      "texts are encoded with the run's tokenizer (data.tokenizer: a SentencePiece .model or a "
+      "tokenizer.json).");
   add_eval_options(*eval, &eval_options);
   SampleOptions sample_options;
   CLI::App* sample = app.add_subcommand(
-      "sample", "Prints the prompt and a continuation drawn from a run's newest checkpoint.");
+      "sample",
+      "Prints the prompt and a continuation drawn from a run's newest checkpoint, encoded and\n"
+      "decoded with the run's tokenizer (data.tokenizer: a .model or a tokenizer.json).");
   add_sample_options(*sample, &sample_options);
   ExportArgs export_args;
   CLI::App* exporter = app.add_subcommand(

@@ -123,6 +123,7 @@ Status parse_tokenizer(const FieldReader& r, const Json& j, TokenizerInfo* t) {
   if (j.contains("model_file")) {
     AX_RETURN_IF_ERROR(r.get(j, "tokenizer.model_file", "model_file", &t->model_file));
   }
+  if (j.contains("kind")) AX_RETURN_IF_ERROR(r.get(j, "tokenizer.kind", "kind", &t->kind));
   return Status::Ok();
 }
 
@@ -252,6 +253,7 @@ Json to_json(const DatasetIndex& index) {
                         {"eos_id", index.tokenizer.eos_id},
                         {"pad_id", index.tokenizer.pad_id},
                         {"model_file", index.tokenizer.model_file}};
+  if (!index.tokenizer.kind.empty()) j["tokenizer"]["kind"] = index.tokenizer.kind;
   j["frame_tokens"] = index.frame_tokens;
   j["num_tokens"] = index.num_tokens;
   j["num_docs"] = index.num_docs;

@@ -504,11 +504,19 @@ class ShardSet::Impl {
     auto cache = std::make_shared<FrameCache>(cache_frames);
     AX_ASSIGN_OR_RETURN(index_, read_dataset_index(dir_));
     if (expected_tokenizer_hash && *expected_tokenizer_hash != index_.tokenizer.hash) {
+      // Which one made them, where the index says (kind and name: informational).
+      const TokenizerInfo& t = index_.tokenizer;
+      std::string made_with;
+      if (!t.kind.empty() || !t.model_file.empty()) {
+        made_with = str_cat(" (", t.kind.empty() ? "" : t.kind,
+                            !t.kind.empty() && !t.model_file.empty() ? " " : "",
+                            t.model_file.empty() ? "" : str_cat("'", t.model_file, "'"), ")");
+      }
       return FailedPrecondition(
           join_path(dir_, kIndexFile),
           ": the shards were made with another tokenizer: ", "tokenizer hash ",
-          hex64(index_.tokenizer.hash), " in the index, ", hex64(*expected_tokenizer_hash),
-          " expected; re-tokenize with this tokenizer");
+          hex64(index_.tokenizer.hash), made_with, " in the index, ",
+          hex64(*expected_tokenizer_hash), " expected; re-tokenize with this tokenizer");
     }
     token_starts_.push_back(0);
     doc_starts_.push_back(0);

@@ -2,10 +2,10 @@
 // form ("a b" strings or ["a", "b"] pairs), unk_token and fuse_unk, byte_fallback (<0xNN> pieces),
 // ignore_merges (a piece in the vocabulary is one token as it is), continuing_subword_prefix and
 // end_of_word_suffix. The merge loop is the crate's: a heap of candidate pairs ordered by
-// (rank, position), O(n log n) in the length of a piece. Dropout above 0 is refused (it makes
-// encoding random).
+// (rank, position), O(n log n) in the length of a piece; and, as the crate has, a cache of the
+// ids of the words already seen. Dropout above 0 is refused (it makes encoding random).
 #include <algorithm>
-#include <queue>
+#include <atomic>
 #include <unordered_map>
 
 #include "hf_pipeline.h"
@@ -21,8 +21,92 @@ using Vocab = std::unordered_map<std::string, uint32_t, StringHash, std::equal_t
 
 uint64_t pair_key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
 
+// The merges: (left id, right id) -> (rank, merged id), open addressing with linear probing.
+// std::unordered_map's buckets cost a pointer chase and a division per lookup, and the merge loop
+// looks up every adjacent pair.
+class BpePairTable {
+ public:
+  struct Entry {
+    uint32_t rank;
+    uint32_t new_id;
+  };
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+  }
+  // A later merge of the same pair replaces an earlier one, as the crate's HashMap::collect does.
+  void set(uint32_t a, uint32_t b, Entry e) {
+    const uint64_t key = pair_key(a, b);
+    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (!slot.used || slot.key == key) {
+        if (!slot.used) ++size_;
+        slot = {key, e, true};
+        return;
+      }
+    }
+  }
+  const Entry* find(uint32_t a, uint32_t b) const {
+    const uint64_t key = pair_key(a, b);
+    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (!slot.used) return nullptr;
+      if (slot.key == key) return &slot.entry;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    Entry entry{};
+    bool used = false;
+  };
+  static size_t mix(uint64_t k) {
+    k *= 0x9E3779B97F4A7C15ull;
+    return static_cast<size_t>(k ^ (k >> 29));
+  }
+  std::vector<Slot> slots_{Slot{}};
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+// The word cache (the crate's Cache in models/bpe/model.rs): the ids of pieces already seen, so
+// a frequent word is merged once. One per thread and model (encode runs on many threads at once
+// and takes no lock); a few models per thread, the least recently made-room-for replaced. Bounded:
+// pieces of at most kBpeCacheMaxBytes bytes, at most kBpeCacheEntries of them, emptied when full
+// (at most a few MB per thread). Merging is deterministic (dropout is refused), so the cache
+// changes no id.
+constexpr size_t kBpeCacheMaxBytes = 64;
+constexpr size_t kBpeCacheEntries = 16384;
+constexpr size_t kBpeCacheSlots = 4;
+// A thread keeps buffers for words of up to this many characters between calls.
+constexpr size_t kBpeKeptSymbols = 1 << 16;
+
+struct BpeWordCache {
+  uint64_t owner = 0;  // the model's serial (never reused, unlike its address)
+  std::unordered_map<std::string, std::u32string, StringHash, std::equal_to<>> map;
+};
+
+BpeWordCache& bpe_word_cache(uint64_t owner) {
+  thread_local std::array<BpeWordCache, kBpeCacheSlots> caches;
+  thread_local size_t next = 0;
+  for (BpeWordCache& c : caches) {
+    if (c.owner == owner) return c;
+  }
+  BpeWordCache& c = caches[next++ % kBpeCacheSlots];
+  c.owner = owner;
+  c.map = {};
+  return c;
+}
+
+std::atomic<uint64_t> bpe_model_serial{0};
+
 class BpeModel : public Model {
  public:
+  BpeModel() : serial_(++bpe_model_serial) {}
+
   Status tokenize(std::string_view piece, std::vector<uint32_t>* out) const override {
     if (piece.empty()) return Status::Ok();
     if (ignore_merges_) {
@@ -32,71 +116,17 @@ class BpeModel : public Model {
         return Status::Ok();
       }
     }
-    // The symbols of the piece: one per character (merge_word).
-    std::vector<Symbol> symbols;
-    symbols.reserve(piece.size());
-    // A pending run of unknown characters: its id and bytes.
-    bool unk = false;
-    uint32_t unk_run_id = 0;
-    size_t unk_run_len = 0;
-    auto add = [&](uint32_t id, size_t len) {
-      const auto index = static_cast<int64_t>(symbols.size());
-      symbols.push_back({id, index - 1, index + 1, len});
-    };
-    std::string s;
-    size_t pos = 0;
-    while (pos < piece.size()) {
-      const size_t start = pos;
-      pos += char_len(static_cast<unsigned char>(piece[pos]));
-      const size_t byte_len = pos - start;
-      s.clear();
-      if (start > 0 && prefix_) s += *prefix_;
-      s.append(piece.substr(start, byte_len));
-      if (pos >= piece.size() && suffix_) s += *suffix_;
-      auto it = vocab_.find(s);
-      if (it != vocab_.end()) {
-        if (unk) {
-          add(unk_run_id, unk_run_len);
-          unk = false;
-        }
-        add(it->second, byte_len);
-        continue;
-      }
-      if (byte_fallback_) {
-        bool all = true;
-        std::vector<uint32_t> bytes;
-        for (char c : s) {
-          auto b = byte_ids_[static_cast<unsigned char>(c)];
-          if (!b) {
-            all = false;
-            break;
-          }
-          bytes.push_back(*b);
-        }
-        if (all) {
-          for (uint32_t id : bytes) add(id, 1);
-          continue;
-        }
-      }
-      if (unk_token_) {
-        if (!unk_id_)
-          return DataLoss("BPE: unk_token \"", *unk_token_, "\" is not in the vocabulary");
-        if (unk && fuse_unk_) {
-          unk_run_len += byte_len;
-        } else {
-          if (unk) add(unk_run_id, unk_run_len);
-          unk = true;
-          unk_run_id = *unk_id_;
-          unk_run_len = byte_len;
-        }
-      }
+    if (piece.size() > kBpeCacheMaxBytes) return merge_word(piece, out);
+    BpeWordCache& cache = bpe_word_cache(serial_);
+    if (auto hit = cache.map.find(piece); hit != cache.map.end()) {
+      out->insert(out->end(), hit->second.begin(), hit->second.end());
+      return Status::Ok();
     }
-    if (unk) add(unk_run_id, unk_run_len);
-    if (!symbols.empty()) symbols.back().next = -1;
-    merge_all(&symbols);
-    for (const Symbol& sym : symbols) {
-      if (sym.len != 0) out->push_back(sym.id);
-    }
+    const size_t before = out->size();
+    AX_RETURN_IF_ERROR(merge_word(piece, out));
+    if (cache.map.size() >= kBpeCacheEntries) cache.map.clear();
+    cache.map.emplace(std::string(piece),
+                      std::u32string(out->begin() + static_cast<ptrdiff_t>(before), out->end()));
     return Status::Ok();
   }
 
@@ -118,65 +148,180 @@ class BpeModel : public Model {
  private:
   struct Symbol {
     uint32_t id;
-    int64_t prev;
-    int64_t next;
-    size_t len;  // bytes; 0 once merged into the symbol before it
+    int32_t prev;
+    int32_t next;
+    uint32_t len;  // bytes; 0 once merged into the symbol before it
   };
   struct Merge {
-    size_t pos;
+    uint32_t pos;
     uint32_t rank;
     uint32_t new_id;
     // The top of the heap is the lowest rank, then the lowest position.
     bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-
-  const std::pair<uint32_t, uint32_t>* find_merge(uint32_t a, uint32_t b) const {
-    auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
+  // Buffers reused from piece to piece on each thread.
+  struct Scratch {
+    std::vector<Symbol> symbols;
+    std::vector<Merge> heap;
+    std::string s;
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
   }
 
-  void merge_all(std::vector<Symbol>* symbols_ptr) const {
-    std::vector<Symbol>& symbols = *symbols_ptr;
-    std::priority_queue<Merge> queue;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      if (const auto* m = find_merge(symbols[i].id, symbols[i + 1].id)) {
-        queue.push({i, m->first, m->second});
+  // The id of one character as a symbol: a table for the characters below U+0800 when there is
+  // no prefix or suffix to add (every byte-level character is one), the vocabulary otherwise.
+  std::optional<uint32_t> char_id(std::string_view piece, size_t start, size_t end,
+                                  std::string* s) const {
+    if (plain_chars_) {
+      const auto b0 = static_cast<unsigned char>(piece[start]);
+      if (b0 < 0x80) return char_ids_[b0];
+      if (end - start == 2) {
+        const uint32_t cp =
+            ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(piece[start + 1]) & 0x3Fu);
+        return char_ids_[cp];
+      }
+      auto it = vocab_.find(piece.substr(start, end - start));
+      if (it == vocab_.end()) return std::nullopt;
+      return it->second;
+    }
+    s->clear();
+    if (start > 0 && prefix_) s->append(*prefix_);
+    s->append(piece.substr(start, end - start));
+    if (end >= piece.size() && suffix_) s->append(*suffix_);
+    auto it = vocab_.find(*s);
+    if (it == vocab_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // The crate's merge_word and Word::merge_all: one symbol per character (unknown characters as
+  // byte_fallback pieces or the unknown token), then the merges by rank.
+  Status merge_word(std::string_view piece, std::vector<uint32_t>* out) const {
+    if (piece.size() >= 0x7FFFFFFF)
+      return InvalidArgument("BPE: a piece of ", piece.size(), " bytes");
+    Scratch& scr = scratch();
+    std::vector<Symbol>& symbols = scr.symbols;
+    symbols.clear();
+    symbols.reserve(piece.size());
+    // A pending run of unknown characters: its id and bytes.
+    bool unk = false;
+    uint32_t unk_run_id = 0;
+    uint32_t unk_run_len = 0;
+    auto add = [&](uint32_t id, uint32_t len) {
+      const auto index = static_cast<int32_t>(symbols.size());
+      symbols.push_back({id, index - 1, index + 1, len});
+    };
+    size_t pos = 0;
+    while (pos < piece.size()) {
+      const size_t start = pos;
+      pos = std::min(piece.size(), pos + char_len(static_cast<unsigned char>(piece[pos])));
+      const auto byte_len = static_cast<uint32_t>(pos - start);
+      if (std::optional<uint32_t> id = char_id(piece, start, pos, &scr.s)) {
+        if (unk) {
+          add(unk_run_id, unk_run_len);
+          unk = false;
+        }
+        add(*id, byte_len);
+        continue;
+      }
+      if (byte_fallback_) {
+        // The character with its prefix and suffix, as the crate looks it up.
+        std::string& s = scr.s;
+        s.clear();
+        if (start > 0 && prefix_) s += *prefix_;
+        s.append(piece.substr(start, byte_len));
+        if (pos >= piece.size() && suffix_) s += *suffix_;
+        bool all = true;
+        for (char c : s) all = all && byte_ids_[static_cast<unsigned char>(c)].has_value();
+        if (all) {
+          for (char c : s) add(*byte_ids_[static_cast<unsigned char>(c)], 1);
+          continue;
+        }
+      }
+      if (unk_token_) {
+        if (!unk_id_)
+          return DataLoss("BPE: unk_token \"", *unk_token_, "\" is not in the vocabulary");
+        if (unk && fuse_unk_) {
+          unk_run_len += byte_len;
+        } else {
+          if (unk) add(unk_run_id, unk_run_len);
+          unk = true;
+          unk_run_id = *unk_id_;
+          unk_run_len = byte_len;
+        }
       }
     }
-    while (!queue.empty()) {
-      const Merge top = queue.top();
-      queue.pop();
+    if (unk) add(unk_run_id, unk_run_len);
+    if (symbols.empty()) return Status::Ok();
+    symbols.back().next = -1;
+    if (symbols.size() > 1) merge_all(&symbols, &scr.heap);
+    for (const Symbol& sym : symbols) {
+      if (sym.len != 0) out->push_back(sym.id);
+    }
+    // A huge word's buffers are not kept for the rest of the thread's life.
+    if (symbols.capacity() > kBpeKeptSymbols) {
+      symbols = {};
+      scr.heap = {};
+    }
+    return Status::Ok();
+  }
+
+  // The crate's Word::merge_all: a heap of candidate pairs ordered by (rank, position), entries
+  // that no longer match their pair skipped. O(n log n) in the number of symbols, so a 1 MB run of
+  // one letter costs no more per byte than a word.
+  void merge_all(std::vector<Symbol>* symbols_ptr, std::vector<Merge>* heap) const {
+    std::vector<Symbol>& symbols = *symbols_ptr;
+    heap->clear();
+    heap->reserve(symbols.size());
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      if (const auto* m = merges_.find(symbols[i].id, symbols[i + 1].id)) {
+        heap->push_back({static_cast<uint32_t>(i), m->rank, m->new_id});
+      }
+    }
+    std::make_heap(heap->begin(), heap->end());
+    auto push = [&](uint32_t pos, const BpePairTable::Entry& m) {
+      heap->push_back({pos, m.rank, m.new_id});
+      std::push_heap(heap->begin(), heap->end());
+    };
+    while (!heap->empty()) {
+      std::pop_heap(heap->begin(), heap->end());
+      const Merge top = heap->back();
+      heap->pop_back();
       Symbol& cur = symbols[top.pos];
       if (cur.len == 0 || cur.next == -1) continue;
       const auto next_pos = static_cast<size_t>(cur.next);
       const Symbol right = symbols[next_pos];
-      const auto* target = find_merge(cur.id, right.id);
-      if (target == nullptr || target->second != top.new_id) continue;  // an expired entry
+      const auto* target = merges_.find(cur.id, right.id);
+      if (target == nullptr || target->new_id != top.new_id) continue;  // an expired entry
       cur.id = top.new_id;
       cur.len += right.len;
       cur.next = right.next;
       symbols[next_pos].len = 0;
       if (right.next > -1 && static_cast<size_t>(right.next) < symbols.size()) {
-        symbols[static_cast<size_t>(right.next)].prev = static_cast<int64_t>(top.pos);
+        symbols[static_cast<size_t>(right.next)].prev = static_cast<int32_t>(top.pos);
       }
       if (cur.prev >= 0) {
-        const auto prev = static_cast<size_t>(cur.prev);
-        if (const auto* m = find_merge(symbols[prev].id, cur.id)) {
-          queue.push({prev, m->first, m->second});
-        }
+        const auto prev = static_cast<uint32_t>(cur.prev);
+        if (const auto* m = merges_.find(symbols[prev].id, cur.id)) push(prev, *m);
       }
       if (cur.next >= 0 && static_cast<size_t>(cur.next) < symbols.size()) {
-        if (const auto* m = find_merge(cur.id, symbols[static_cast<size_t>(cur.next)].id)) {
-          queue.push({top.pos, m->first, m->second});
+        if (const auto* m = merges_.find(cur.id, symbols[static_cast<size_t>(cur.next)].id)) {
+          push(top.pos, *m);
         }
       }
     }
   }
 
+  const uint64_t serial_;
   Vocab vocab_;
   std::unordered_map<uint32_t, std::string> vocab_r_;
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // pair -> (rank, new id)
-  std::array<std::optional<uint32_t>, 256> byte_ids_{};                 // <0xNN> pieces
+  BpePairTable merges_;
+  std::array<std::optional<uint32_t>, 256> byte_ids_{};  // <0xNN> pieces
+  // char_ids_[cp]: the id of the one-character token U+cp (cp < 0x800), when plain_chars_ (no
+  // continuing_subword_prefix or end_of_word_suffix to add to it).
+  std::vector<std::optional<uint32_t>> char_ids_;
+  bool plain_chars_ = false;
   std::optional<std::string> unk_token_, prefix_, suffix_;
   std::optional<uint32_t> unk_id_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
@@ -215,6 +360,16 @@ StatusOr<std::unique_ptr<Model>> BpeModel::parse(const Json& j, const std::strin
     m->id_end_ = std::max(m->id_end_, v + 1);
   }
   if (m->unk_token_) m->unk_id_ = m->token_to_id(*m->unk_token_);
+  m->plain_chars_ = (!m->prefix_ || m->prefix_->empty()) && (!m->suffix_ || m->suffix_->empty());
+  if (m->plain_chars_) {
+    m->char_ids_.resize(0x800);
+    std::string c;
+    for (char32_t cp = 0; cp < 0x800; ++cp) {
+      c.clear();
+      append_utf8(cp, &c);
+      m->char_ids_[cp] = m->token_to_id(c);
+    }
+  }
   for (int b = 0; b < 256; ++b) {
     static const char* hex = "0123456789ABCDEF";
     const std::string code = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
@@ -263,7 +418,7 @@ StatusOr<std::unique_ptr<Model>> BpeModel::parse(const Json& j, const std::strin
       return DataLoss(where, ".merges[", i, "]: the merge of \"", a, " ", b, "\", \"", joined,
                       "\", is not in the vocabulary");
     }
-    m->merges_[pair_key(*ia, *ib)] = {rank++, *inew};
+    m->merges_.set(*ia, *ib, {rank++, *inew});
   }
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -44,27 +44,47 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   ByteLevelPreTokenizer(bool add_prefix_space, std::unique_ptr<Regex> re)
       : add_prefix_space_(add_prefix_space), re_(std::move(re)) {}
 
+  // Splits each piece by GPT-2's pattern and maps its bytes to GPT-2's characters in one pass
+  // (the crate splits, then maps: the same pieces).
   Status pre_tokenize(std::vector<Piece>* pieces) const override {
-    std::vector<Segment> segments;
-    AX_RETURN_IF_ERROR(
-        split_pieces(pieces, [&](Piece* p, std::vector<std::pair<size_t, size_t>>* r) {
-          if (add_prefix_space_ && (p->text.empty() || p->text[0] != ' ')) p->text.insert(0, " ");
-          if (re_ == nullptr) {
-            r->emplace_back(0, p->text.size());
-            return Status::Ok();
-          }
-          AX_RETURN_IF_ERROR(regex_segments(*re_, p->text, &segments));
-          *r = apply_behavior(segments, SplitBehavior::kIsolated);
-          return Status::Ok();
-        }));
     const auto& chars = byte_level_chars();
-    for (Piece& p : *pieces) {
-      if (p.token >= 0) continue;
-      std::string mapped;
-      mapped.reserve(p.text.size() * 2);
-      for (char c : p.text) mapped += chars[static_cast<unsigned char>(c)];
-      p.text = std::move(mapped);
+    std::vector<Piece> out;
+    out.reserve(pieces->size());
+    std::vector<Segment> segments;
+    std::string prefixed;
+    for (Piece& piece : *pieces) {
+      if (piece.token >= 0) {
+        out.push_back(std::move(piece));
+        continue;
+      }
+      std::string_view text = piece.text;
+      if (add_prefix_space_ && (text.empty() || text[0] != ' ')) {
+        prefixed.assign(" ");
+        prefixed.append(text);
+        text = prefixed;
+      }
+      if (re_ == nullptr) {
+        segments.assign(1, Segment{0, text.size(), true});
+      } else {
+        AX_RETURN_IF_ERROR(regex_segments(*re_, text, &segments));
+      }
+      for (const Segment& seg : segments) {  // Isolated: every segment is a piece
+        if (seg.start == seg.end) continue;
+        Piece& p = out.emplace_back();
+        p.at_origin = piece.at_origin && seg.start == 0;
+        size_t n = 0;
+        for (size_t i = seg.start; i < seg.end; ++i) {
+          n += chars[static_cast<unsigned char>(text[i])].size();
+        }
+        p.text.resize(n);
+        char* dst = p.text.data();
+        for (size_t i = seg.start; i < seg.end; ++i) {
+          const std::string& c = chars[static_cast<unsigned char>(text[i])];
+          for (char b : c) *dst++ = b;
+        }
+      }
     }
+    *pieces = std::move(out);
     return Status::Ok();
   }
 

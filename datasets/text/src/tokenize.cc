@@ -309,6 +309,7 @@ ShardSetWriterOptions writer_options(const TokenizeOptions& options, const Token
   wopts.tokenizer.eos_id = tok.eos_id();
   wopts.tokenizer.pad_id = tok.pad_id();
   wopts.tokenizer.model_file = fs::path(options.tokenizer_path).filename().string();
+  wopts.tokenizer.kind = std::string(tok.kind());
   return wopts;
 }
 

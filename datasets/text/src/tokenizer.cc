@@ -74,6 +74,7 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
   uint64_t hash() const override { return hash_; }
+  std::string_view kind() const override { return kSentencePiece; }
   uint32_t vocab_size() const override { return static_cast<uint32_t>(sp_.GetPieceSize()); }
   int32_t eos_id() const override { return sp_.eos_id(); }
   int32_t pad_id() const override { return sp_.pad_id(); }
@@ -117,13 +118,33 @@ class SentencePieceTokenizer : public Tokenizer {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_path) {
+// The files a Hugging Face model directory keeps its tokenizer in, in the order looked for:
+// tokenizer.json (what transformers' fast tokenizers read), else the SentencePiece model of a
+// Llama 2 / Mistral (tokenizer.model) or T5 (spiece.model) directory.
+constexpr const char* kDirectoryTokenizers[] = {"tokenizer.json", "tokenizer.model",
+                                                "spiece.model"};
+
+StatusOr<std::string> Tokenizer::resolve_path(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (ends_with(model_path, ".json") || std::filesystem::is_directory(model_path, ec)) {
-    AX_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> hf, HfTokenizer::load(model_path));
+  if (!fs::is_directory(path, ec)) return path;
+  for (const char* name : kDirectoryTokenizers) {
+    const std::string file = (fs::path(path) / name).string();
+    if (fs::exists(file, ec)) return file;
+  }
+  return NotFound("tokenizer directory ", path,
+                  " holds none of tokenizer.json, tokenizer.model, spiece.model");
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_path) {
+  AX_ASSIGN_OR_RETURN(const std::string file, resolve_path(model_path));
+  if (ends_with(file, ".json")) {
+    // The path as given (a directory's tokenizer_config.json is read beside the file either way).
+    AX_ASSIGN_OR_RETURN(std::unique_ptr<HfTokenizer> hf,
+                        HfTokenizer::load(file == model_path ? file : model_path));
     return std::unique_ptr<Tokenizer>(std::move(hf));
   }
-  return SentencePieceTokenizer::load(model_path);
+  return SentencePieceTokenizer::load(file);
 }
 
 Tokenizer::~Tokenizer() = default;

@@ -339,6 +339,45 @@ expect_status 1 "eval lambada on t5" -- "$axtrain" eval --run-dir "$work/ft-t5-r
   --task lambada --data "$work/lambada.jsonl"
 expect_output "needs a decoder-only model"
 
+# A Hugging Face tokenizer.json everywhere (docs/tokenization.md): the GPT-2 fixture of
+# hf_tokenizer_test makes the shards; tiny-gpt trains on them, samples, exports; a Hugging Face
+# directory holding the tokenizer.json is --init-from without --tokenizer (the run takes the
+# directory's), and eval reads the run's. Shards of one kind are refused with the other.
+hf_tok="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/datasets/hf_tokenizer/gpt2.tokenizer.json"
+for split in train val; do
+  "$axdata" tokenize --tokenizer "$hf_tok" --input "$work/$split.txt" \
+    --output "$work/hfshards/$split" >/dev/null 2>&1 || fail "tokenize $split with tokenizer.json"
+done
+expect_status 0 "train on tokenizer.json shards" -- "$axtrain" --experiment tiny-gpt \
+  --data "$work/hfshards/train" --tokenizer "$hf_tok" --run-dir "$work/hfrun" --max-steps 3 \
+  --set train.eval_every=3 --set model.vocab_size=0
+expect_output "step 3/3 | loss"
+expect_output "eval step 3 | val loss"
+expect_status 0 "sample with a tokenizer.json" -- "$axtrain" sample --run-dir "$work/hfrun" \
+  --prompt "The Lord" --tokens 4 --temperature 0
+expect_output "^The Lord"
+expect_status 1 "tokenizer.json shards with a SentencePiece model" -- "$axtrain" \
+  --experiment tiny-gpt --data "$work/hfshards/train" --tokenizer "$work/spm.model" \
+  --run-dir "$work/hf-bad" --max-steps 3
+expect_output "(tokenizer.json 'gpt2.tokenizer.json') in the index"
+expect_status 0 "export the tokenizer.json run" -- "$axtrain" export --run-dir "$work/hfrun" \
+  --output "$work/hfexport"
+cp "$hf_tok" "$work/hfexport/tokenizer.json"
+expect_status 0 "init from a Hugging Face directory, its tokenizer.json the run's" -- "$axtrain" \
+  --experiment tiny-gpt --data "$work/hfshards/train" --run-dir "$work/hfft" \
+  --init-from "$work/hfexport" --max-steps 2 --set train.eval_every=0
+expect_output "initialised from Hugging Face gpt $work/hfexport"
+grep -q "\"tokenizer\": \"$work/hfexport\"" "$work/hfft/config.json" ||
+  fail "--init-from: data.tokenizer is not the Hugging Face directory"
+expect_status 0 "eval lambada with the run's tokenizer.json" -- "$axtrain" eval \
+  --run-dir "$work/hfft" --task lambada --data "$work/lambada.jsonl"
+expect_output "^lambada accuracy [0-9.]* % ([0-9]* of 2), perplexity"
+rm "$work/hfexport/tokenizer.json"
+expect_status 2 "init from a Hugging Face directory without a tokenizer" -- "$axtrain" \
+  --experiment tiny-gpt --data "$work/hfshards/train" --run-dir "$work/hf-none" \
+  --init-from "$work/hfexport"
+expect_output "holds no tokenizer.json, tokenizer.model or spiece.model"
+
 # A rank of a two-rank job without the job secret: it fails at once and says why.
 SECONDS=0
 expect_status 1 "a rank without a job secret" -- env -u AX_JOB_SECRET AX_RANK=1 AX_WORLD_SIZE=2 \

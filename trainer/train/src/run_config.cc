@@ -58,10 +58,16 @@ double for_each_micro_batch(Model* model, const StepRows& rows, Then then) {
 }
 
 // train.init_from: the checkpoint's model replaces the experiment's; an override of model.* must
-// agree with it. Dropout and the initialisation knobs stay the run's own choice.
+// agree with it. Dropout and the initialisation knobs stay the run's own choice. A Hugging Face
+// directory's tokenizer (tokenizer.json, tokenizer.model or spiece.model) is the run's when none
+// was given.
 Status adopt_init_model(const std::vector<std::string>& overrides, Config* config) {
   const std::string& path = config->train.init_from;
   AX_ASSIGN_OR_RETURN(InitSource source, open_init_source(path));
+  if (config->data.tokenizer.empty() && source.kind == InitSource::Kind::kHuggingFace &&
+      data::Tokenizer::resolve_path(source.dir).ok()) {
+    config->data.tokenizer = source.dir;
+  }
   if (config->train.init_from_keep_step && source.kind != InitSource::Kind::kAx) {
     return InvalidArgument("train.init_from_keep_step=true continues an ax checkpoint's step; ",
                            path, " is a Hugging Face directory, which has no step count");
@@ -110,8 +116,12 @@ StatusOr<Config> resolve_config(const RunRequest& request) {
   }
   if (config.data.tokenizer.empty()) {
     return InvalidArgument(
-        "no tokenizer: pass --tokenizer spm.model (the one the shards were "
-        "made with)");
+        "no tokenizer: pass --tokenizer FILE|DIR (the one the shards were made with: a "
+        "SentencePiece .model or a tokenizer.json)",
+        config.train.init_from.empty()
+            ? ""
+            : str_cat("; --init-from ", config.train.init_from,
+                      " holds no tokenizer.json, tokenizer.model or spiece.model"));
   }
   config.data.train_dir = absolute_path(config.data.train_dir);
   config.data.tokenizer = absolute_path(config.data.tokenizer);

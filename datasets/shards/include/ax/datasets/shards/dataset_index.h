@@ -21,11 +21,14 @@ struct ShardEntry {
 };
 
 struct TokenizerInfo {
-  uint64_t hash = 0;  // XXH64 of the .model bytes
+  uint64_t hash = 0;  // XXH64 of the tokenizer file's bytes (.model or tokenizer.json)
   uint32_t vocab_size = 0;
   int32_t eos_id = -1;
   int32_t pad_id = -1;
   std::string model_file;  // the name it was read from (informational)
+  // "sentencepiece" or "tokenizer.json" (Tokenizer::kind()); empty in an index written before
+  // ax recorded it.
+  std::string kind;
 };
 
 struct DatasetIndex {

@@ -22,12 +22,28 @@ struct ChatMessage {
 struct ChatTemplate {
   std::string begin;  // once, at the start of the prompt
   std::string system, user, assistant;
+  // The system message of a conversation that has none (Qwen2's "You are a helpful
+  // assistant."); empty: none is added.
+  std::string default_system;
+  // Each message's content without its leading and trailing white space (Jinja's `| trim`, which
+  // Llama 3's template applies).
+  bool trim = false;
 
-  // A built-in template by name ("simple", "llama3"), or a JSON file with the keys "begin"
-  // (optional), "system", "user" and "assistant", each role's text holding "{content}" once.
+  // A built-in template by name ("simple", "llama3", "chatml"); a JSON file with the keys
+  // "begin" (optional), "system", "user" and "assistant", each role's text holding "{content}"
+  // once, and optionally "default_system" and "trim"; or a Hugging Face model's chat template
+  // (a tokenizer_config.json holding "chat_template", a chat_template.jinja, or a directory
+  // holding either), matched to a built-in one (match_hf_chat_template).
   static StatusOr<ChatTemplate> load(const std::string& name_or_file);
   // The built-in names.
   static std::vector<std::string> names();
+  // A Jinja chat template (tokenizer_config.json's "chat_template") as the built-in template it
+  // renders plain conversations as: Qwen2's and Qwen2.5's ChatML as "chatml" (with their default
+  // system message), Llama 3's as "llama3". Any other is refused naming what it looks like
+  // (Llama 3.1's dated system block, Qwen3's thinking, Mistral's [INST], Gemma's turns, ...):
+  // InvalidArgument, `from` naming where it was read.
+  static StatusOr<ChatTemplate> match_hf_chat_template(const std::string& jinja,
+                                                       const std::string& from);
 
   // prompt = begin + every message before the last assistant one + the assistant text before
   // "{content}"; response = the last assistant message + the assistant text after "{content}".

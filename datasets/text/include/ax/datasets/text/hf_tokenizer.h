@@ -27,6 +27,7 @@ class HfTokenizer : public Tokenizer {
   ~HfTokenizer() override;
 
   uint64_t hash() const override;
+  std::string_view kind() const override { return kTokenizerJson; }
   uint32_t vocab_size() const override;
   int32_t eos_id() const override;
   int32_t pad_id() const override;

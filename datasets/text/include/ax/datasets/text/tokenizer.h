@@ -18,17 +18,25 @@ namespace ax::data {
 
 class Tokenizer {
  public:
-  // A SentencePiece model, or a Hugging Face tokenizer.json (a path ending in .json, or a
-  // directory holding tokenizer.json: HfTokenizer::load). Fails with NotFound for a missing
-  // file, DataLoss for one that is not a tokenizer, Unimplemented for a tokenizer.json component
-  // ax does not support.
+  // A SentencePiece model, or a Hugging Face tokenizer.json (a path ending in .json:
+  // HfTokenizer::load), or a directory holding one (a Hugging Face model's: its tokenizer.json,
+  // else a SentencePiece tokenizer.model or spiece.model). Fails with NotFound for a missing file
+  // (or a directory holding none of the three), DataLoss for one that is not a tokenizer,
+  // Unimplemented for a tokenizer.json component ax does not support.
   static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& model_path);
+  // The file Tokenizer::load reads for `path`: `path` itself, or the tokenizer file inside a
+  // directory (NotFound naming the three names when it holds none).
+  static StatusOr<std::string> resolve_path(const std::string& path);
   virtual ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   // XXH64 of the model file's bytes (.model or tokenizer.json; recorded in shards and index.json).
   virtual uint64_t hash() const = 0;
+  // What kind of file it is: kSentencePiece or kTokenizerJson (recorded in index.json).
+  virtual std::string_view kind() const = 0;
+  static constexpr std::string_view kSentencePiece = "sentencepiece";
+  static constexpr std::string_view kTokenizerJson = "tokenizer.json";
   // One past the highest id.
   virtual uint32_t vocab_size() const = 0;
   virtual int32_t eos_id() const = 0;  // -1 when the model has none
