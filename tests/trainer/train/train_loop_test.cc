@@ -4,7 +4,6 @@
 #include "ax/trainer/train/train_loop.h"
 
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

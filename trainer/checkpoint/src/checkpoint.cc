@@ -196,8 +196,8 @@ Status CheckpointManager::finish_save(const PendingSave& pending,
     Status s = [&]() -> Status {
       if (!written.ok()) return written.status();
       AX_ASSIGN_OR_RETURN(ckpt::RankWrite mine, ckpt::rank_write_from_json(*written));
-      return ckpt::commit_checkpoint(pending.tmp_dir, step_dir(pending.step), pending.step,
-                                     {mine}, &budget);
+      return ckpt::commit_checkpoint(pending.tmp_dir, step_dir(pending.step), pending.step, {mine},
+                                     &budget);
     }();
     if (!s.ok()) {
       ckpt::remove_tree(pending.tmp_dir);
@@ -209,9 +209,9 @@ Status CheckpointManager::finish_save(const PendingSave& pending,
     return Status::Ok();
   }
   // Every rank reports its files; rank 0 commits when every rank succeeded and tells everyone.
-  AX_ASSIGN_OR_RETURN(std::vector<std::string> reports,
-                      group.all_gather(written.ok() ? "ok " + *written
-                                                    : "error " + written.status().to_string()));
+  AX_ASSIGN_OR_RETURN(
+      std::vector<std::string> reports,
+      group.all_gather(written.ok() ? "ok " + *written : "error " + written.status().to_string()));
   std::string verdict;
   if (group.rank == 0) {
     Status s = [&]() -> Status {
@@ -224,16 +224,17 @@ Status CheckpointManager::finish_save(const PendingSave& pending,
         AX_ASSIGN_OR_RETURN(ckpt::RankWrite w, ckpt::rank_write_from_json(reports[r].substr(3)));
         writes.push_back(std::move(w));
       }
-      return ckpt::commit_checkpoint(pending.tmp_dir, step_dir(pending.step), pending.step,
-                                     writes, &budget);
+      return ckpt::commit_checkpoint(pending.tmp_dir, step_dir(pending.step), pending.step, writes,
+                                     &budget);
     }();
     if (!s.ok()) ckpt::remove_tree(pending.tmp_dir);
     verdict = s.ok() ? "ok" : "error " + s.to_string();
   }
   AX_ASSIGN_OR_RETURN(std::vector<std::string> verdicts, group.all_gather(verdict));
   if (verdicts[0] != "ok") {
-    return Status(StatusCode::kIoError, str_cat("saving the checkpoint of step ", pending.step,
-                                                ": ", verdicts[0].substr(verdicts[0].find(' ') + 1)));
+    return Status(StatusCode::kIoError,
+                  str_cat("saving the checkpoint of step ", pending.step, ": ",
+                          verdicts[0].substr(verdicts[0].find(' ') + 1)));
   }
   if (group.rank == 0) prune(root, keep_, pending.step);
   return Status::Ok();

@@ -86,8 +86,8 @@ Status Trainer::poll_checkpoint() {
   // until the write is committed: the maximum of "still writing" says whether any has not
   // finished.
   const bool writing = !writing_->done.load(std::memory_order_acquire);
-  const bool any = dist_->all_reduce(dist_->groups.world.get(), writing ? 1.0 : 0.0,
-                                     comm::ReduceOp::kMax) > 0;
+  const bool any =
+      dist_->all_reduce(dist_->groups.world.get(), writing ? 1.0 : 0.0, comm::ReduceOp::kMax) > 0;
   if (any) return Status::Ok();
   return finish_checkpoint();
 }
@@ -102,8 +102,8 @@ Status Trainer::finish_checkpoint() {
   const auto commit_from = CkptClock::now();
   Status s = checkpoints_.finish_save(w->pending, w->written, w->group);
   if (!s.ok()) {
-    return s.with_context(str_cat("checkpoint of step ", w->pending.step,
-                                  " (the previous checkpoints are intact)"));
+    return s.with_context(
+        str_cat("checkpoint of step ", w->pending.step, " (the previous checkpoints are intact)"));
   }
   const double commit_s = ckpt_seconds(commit_from, CkptClock::now());
   const double stall_s = w->copy_s + w->begin_s + waited_s + commit_s;

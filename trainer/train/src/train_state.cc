@@ -50,8 +50,8 @@ void append_group(const std::string& group, const ParamStore& store, Tensor flat
     if (skip_replicated && r.spec->split_dim < 0) continue;
     const Tensor source(static_cast<float*>(flat.data) + r.shard_offset, DType::kF32, {r.length});
     const std::vector<LogicalBox> boxes = logical_boxes(*r.spec, r.local_begin, r.length);
-    const bool one_box = boxes.size() == 1 && boxes[0].data_offset == 0 &&
-                         boxes[0].length == r.length;
+    const bool one_box =
+        boxes.size() == 1 && boxes[0].data_offset == 0 && boxes[0].length == r.length;
     if (!one_box) {
       run.resize(static_cast<size_t>(r.length));
       be->copy_to_host(run.data(), source);

@@ -63,8 +63,8 @@ struct ResumeChoice {
 // A save begun by CheckpointManager::begin_save and not yet finished.
 struct PendingSave {
   int64_t step = -1;
-  std::string tmp_dir;        // where every rank writes its files
-  int64_t budget_bytes = -1;  // the full-disk test hook's bytes left (-1: no limit)
+  std::string tmp_dir;           // where every rank writes its files
+  int64_t budget_bytes = -1;     // the full-disk test hook's bytes left (-1: no limit)
   int64_t delay_ms_per_mib = 0;  // the slow-disk test hook (AX_CHECKPOINT_WRITE_DELAY_MS)
 };
 
