@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -57,7 +58,50 @@ std::string read_file(const std::string& path) {
   return os.str();
 }
 
+namespace {
+
+// The first port of the kernel's ephemeral range (bind to port 0, connect): 32768 by default.
+int ephemeral_low() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (f >> low >> high && low > 0) return low;
+  return 32768;
+}
+
+bool bindable(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  int one = 1;  // as the store's listener: a port in TIME_WAIT is usable
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
 int free_port() {
+  // Not the kernel's pick (port 0): that comes from the ephemeral range, where the port, once
+  // released, can be handed to another process's listener or connection — Gloo's listeners in a
+  // test running beside this one take ports there too — before the rank meant to bind it does (a
+  // rare "address in use" and a job that times out). A random port below the range is handed out
+  // by no one; only another test picking the same one at the same moment could clash.
+  static std::mutex mu;
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  std::lock_guard<std::mutex> lock(mu);
+  const int low = ephemeral_low();
+  constexpr int kFirst = 10000;
+  if (low > kFirst + 1000) {
+    std::uniform_int_distribution<int> pick(kFirst, low - 1);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = pick(rng);
+      if (bindable(port)) return port;
+    }
+  }
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
