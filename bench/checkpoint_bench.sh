@@ -7,19 +7,22 @@
 #
 #   bench/checkpoint_bench.sh BUILD_DIR [--experiment Pile126M] [--steps 12] [--every 4]
 #                             [--seq-len 128] [--batch 2] [--device cpu] [--out DIR]
-#                             [--data SHARDS --tokenizer MODEL]
+#                             [--data SHARDS --tokenizer MODEL] [--set KEY=VALUE ...]
 #
 # Without --data, `scripts/demo.sh BUILD OUT/data data` prepares the demo's KJV shards (needs
-# ax-data). The model is the
-# experiment's whole (Pile126M: 125 M parameters, a 1.5 GB checkpoint of parameters and AdamW
-# state); --seq-len and --batch keep its steps short on a CPU. The last step's checkpoint is left
-# out of the comparison: the run ends there and waits for it either way.
+# ax-data). The model is the experiment's whole (Pile126M with the demo's 8,000-piece tokenizer:
+# 93 M parameters; add --set model.vocab_size=50304 for its GPT-2-sized embedding, 125 M and a
+# 1.5 GB checkpoint of parameters and AdamW state); --seq-len and --batch keep its steps short on
+# a CPU. Each --set reaches both runs. Compared are the checkpoints followed by a whole interval of
+# --every steps: the last step's checkpoint waits for its write (the run ends there), and one
+# fewer than --every steps before the end is made to wait for its write by that last request.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:?usage: $0 BUILD_DIR [options] (see the header)}"
 shift
 experiment=Pile126M steps=12 every=4 seq_len=128 batch=2 device=cpu out="" data="" tok=""
+sets=()
 while (($# > 0)); do
   case "$1" in
     --experiment) experiment="${2:?}"; shift ;;
@@ -31,6 +34,7 @@ while (($# > 0)); do
     --out) out="${2:?}"; shift ;;
     --data) data="${2:?}"; shift ;;
     --tokenizer) tok="${2:?}"; shift ;;
+    --set) sets+=(--set "${2:?}"); shift ;;
     *) echo "checkpoint_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -57,7 +61,7 @@ run() {  # NAME ASYNC
     --device "$device" --max-steps "$steps" --set "train.seq_len=$seq_len" \
     --set "train.global_batch=$batch" --set train.eval_every=0 --set "train.log_every=$every" \
     --set "train.checkpoint_every=$every" --set "train.keep_checkpoints=2" \
-    --set "train.checkpoint_async=$2" >"$dir.log" 2>&1 ||
+    --set "train.checkpoint_async=$2" "${sets[@]}" >"$dir.log" 2>&1 ||
     { echo "checkpoint_bench.sh: the $1 run failed: $(tail -2 "$dir.log")" >&2; exit 1; }
   echo "$(date +%s.%N) - $t0" | bc
 }
@@ -77,7 +81,7 @@ echo "|---|---|---|---|---|"
 worst=0 n=0
 for line in "${sync_s[@]}"; do
   read -r step s <<<"$line"
-  ((step < steps)) || continue
+  ((step + every <= steps)) || continue  # followed by a whole interval (see the header)
   for a in "${async_s[@]}"; do
     read -r astep w p <<<"$a"
     [[ "$astep" == "$step" ]] || continue
