@@ -19,18 +19,6 @@ log="logs/cancel"
 run="$ws/$log"
 mapfile -t vars < <(sub_env "$dir" "$log" "MAX_STEPS=$steps")
 
-# wait_step ID OUT STEP: until rank 0's output OUT shows STEP (60 s at most, or the job ended).
-wait_step() {
-  local id="$1" out="$2" step="$3" start=$SECONDS
-  until grep -Eq "^step +$step/" "$out" 2>/dev/null; do
-    case "$(job_field "$id" JobState)" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) return 1 ;;
-    esac
-    ((SECONDS - start > 60)) && return 1
-    sleep 0.1
-  done
-}
-
 # --- scancel: CANCELLED, a checkpoint, no requeue ------------------------------------------------
 id="$(submit_sub "$dir/cancel.out" -N 2 "$SUB_DIR/example_pile.sub")"
 out="$ws/output/output-$id-0-0.txt"

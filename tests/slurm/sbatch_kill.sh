@@ -27,8 +27,7 @@ rank_pids() {
 mapfile -t vars < <(sub_env "$dir" logs/kill MAX_STEPS=100000)
 id="$(submit_sub "$dir/kill.out" -N 2 "$SUB_DIR/example_pile.sub")"
 out="$dir/ws/output/output-$id-0-0.txt"
-start=$SECONDS
-until grep -Eq '^step +5/' "$out" 2>/dev/null || ((SECONDS - start > 60)); do sleep 0.1; done
+wait_step "$id" "$out" 5 || true
 victim="$(rank_pids 3 | head -n 1)"
 if [[ -z "$victim" ]]; then
   bad "no ax-train process with AX_RANK=3 (job $id $(job_field "$id" JobState))"

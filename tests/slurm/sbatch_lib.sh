@@ -8,10 +8,12 @@
 #   job_completed WHAT ID OUT OUT0  -> ok/bad: COMPLETED 0:0, else the outputs and daemon logs
 #   step_losses RUN_DIR             -> "step loss" lines, as logged (exact text of the floats)
 #   loss_falls WHAT RUN_DIR         -> ok/bad: the last logged loss is below the first
-#   start_requeued ID               -> once job ID is requeued (or ended), starts it without the
-#                                      2-minute hold; the state seen in REQUEUE_STATE
+#   wait_step ID OUT STEP           -> until rank 0's output shows STEP (false: 60 s, or ended)
+#   start_requeued ID [HOOK]        -> once job ID is requeued (or ended), runs HOOK and starts
+#                                      it without the 2-minute hold; the state in REQUEUE_STATE
 #   preempt_resume MODE ...         -> ok/bad: a job stopped by USR1 requeues, resumes and logs
 #                                      the uninterrupted job's losses
+#   losses_are_reference WHAT REF RUN STEPS -> ok/bad: RUN's losses are REF, each step once
 #   run_dir_complete WHAT RUN STEPS -> ok/bad: TensorBoard events and one metrics line per step
 
 SUB_DIR="$REPO/sbatch"
@@ -107,12 +109,25 @@ job_completed() {
 
 show_tail() { sed 's/^/  | /' "$1" 2>/dev/null | tail -n "${2:-25}"; }
 
-# start_requeued ID: after a stop request to a job that requeues itself, waits (60 s at most)
-# until it is PENDING with Restarts=1, or has ended without a requeue (the signal came too late, or
-# was lost; REQUEUE_STATE then says how, "" when the job is gone), and lifts Slurm's 2-minute hold
-# on a requeued job.
+# wait_step ID OUT STEP: until rank 0's output OUT shows STEP (ax-launch prefixes its lines with
+# [r0]); false after 60 s or when job ID ended first.
+wait_step() {
+  local id="$1" out="$2" step="$3" start=$SECONDS
+  until grep -Eq "^(\[r0\] )?step +$step/" "$out" 2>/dev/null; do
+    case "$(job_field "$id" JobState)" in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) return 1 ;;
+    esac
+    ((SECONDS - start > 60)) && return 1
+    sleep 0.1
+  done
+}
+
+# start_requeued ID [HOOK]: after a stop request to a job that requeues itself, waits (60 s at
+# most) until it is PENDING with Restarts=1, or has ended without a requeue (the signal came too
+# late, or was lost; REQUEUE_STATE then says how, "" when the job is gone), runs the command HOOK
+# (if given) while the requeued job waits, and lifts Slurm's 2-minute hold on it.
 start_requeued() {
-  local id="$1" deadline=$((SECONDS + 60))
+  local id="$1" hook="${2:-}" deadline=$((SECONDS + 60))
   while ((SECONDS < deadline)); do
     REQUEUE_STATE="$(job_field "$id" JobState)"
     [[ "$(job_field "$id" Restarts)" == 1 && "$REQUEUE_STATE" == PENDING ]] && break
@@ -120,6 +135,7 @@ start_requeued() {
       return 0
     sleep 0.2
   done
+  [[ -z "$hook" ]] || "$hook"
   # Not at once: the nodes revoked the job's credential when it was requeued, and a node refuses
   # a credential created in the same second as that revocation ("already killed, do not launch
   # batch job"; the job then ends FAILED 1:0 without running). Slurm's 2-minute hold exists for
@@ -141,14 +157,7 @@ preempt_resume() {
   id="$(submit_sub "$batch_out" "$@")"
   out="${pattern//%j/$id}"
   start=$SECONDS
-  # Rank 0's output shows the steps (ax-launch prefixes them with [r0]).
-  until grep -Eq '^(\[r0\] )?step +8/' "$out" 2>/dev/null; do
-    case "$(job_field "$id" JobState)" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
-    esac
-    ((SECONDS - start > 60)) && break
-    sleep 0.1
-  done
+  wait_step "$id" "$out" 8 || true
   t scancel --batch --signal=USR1 "$id"
   # The script requeues the job; Slurm would hold it back for 2 minutes.
   start_requeued "$id"
@@ -186,12 +195,18 @@ preempt_resume() {
     bad "$mode mode: the batch output lacks the signal/requeue/restart lines"
     show_tail "$batch_out"
   fi
-  local got
+  losses_are_reference "$mode mode" "$ref" "$run" "$steps"
+}
+
+# losses_are_reference WHAT REF RUN_DIR STEPS: ok/bad: RUN_DIR's step_losses are REF (the
+# uninterrupted job's), each of steps 1..STEPS once.
+losses_are_reference() {
+  local what="$1" ref="$2" run="$3" steps="$4" got
   got="$(step_losses "$run")"
   if [[ -n "$ref" && "$got" == "$ref" ]]; then
-    ok "$mode mode: steps 1..$steps logged once each, losses identical to the uninterrupted job"
+    ok "$what: steps 1..$steps logged once each, losses identical to the uninterrupted job"
   else
-    bad "$mode mode: the losses differ from the uninterrupted job's"
+    bad "$what: the losses differ from the uninterrupted job's"
     diff <(echo "$ref") <(echo "$got") | head -n 10 | sed 's/^/  | /'
   fi
 }
