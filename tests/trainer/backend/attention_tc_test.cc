@@ -114,6 +114,8 @@ struct Case {
   float grad0 = 0.01f;     // the scale of the gradients backward adds to
   int64_t bias_batch = 0;  // an additive bias (bias_batch, NH, Tq, Tk) and its gradient; 0: none
   float scale = 0;         // multiplies Q·Kᵀ; 0: 1/sqrt(HD)
+  // AttentionSpec's first positions (a slice of a row against the whole row's keys).
+  int64_t q_first = 0, k_first = 0;
 };
 
 std::vector<Bf16> to_bf16(const std::vector<float>& v) {
@@ -237,7 +239,7 @@ Result run_tc(const Shape& d, const Inputs& in, bool reverse, int64_t rows = 0) 
   }
   for (int64_t e = 0; plan.partials && e < n; ++e) {  // attention_dbias_sum_kernel
     const int64_t key = e % d.Tk, query = e / d.Tk % d.Tq;
-    if (d.causal && key > query) continue;
+    if (d.causal && key > query + d.shift) continue;
     float s = partials[e];
     for (int64_t z = 1; z < plan.chunks; ++z) s += partials[z * n + e];
     dbias[e] += s;
@@ -314,6 +316,7 @@ TEST_P(TensorCoreAttention, BlockProgramsMatchTheCpuBackend) {
   d.k_col = k.packed ? OC : k.k_offset;
   d.scale = k.scale > 0 ? k.scale : 1.0f / std::sqrt(static_cast<float>(k.HD));
   d.causal = k.causal;
+  d.shift = k.q_first - k.k_first;
   const void* none[] = {nullptr};
   ASSERT_TRUE(eligible(d, true, none, 1, 227 * 1024)) << "a case the kernels must take";
 
@@ -383,6 +386,8 @@ TEST_P(TensorCoreAttention, BlockProgramsMatchTheCpuBackend) {
     spec.causal = d.causal;
     spec.scale = d.scale;
     spec.k_offset = d.k_col;
+    spec.q_first_position = k.q_first;
+    spec.k_first_position = k.k_first;
     if (k.segments) {
       spec.q_segments = buf.i32({d.B, d.Tq}, qs);
       spec.k_segments = buf.i32({d.B, d.Tk}, ks);
@@ -512,7 +517,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"table_packed_causal_segments", 2, 150, 150, 4, 2, 64, true, true, true, 0, 0, 0, 2,
              0.01f, 0, 0.125f},
         Case{"table_t5_shared_bias", 3, 100, 100, 4, 4, 64, false, true, true, 0, 0, 0, 2, 0.01f, 1,
-             0.125f}),
+             0.125f},
+        // A slice of a row (queries from position q_first) against the whole row's keys, as
+        // sequence parallelism calls the op (op_table_attention.cc's slice cases): causal with
+        // GQA and segments; T5's decoder with a shared bias; keys that start after the queries
+        // (a whole query tile and more sees no key).
+        Case{"slice_causal_gqa_segments", 2, 100, 400, 4, 2, 64, true, false, true, 256, 256, 0, 2,
+             0.01f, 0, 0.125f, 200, 0},
+        Case{"slice_t5_decoder_shared_bias", 2, 70, 140, 4, 4, 64, true, false, true, 512, 256, 0,
+             2, 0.01f, 1, 0.125f, 70, 0},
+        Case{"slice_keys_after_queries", 1, 130, 100, 4, 2, 64, true, false, false, 256, 256, 0, 2,
+             0.01f, 0, 0.125f, 0, 70}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(TensorCoreAttention, EligibleShapesOnly) {

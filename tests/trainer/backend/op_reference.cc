@@ -160,7 +160,7 @@ Want attention_reference(const AttentionShape& s, const Host& h) {
         double m = -kInf;
         for (int64_t u = 0; u < Tk; ++u) {
           sc[u] = -kInf;
-          if (s.causal && u > t) continue;
+          if (s.causal && s.k_first + u > s.q_first + t) continue;
           if (q_seg && (*q_seg)[b * Tq + t] != (*k_seg)[b * Tk + u]) continue;
           double dot = 0;
           for (int64_t d = 0; d < HD; ++d) {

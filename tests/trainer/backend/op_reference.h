@@ -56,6 +56,8 @@ struct AttentionShape {
   int64_t bias_batch;  // 0: no bias
   bool segments, packed;
   int64_t Rq, Rkv, k_offset;
+  // AttentionSpec's first positions of the queries and the keys (a slice of a row).
+  int64_t q_first = 0, k_first = 0;
 };
 Want attention_reference(const AttentionShape& s, const Host& h);
 

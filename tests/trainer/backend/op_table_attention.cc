@@ -21,6 +21,9 @@ OpCase attention(const AttentionShape& s, std::vector<int32_t> q_seg, std::vecto
            std::to_string(s.B) + "_Tq" + std::to_string(s.Tq) + "_Tk" + std::to_string(s.Tk) +
            "_NH" + std::to_string(s.NH) + "_KVH" + std::to_string(s.KVH) + "_HD" +
            std::to_string(s.HD) + "_Bb" + std::to_string(s.bias_batch);
+  if (s.q_first != 0 || s.k_first != 0) {
+    c.name += "_qpos" + std::to_string(s.q_first) + "_kpos" + std::to_string(s.k_first);
+  }
   auto grad_input = [&](const char* name, std::vector<int64_t> shape, const char* parity) {
     return In{.name = name,
               .shape = std::move(shape),
@@ -62,6 +65,8 @@ OpCase attention(const AttentionShape& s, std::vector<int32_t> q_seg, std::vecto
   base.causal = s.causal;
   base.scale = s.scale;
   base.k_offset = s.k_offset;
+  base.q_first_position = s.q_first;
+  base.k_first_position = s.k_first;
   const char* q = s.packed ? "qkv" : "q";
   const char* kv = s.packed ? "qkv" : "kv";
   auto spec = [base](Env& e) {
@@ -229,6 +234,61 @@ void add_tensor_core_origin(std::vector<OpCase>& t) {
   }
 }
 
+// A slice of a row against the whole row's keys (sequence parallelism, docs/sharding.md): the
+// slice's own qkv rows hold the queries (q rows 2·KVH·HD wider than their heads), the gathered
+// rows of the whole row the keys and values (from column NH·HD), and the AttentionSpec's first
+// positions say where the slice starts. The segment ids of the queries are the keys' ids at the
+// same positions (a packed row cut into slices). Cases: causal slices of S = 2, 3 and 4 (GQA, a
+// bias per row or shared as T5's decoder has, segments), a bidirectional slice (positions do not
+// matter), keys that start after the queries (zig-zag's early chunk against a later one: rows
+// that see no key, a whole 64-row block of them), a slice on the OpenBLAS path; then in bf16
+// shapes the tensor-core kernels take (the reference and parity drivers only, for their size).
+void add_sequence_slice_cases(std::vector<OpCase>& t) {
+  struct Case {
+    General g;
+    int64_t q_first, k_first;
+    bool large;  // the parity suite's values (U(-2, 2), gradients from 0.01), not differenced
+  };
+  std::mt19937 rng(41);
+  for (const Case& k : {Case{{2, 4, 16, 4, 2, 8, 0, true, false, 0.4f}, 8, 0, false},
+                        Case{{2, 5, 15, 2, 1, 8, 0, true, true, 0.4f}, 5, 0, false},
+                        Case{{1, 6, 12, 4, 1, 8, 0, false, true, 0.4f}, 6, 0, false},
+                        Case{{2, 4, 8, 2, 2, 8, 1, true, false, 0.4f}, 4, 0, false},
+                        Case{{2, 3, 12, 2, 2, 8, 2, true, true, 0.4f}, 9, 0, false},
+                        Case{{1, 6, 6, 2, 1, 8, 0, true, false, 0.4f}, 0, 3, false},
+                        Case{{1, 70, 9, 2, 1, 8, 0, true, true, 0.4f}, 0, 66, false},
+                        Case{{1, 70, 280, 2, 1, 16, 0, true, true, 0.25f}, 140, 0, false},
+                        Case{{2, 100, 400, 4, 2, 64, 0, true, true, 0.125f}, 200, 0, true},
+                        Case{{2, 70, 140, 4, 4, 64, 1, true, true, 0.125f}, 70, 0, true},
+                        Case{{1, 130, 100, 4, 2, 64, 0, true, false, 0.125f}, 0, 70, true},
+                        Case{{2, 64, 256, 4, 2, 32, 0, false, true, 0.18f}, 128, 0, true}}) {
+    const General& g = k.g;
+    std::vector<int32_t> qs, ks;
+    if (g.segments) {
+      ks = segment_runs(g.B, g.Tk, 7, rng);
+      for (int64_t b = 0; b < g.B; ++b) {
+        for (int64_t i = 0; i < g.Tq; ++i) {
+          const int64_t at = k.q_first - k.k_first + i;  // the key at the query's position
+          qs.push_back(at >= 0 && at < g.Tk ? ks[b * g.Tk + at] : 1000);
+        }
+      }
+    }
+    AttentionShape shape = shape_of(g, false, 2 * g.KVH * g.HD, g.NH * g.HD, 0);
+    shape.q_first = k.q_first;
+    shape.k_first = k.k_first;
+    // Rows that see no key: queries before the first key (causal), or of a segment no key has.
+    bool neg_inf = g.causal && k.q_first < k.k_first;
+    for (int32_t id : qs) neg_inf = neg_inf || id == 1000;
+    OpCase c = attention(shape, qs, ks, k.large ? 2.0f : 1.0f, k.large ? 0.01f : 1.0f, neg_inf);
+    if (k.large) {
+      c.uniform = true;
+      c.same_bits_twice = true;
+      c.drivers = optable::kReference | optable::kParity;
+    }
+    t.push_back(c);
+  }
+}
+
 }  // namespace
 
 void add_attention_cases(std::vector<OpCase>& t) {
@@ -253,6 +313,7 @@ void add_attention_cases(std::vector<OpCase>& t) {
   add_gradient_origin(t);
   add_parity_origin(t);
   add_tensor_core_origin(t);
+  add_sequence_slice_cases(t);
 }
 
 }  // namespace ax::train::optable

@@ -2,8 +2,11 @@
 // (+ bias, masked by segments) and O = P V (and the five products of the backward pass) are GEMMs
 // on strided views of q and kv, so nothing is copied and at most one block of scores per thread
 // (kBlockRows × Tk floats) exists at a time. Causal blocks stop at their last row's key, skipping
-// the masked upper triangle. The backward pass recomputes P from the saved log-sum-exp. Without
-// a bias and segments the arithmetic is the same, operation for operation, whatever q and kv are.
+// the masked upper triangle; with first positions (a slice of a row against the whole row's keys)
+// row t's last key is t + shift, shift = q_first_position - k_first_position. The backward pass
+// recomputes P from the saved log-sum-exp. Without a bias and segments the arithmetic is the same,
+// operation for operation, whatever q and kv are.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -43,18 +46,24 @@ HeadViews head_views(const AttentionDims& d, const AttentionSpec& s, const float
   return v;
 }
 
-// Keys visible to row `t`: all of them, or [0, t] when causal.
-inline int64_t visible_keys(int64_t t, int64_t keys, bool causal) {
-  return causal ? std::min(keys, t + 1) : keys;
+// Keys visible to row `t`: all of them, or [0, t + shift] when causal (none when that is empty).
+inline int64_t visible_keys(int64_t t, int64_t keys, bool causal, int64_t shift) {
+  return causal ? std::clamp<int64_t>(t + shift + 1, 0, keys) : keys;
+}
+
+// The keys a block of query rows r0.. (`rows` of them) computes scores for: up to its last
+// row's last visible key when causal.
+inline int64_t block_keys(int64_t r0, int64_t rows, int64_t Tk, bool causal, int64_t shift) {
+  return causal ? std::clamp<int64_t>(r0 + rows + shift, 0, Tk) : Tk;
 }
 
 // Adds the bias and masks keys of other segments in the scaled scores S (rows, keys) of query
 // rows r0.. (only over each row's visible keys).
 void bias_and_mask(float* S, int64_t rows, int64_t keys, int64_t r0, int64_t Tk, bool causal,
-                   const HeadViews& v) {
+                   int64_t shift, const HeadViews& v) {
   for (int64_t i = 0; i < rows; ++i) {
     float* s = S + i * keys;
-    const int64_t valid = visible_keys(r0 + i, keys, causal);
+    const int64_t valid = visible_keys(r0 + i, keys, causal, shift);
     if (v.bias != nullptr) {
       const float* bias = v.bias + (r0 + i) * Tk;
       for (int64_t j = 0; j < valid; ++j) s[j] += bias[j];
@@ -69,10 +78,11 @@ void bias_and_mask(float* S, int64_t rows, int64_t keys, int64_t r0, int64_t Tk,
 // S (rows, keys) holds scaled scores of query rows r0.. on entry and their softmax on exit
 // (zero on masked keys); lse gets each row's log-sum-exp (-inf for a row that sees no key).
 AX_CPU_KERNEL
-void softmax_rows(float* S, int64_t rows, int64_t keys, int64_t r0, bool causal, float* lse) {
+void softmax_rows(float* S, int64_t rows, int64_t keys, int64_t r0, bool causal, int64_t shift,
+                  float* lse) {
   for (int64_t i = 0; i < rows; ++i) {
     float* s = S + i * keys;
-    int64_t valid = visible_keys(r0 + i, keys, causal);
+    int64_t valid = visible_keys(r0 + i, keys, causal, shift);
     float m = max_f32(s, valid);
     float sum = exp_in_place_sum(s, m, valid);
     if (sum == 0) {  // every key masked: no attention, a zero output
@@ -92,12 +102,12 @@ void softmax_rows(float* S, int64_t rows, int64_t keys, int64_t r0, bool causal,
 // not null, += P · (dP - D): the gradient of the scores the bias was added to.
 AX_CPU_KERNEL
 void softmax_grad_rows(float* P, float* dP, int64_t rows, int64_t keys, int64_t r0, bool causal,
-                       const float* lse, const float* D, float scale, float* dS,
+                       int64_t shift, const float* lse, const float* D, float scale, float* dS,
                        int64_t ds_stride) {
   for (int64_t i = 0; i < rows; ++i) {
     float* p = P + i * keys;
     float* dp = dP + i * keys;
-    int64_t valid = visible_keys(r0 + i, keys, causal);
+    int64_t valid = visible_keys(r0 + i, keys, causal, shift);
     float l = lse[i], di = D[i];
     if (l == kNegInf) valid = 0;  // a row that saw no key has no gradient
     float* ds = dS == nullptr ? nullptr : dS + i * ds_stride;
@@ -123,6 +133,7 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
   const AttentionDims d = check_attention_forward(kPlan, out, lse, q, kv, spec);
   const int64_t OC = d.NH * d.HD;
   const bool masked = d.bias_batch > 0 || d.segments;
+  const int64_t shift = spec.q_first_position - spec.k_first_position;
   const float* xq = q.as<float>();
   const float* xkv = kv.as<float>();
   float* o = out.as<float>();
@@ -135,11 +146,18 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor kv,
     float* S = scratch(thread, kBlockRows * d.Tk);  // (rows, keys)
     for (int64_t r0 = 0; r0 < d.Tq; r0 += kBlockRows) {
       const int64_t rows = std::min(kBlockRows, d.Tq - r0);
-      const int64_t keys = spec.causal ? r0 + rows : d.Tk;
+      const int64_t keys = block_keys(r0, rows, d.Tk, spec.causal, shift);
+      if (keys == 0) {  // every row before the first key: no attention, a zero output
+        for (int64_t i = 0; i < rows; ++i) {
+          std::fill_n(ob + (r0 + i) * OC, d.HD, 0.0f);
+          lb[r0 + i] = kNegInf;
+        }
+        continue;
+      }
       gemm_({Trans::kNo, Trans::kYes, rows, keys, d.HD, spec.scale, v.q + r0 * d.Rq, d.Rq, v.k,
              d.Rkv, 0, S, keys});
-      if (masked) bias_and_mask(S, rows, keys, r0, d.Tk, spec.causal, v);
-      softmax_rows(S, rows, keys, r0, spec.causal, lb + r0);
+      if (masked) bias_and_mask(S, rows, keys, r0, d.Tk, spec.causal, shift, v);
+      softmax_rows(S, rows, keys, r0, spec.causal, shift, lb + r0);
       gemm_(
           {Trans::kNo, Trans::kNo, rows, d.HD, keys, 1, S, keys, v.v, d.Rkv, 0, ob + r0 * OC, OC});
     }
@@ -154,6 +172,7 @@ void CpuBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor 
       check_attention_backward(kPlan, dq, dkv, dbias, dout, out, lse, q, kv, spec);
   const int64_t OC = d.NH * d.HD, group = d.NH / d.KVH;
   const bool masked = d.bias_batch > 0 || d.segments;
+  const int64_t shift = spec.q_first_position - spec.k_first_position;
   const float* xq = q.as<float>();
   const float* xkv = kv.as<float>();
   const float* o = out.as<float>();
@@ -187,16 +206,17 @@ void CpuBackend::attention_backward(Tensor dq, Tensor dkv, Tensor dbias, Tensor 
             db == nullptr ? nullptr : db + ((d.bias_batch == 1 ? 0 : b) * d.NH + h) * d.Tq * d.Tk;
         for (int64_t r0 = 0; r0 < d.Tq; r0 += kBlockRows) {
           const int64_t rows = std::min(kBlockRows, d.Tq - r0);
-          const int64_t keys = spec.causal ? r0 + rows : d.Tk;
+          const int64_t keys = block_keys(r0, rows, d.Tk, spec.causal, shift);
+          if (keys == 0) continue;  // rows that see no key have no gradient
           gemm_({Trans::kNo, Trans::kYes, rows, keys, d.HD, spec.scale, v.q + r0 * d.Rq, d.Rq, v.k,
                  d.Rkv, 0, P, keys});
-          if (masked) bias_and_mask(P, rows, keys, r0, d.Tk, spec.causal, v);
+          if (masked) bias_and_mask(P, rows, keys, r0, d.Tk, spec.causal, shift, v);
           gemm_({Trans::kNo, Trans::kYes, rows, keys, d.HD, 1, dob + r0 * OC, OC, v.v, d.Rkv, 0, dP,
                  keys});
           for (int64_t i = 0; i < rows; ++i) {
             D[i] = dot_f32(dob + (r0 + i) * OC, ob + (r0 + i) * OC, d.HD);
           }
-          softmax_grad_rows(P, dP, rows, keys, r0, spec.causal, lb + r0, D, spec.scale,
+          softmax_grad_rows(P, dP, rows, keys, r0, spec.causal, shift, lb + r0, D, spec.scale,
                             dbh == nullptr ? nullptr : dbh + r0 * d.Tk, d.Tk);
           // dQ += dS K, dK += dSᵀ Q, dV += Pᵀ dO.
           gemm_({Trans::kNo, Trans::kNo, rows, d.HD, keys, 1, dP, keys, v.k, d.Rkv, 1,

@@ -218,8 +218,9 @@ AttentionDims attention_dims(DTypePlan p, const Tensor& out, const Tensor& q, co
       << op << ": q " << q.shape_string() << ", kv " << kv.shape_string() << ", out "
       << out.shape_string() << " do not hold " << d.NH << " query and " << d.KVH
       << " key/value heads of " << d.HD << " from column " << s.k_offset;
-  AX_CHECK(!s.causal || d.Tq == d.Tk)
-      << op << ": causal attention needs as many queries as keys, got " << d.Tq << " and " << d.Tk;
+  AX_CHECK(s.q_first_position >= 0 && s.k_first_position >= 0)
+      << op << ": first positions " << s.q_first_position << " (queries) and " << s.k_first_position
+      << " (keys) must not be negative";
   AX_CHECK(s.scale > 0) << op << ": scale " << s.scale;
   if (!s.bias.empty()) {
     expect_dtype(s.bias, p.act, op, "bias");

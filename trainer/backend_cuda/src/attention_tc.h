@@ -54,6 +54,9 @@ struct Shape {
   int64_t k_col;  // column of key head 0 in a kv row; value head 0 is KVH·HD after it
   float scale;
   bool causal;
+  // Causal: query i sees keys j <= i + shift (AttentionSpec's q_first_position minus
+  // k_first_position; 0 for self-attention over a whole row).
+  int64_t shift;
 };
 
 // Row pitches (elements) and byte offsets of a block's shared-memory regions.
@@ -163,9 +166,19 @@ AX_TC_FN Regions<E> regions_of(unsigned char* smem, const Layout& l) {
   return {e(l.q), e(l.k), e(l.v), e(l.dout), e(l.p), e(l.ds), f(l.s), f(l.dp), f(l.acc), f(l.acc2)};
 }
 
-// The end of the keys a query tile from q0 sees: causal tiles stop at the diagonal.
+// The end of the keys a query tile from q0 sees: causal tiles stop at the (shifted) diagonal; a
+// tile before the first key sees none (0).
 AX_TC_FN int64_t key_end(const Shape& d, int64_t q0) {
-  return d.causal ? (d.Tk < q0 + kTile ? d.Tk : q0 + kTile) : d.Tk;
+  if (!d.causal) return d.Tk;
+  const int64_t end = q0 + kTile + d.shift;
+  return end < 0 ? 0 : (d.Tk < end ? d.Tk : end);
+}
+
+// The first query tile that sees key k0 (causal: from query k0 - shift on; tiles start at
+// multiples of kTile), 0 when not causal.
+AX_TC_FN int64_t first_query_tile(const Shape& d, int64_t k0, int64_t tile) {
+  const int64_t first = k0 - d.shift;
+  return d.causal && first > 0 ? first / tile * tile : 0;
 }
 
 // The optional additive bias, (Bb, NH, Tq, Tk) in the activation type: null, or shared by the
@@ -183,7 +196,7 @@ AX_TC_FN const E* head_bias(const Bias<E>& bias, const Shape& d, int64_t b, int6
 }
 
 AX_TC_FN bool visible(int64_t query, int64_t key, const Shape& d) {
-  return query < d.Tq && key < d.Tk && (!d.causal || key <= query);
+  return query < d.Tq && key < d.Tk && (!d.causal || key <= query + d.shift);
 }
 
 // kTile rows of a head (HD columns) from a (T, stride) matrix into a shared tile of pitch ld,
@@ -442,8 +455,7 @@ AX_TC_FN void backward_kv_block(const C& c, unsigned char* smem, E* dkv, const E
   if (segs) load_segments(c, R.k_seg, k_seg + b * d.Tk, k0, d.Tk);
   zero_f32(c, M.acc, kTile * L.ld_a);
   zero_f32(c, M.acc2, kTile * L.ld_a);
-  // Causal: a query sees key k0 only from query k0 on (tiles start at multiples of kTile).
-  const int64_t q_begin = d.causal ? k0 / kTile * kTile : 0;
+  const int64_t q_begin = first_query_tile(d, k0, kTile);
   const int acc_tiles = 4 * hd / 16;
   for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
     for (int64_t q0 = q_begin; q0 < d.Tq; q0 += kTile) {

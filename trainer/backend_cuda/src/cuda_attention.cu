@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kCols; ++i) o[rr][i] = 0.0f;
   }
-  const int64_t key_end = d.causal ? min(d.Tk, q0 + kBr) : d.Tk;
+  const int64_t key_end = d.causal ? max(int64_t{0}, min(d.Tk, q0 + kBr + d.shift)) : d.Tk;
   for (int64_t k0 = 0; k0 < key_end; k0 += kBc) {
     __syncthreads();
     load_tile(ks, kp, kb, d.Rkv, k0, kBc, d.Tk, HD);
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kCols; ++i) dk[kk][i] = dv[kk][i] = 0.0f;
   }
-  const int64_t q_begin = d.causal ? k0 / kBr * kBr : 0;
+  const int64_t q_begin = tc::first_query_tile(d, k0, kBr);
   for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
     HeadMasks<Act> hm{};
     if constexpr (kMasked) hm = head_masks(masks, d, b, h);
@@ -359,7 +359,7 @@ __device__ __forceinline__ void backward_q_tile(Act* dq, const Act* dout, const 
 #pragma unroll
     for (int i = 0; i < kCols; ++i) dq_acc[rr][i] = 0.0f;
   }
-  const int64_t key_end = d.causal ? min(d.Tk, q0 + kBr) : d.Tk;
+  const int64_t key_end = d.causal ? max(int64_t{0}, min(d.Tk, q0 + kBr + d.shift)) : d.Tk;
   for (int64_t k0 = 0; k0 < key_end; k0 += kBc) {
     __syncthreads();
     load_tile(ks, kp, kb, d.Rkv, k0, kBc, d.Tk, HD);
@@ -445,12 +445,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dbias (NH, Tq, Tk) += Σ_c partials[c] in chunk order. Causal rows leave the keys past their
-// tile unwritten in the partials; their gradient is zero.
+// tile unwritten in the partials; their gradient is zero (as of every key past query + shift).
 __global__ void attention_dbias_sum_kernel(float* dbias, const float* partials, int64_t chunks,
                                            int64_t n, Dims d) {
   AX_GRID_STRIDE(e, n) {
     const int64_t key = e % d.Tk, query = e / d.Tk % d.Tq;
-    if (d.causal && key > query) continue;
+    if (d.causal && key > query + d.shift) continue;
     float s = partials[e];
     for (int64_t c = 1; c < chunks; ++c) s += partials[c * n + e];
     dbias[e] += s;

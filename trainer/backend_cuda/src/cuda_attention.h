@@ -18,8 +18,8 @@ namespace ax::train::cuda {
 using Dims = tc::Shape;
 
 inline Dims dims_of(const AttnShape& s) {
-  return {s.B,   s.Tq,        s.Tk,         s.NH,       s.KVH,   s.HD,    s.Rq,
-          s.Rkv, s.NH * s.HD, s.NH / s.KVH, s.k_offset, s.scale, s.causal};
+  return {s.B,   s.Tq,        s.Tk,         s.NH,       s.KVH,   s.HD,     s.Rq,
+          s.Rkv, s.NH * s.HD, s.NH / s.KVH, s.k_offset, s.scale, s.causal, s.causal_shift};
 }
 
 // Where the dQ kernels (both sets) put the bias gradient. Block z of grid.z walks batch rows

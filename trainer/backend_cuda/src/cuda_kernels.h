@@ -151,11 +151,12 @@ int64_t position_bias_max_buckets();
 
 // Queries are the first NH·HD columns of q's rows (B, Tq, Rq); keys are KVH·HD columns of kv's
 // rows (B, Tk, Rkv) from column k_offset, values the KVH·HD columns after them. Query head h
-// reads key/value head h / (NH / KVH). causal needs Tq == Tk.
+// reads key/value head h / (NH / KVH). causal: query i sees keys j <= i + causal_shift.
 struct AttnShape {
   int64_t B, Tq, Tk, NH, KVH, HD, Rq, Rkv, k_offset;
   float scale;  // multiplies Q·Kᵀ
   bool causal;
+  int64_t causal_shift;  // AttentionSpec's q_first_position - k_first_position
   // The device's shared memory per block when the tensor-core kernels (attention_tc.h) may take
   // the call, 0 when they may not (disabled, or a device before sm_80): then, and for calls they
   // do not take (tc::eligible), the f32 CUDA-core kernels run.

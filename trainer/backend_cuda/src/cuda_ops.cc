@@ -209,8 +209,19 @@ void expect_attention_fits(const AttentionDims& d, size_t max_shared, const char
 }
 
 AttnShape attn_shape(const AttentionDims& d, const AttentionSpec& s, size_t tensor_core_shared) {
-  return {d.B,  d.Tq,  d.Tk,       d.NH,    d.KVH,    d.HD,
-          d.Rq, d.Rkv, s.k_offset, s.scale, s.causal, tensor_core_shared};
+  return {d.B,
+          d.Tq,
+          d.Tk,
+          d.NH,
+          d.KVH,
+          d.HD,
+          d.Rq,
+          d.Rkv,
+          s.k_offset,
+          s.scale,
+          s.causal,
+          s.q_first_position - s.k_first_position,
+          tensor_core_shared};
 }
 
 template <typename Act>

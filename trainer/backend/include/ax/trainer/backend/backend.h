@@ -60,9 +60,16 @@ enum class Glu : uint8_t { kSwiGlu, kGeGlu };
 struct AttentionSpec {
   int num_heads = 0;     // NH
   int num_kv_heads = 0;  // KVH; query head h reads key/value head h / (NH / KVH)
-  bool causal = false;   // query i sees keys j <= i (needs Tq == Tk)
+  bool causal = false;   // a query sees the keys whose position is not after its own
   float scale = 0;       // multiplies Q·Kᵀ (1/sqrt(HD) in GPT-style models)
   int64_t k_offset = 0;  // column of the first key head in a kv row
+  // Positions in the whole sequence of query row 0 and key row 0 (rows are consecutive
+  // positions): with `causal`, query i (position q_first_position + i) sees key j when
+  // k_first_position + j <= q_first_position + i. Both 0 (self-attention over a whole row):
+  // query i sees keys j <= i. A slice of a row (sequence parallelism, docs/sharding.md) sets
+  // the slice's first position against the gathered row's keys; only their difference matters.
+  int64_t q_first_position = 0;
+  int64_t k_first_position = 0;
   // Optional, added to the scaled scores: (Bb, NH, Tq, Tk) in the activation dtype, Bb = 1 (the
   // same for every row of the batch) or B. T5's relative position bias.
   Tensor bias;
