@@ -143,9 +143,14 @@ Report run_rank(const Config& config, const Layout& layout, int rank, int thread
     fsdp = std::make_unique<TimedComm>(groups.fsdp.get(), &comm_s);
     data = std::make_unique<TimedComm>(groups.data.get(), &comm_s);
     replica_comm = std::make_unique<TimedComm>(groups.replica.get(), &comm_s);
-    par = {
-        coords.t,     layout.tensor, coords.f,   layout.fsdp,
-        tensor.get(), fsdp.get(),    data.get(), prefetch ? groups.fsdp_prefetch.get() : nullptr};
+    par = ModelParallel{.tensor_rank = coords.t,
+                        .tensor_size = layout.tensor,
+                        .fsdp_rank = coords.f,
+                        .fsdp_size = layout.fsdp,
+                        .tensor = tensor.get(),
+                        .fsdp = fsdp.get(),
+                        .data = data.get(),
+                        .fsdp_prefetch = prefetch ? groups.fsdp_prefetch.get() : nullptr};
   }
   const int64_t replicas = layout.data * layout.fsdp;
   const int64_t rows = o.global_batch / replicas;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -311,6 +312,107 @@ TEST(ConvertSquad, ErrorsNameWhere) {
   s = convert(TaskName::kSquad, dir + "/c.json", dir + "/o.jsonl");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("not valid JSON"), std::string::npos);
+}
+
+// A SQuAD file with one question whose one answer has `answer` (its JSON members) over `context`.
+std::string squad_with(const std::string& context, const std::string& answer) {
+  return R"({"data": [{"title": "T", "paragraphs": [{"context": )" + json(context).dump() +
+         R"(, "qas": [{"question": "Q?", "id": "q7", "answers": [)" + answer + "]}]}]}]}";
+}
+
+// Issue 28: answer_start (a character offset, as Python's str counts) must be where the answer
+// is: off by 5, past the end, missing or not an integer is refused naming the question, the
+// answer and what the context holds there. A context with a multi-byte character before the
+// answer counts characters, not bytes.
+TEST(ConvertSquad, AnswerStartMustMatchItsContext) {
+  const std::string dir = temp_dir("squad-start");
+  const std::string context = "Ended 2\u20131 in May, after 1998.";
+  auto run = [&](const std::string& answer) {
+    write_file(dir + "/s.json", squad_with(context, answer));
+    return convert(TaskName::kSquad, dir + "/s.json", dir + "/o.jsonl");
+  };
+  auto ok = run(R"({"answer_start": 13, "text": "May"})");  // 15 in bytes
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->written, 1u);
+
+  auto off = run(R"({"answer_start": 18, "text": "May"})");
+  ASSERT_FALSE(off.ok());
+  EXPECT_NE(off.status().message().find(
+                "data[0].paragraphs[0] question q7: answer 0 'answer_start' = 18 does not match "
+                "its text \"May\": at that character the context has \"after 1998.\""),
+            std::string::npos)
+      << off.status().message();
+  EXPECT_NE(off.status().message().find("first occurs at character 13"), std::string::npos)
+      << off.status().message();
+
+  auto past = run(R"({"answer_start": 400, "text": "May"})");
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("= 400 does not match its text \"May\": at that "
+                                         "character past the context's end"),
+            std::string::npos)
+      << past.status().message();
+
+  auto missing = run(R"({"text": "May"})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("question q7: answer 0 has no 'answer_start'"),
+            std::string::npos)
+      << missing.status().message();
+
+  auto text = run(R"({"answer_start": "13", "text": "May"})");
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("'answer_start' = \"13\" is not a character offset"),
+            std::string::npos)
+      << text.status().message();
+
+  auto absent = run(R"({"answer_start": 0, "text": "June"})");
+  ASSERT_FALSE(absent.ok());
+  EXPECT_NE(absent.status().message().find("the text is nowhere in the context"), std::string::npos)
+      << absent.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/o.jsonl.tmp"));
+}
+
+// Invalid JSON is refused with its line, column and byte offset; an empty file by name.
+TEST(ConvertSquad, InvalidJsonNamesLineAndByteOffset) {
+  const std::string dir = temp_dir("squad-json");
+  write_file(dir + "/a.json", "{\"data\": [\n  {\"title\": \"T\",, \"paragraphs\": []}]}\n");
+  auto s = convert(TaskName::kSquad, dir + "/a.json", dir + "/o.jsonl");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("a.json: not valid JSON at line 2, column 17 (byte offset "
+                                      "27): syntax error"),
+            std::string::npos)
+      << s.status().message();
+  write_file(dir + "/empty.json", " \n");
+  s = convert(TaskName::kSquad, dir + "/empty.json", dir + "/o.jsonl");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("empty.json: is empty"), std::string::npos)
+      << s.status().message();
+}
+
+// Issue 28: an empty or binary file given as MNLI (or Lambada) is named as such, and no raw byte
+// of it reaches the message.
+TEST(ConvertMnli, EmptyAndBinaryFilesAreRefusedWithoutEchoingThem) {
+  const std::string dir = temp_dir("mnli-binary");
+  write_file(dir + "/empty.tsv", "");
+  auto s = convert(TaskName::kMnli, dir + "/empty.tsv", dir + "/o.jsonl");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("empty.tsv: is empty: no MNLI tsv or jsonl examples"),
+            std::string::npos)
+      << s.status().message();
+  // zstd's magic number, then bytes that are not UTF-8.
+  write_file(dir + "/train.tsv.zst", std::string("\x28\xB5\x2F\xFD\x04\x58\x00\x01\xFF\xFE", 10));
+  s = convert(TaskName::kMnli, dir + "/train.tsv.zst", dir + "/o.jsonl");
+  ASSERT_FALSE(s.ok());
+  const std::string m(s.status().message());
+  EXPECT_NE(m.find("train.tsv.zst: is not text: byte offset 1 is 0xB5 (not UTF-8)"),
+            std::string::npos)
+      << m;
+  for (char c : m) EXPECT_TRUE(static_cast<unsigned char>(c) < 0x80 && c != '\0') << m;
+  write_file(dir + "/nul.txt", std::string("a passage\0with a NUL\n", 21));
+  s = convert(TaskName::kLambada, dir + "/nul.txt", dir + "/o.jsonl");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("nul.txt: is not text: byte offset 9 is 0x00 (NUL)"),
+            std::string::npos)
+      << s.status().message();
 }
 
 // --- Lambada ------------------------------------------------------------------------------------

@@ -255,6 +255,29 @@ TEST(Tokenize, InputErrorsStopTheRun) {
   EXPECT_EQ(skipped->skipped_bad, 1u);
 }
 
+// Issue 28: an empty input, or one whose every document is skipped, is refused in one line that
+// names the cause, and no dataset (index.json) is written for training to trip over later.
+TEST(Tokenize, RefusesAnInputWithoutDocuments) {
+  std::string dir = temp_dir("tokz-empty");
+  write_file(dir + "/empty.txt", "");
+  auto index = tokenize(options_for({dir + "/empty.txt"}, dir + "/out"));
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(index.status().message().find("nothing to tokenize: the input (1 file(s): " + dir +
+                                          "/empty.txt) is empty"),
+            std::string::npos)
+      << index.status().message();
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+
+  write_file(dir + "/blank.jsonl", "{\"text\": \"\"}\n\n{\"text\": \"   \"}\n");
+  index = tokenize(options_for({dir + "/blank.jsonl"}, dir + "/out"));
+  ASSERT_FALSE(index.ok());
+  EXPECT_NE(index.status().message().find("no documents in 1 input file(s) (skipped 2 empty"),
+            std::string::npos)
+      << index.status().message();
+  EXPECT_FALSE(fs::exists(dir + "/out/index.json"));
+}
+
 // sample_english as one line of about `bytes` bytes (cut at a space).
 std::string long_line(size_t bytes) {
   std::string text = sample_english(400);

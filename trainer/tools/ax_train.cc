@@ -13,7 +13,9 @@
 #include "ax/common/strings.h"
 #include "ax/trainer/checkpoint/checkpoint.h"
 #include "ax/trainer/config/config.h"
+#include "ax/trainer/plan/plan.h"
 #include "ax/trainer/train/eval_command.h"
+#include "ax/trainer/train/export_command.h"
 #include "ax/trainer/train/sampler.h"
 #include "ax/trainer/train/train_loop.h"
 
@@ -84,6 +86,10 @@ void add_eval_options(CLI::App& eval, EvalCommandOptions* o) {
   eval.add_option("--predictions", o->predictions,
                   "where the predictions go (default RUN_DIR/predictions/TASK_step_N.jsonl)")
       ->type_name("PATH");
+  eval.add_option("--tokenizer", o->tokenizer,
+                  "a tokenizer to use instead of the run's data.tokenizer (a .model, a\n"
+                  "tokenizer.json or a directory holding one)")
+      ->type_name("FILE|DIR");
   add_device(eval, &o->device);
 }
 
@@ -119,6 +125,11 @@ void add_sample_options(CLI::App& sample, SampleOptions* o) {
   sample.add_option("--seed", o->seed, "sampling seed (default 1)")->type_name("S");
   sample.add_flag("--no-cache{false}", o->use_cache,
                   "run the whole model again for every new token (no key/value cache), to compare");
+  sample
+      .add_option("--tokenizer", o->tokenizer,
+                  "a tokenizer to use instead of the run's data.tokenizer (a .model, a\n"
+                  "tokenizer.json or a directory holding one)")
+      ->type_name("FILE|DIR");
   add_device(sample, &o->device);
 }
 
@@ -136,16 +147,142 @@ void add_export_options(CLI::App& exporter, ExportArgs* a) {
       ->check(cli::in_range(0));
   exporter
       .add_option("--output", a->output,
-                  "the Hugging Face directory to write (config.json, model.safetensors)")
+                  "the Hugging Face directory to write (config.json, model.safetensors and\n"
+                  "the run's tokenizer: tokenizer.json, or tokenizer.model / spiece.model)")
       ->type_name("DIR")
       ->required();
 }
 
 int run_export(const ExportArgs& a) {
-  StatusOr<int64_t> step = export_run(a.run_dir, a.step, a.output);
-  if (!step.ok()) return failed(step.status());
-  std::cout << "exported step " << *step << " of " << a.run_dir << " to " << a.output << "\n";
+  StatusOr<ExportResult> done = export_run_with_tokenizer(a.run_dir, a.step, a.output);
+  if (!done.ok()) return failed(done.status());
+  std::cout << "exported step " << done->step << " of " << a.run_dir << " to " << a.output << "\n";
+  if (!done->tokenizer.empty()) std::cout << "tokenizer: " << done->tokenizer << "\n";
+  if (!done->note.empty()) std::cout << "tokenizer: " << done->note << "\n";
   return kExitOk;
+}
+
+struct PlanArgs {
+  std::string experiment, gpu, ici, dcn;
+  std::vector<std::string> overrides;
+  int nodes = 0, gpus_per_node = 0;
+  int64_t vocab = 0;
+  size_t rows = 20;
+};
+
+void add_plan_options(CLI::App& plan, PlanArgs* a) {
+  plan.add_option("--experiment", a->experiment, "a named config (--list-experiments)")
+      ->type_name("NAME")
+      ->required();
+  plan.add_option("--set", a->overrides, "a config override; repeatable")
+      ->type_name("key=value")
+      ->allow_extra_args(false);
+  plan.add_option("--nodes", a->nodes, "nodes of the cluster")
+      ->type_name("N")
+      ->required()
+      ->check(cli::in_range(1, 65536));
+  plan.add_option("--gpus-per-node", a->gpus_per_node, "GPUs of each node (one NVLink domain)")
+      ->type_name("G")
+      ->required()
+      ->check(cli::in_range(1, 72));
+  plan.add_option("--gpu", a->gpu, "H100-80GB, H200 or A100-80GB")->type_name("NAME")->required();
+  plan.add_option("--vocab", a->vocab,
+                  "the tokenizer's size when model.vocab_size is 0 (default 50257, the Pax GPT\n"
+                  "recipes' SentencePiece model)")
+      ->type_name("V")
+      ->check(cli::in_range(1));
+  plan.add_option("--ici", a->ici,
+                  "plan this ICI_MESH_SHAPE only (data,fsdp,tensor; default with --dcn: 1,-1,1)")
+      ->type_name("D,F,T");
+  plan.add_option("--dcn", a->dcn,
+                  "plan this DCN_MESH_SHAPE only (default with --ici: -1,1,1); exit 1 with\n"
+                  "the smallest change that fits when it does not")
+      ->type_name("D,F,T");
+  plan.add_option("--top", a->rows, "rows of the table (default 20)")
+      ->type_name("K")
+      ->check(cli::in_range(1));
+}
+
+// An explicit layout that fits in none of its micro-batch and recomputation choices: its least
+// memory, and the fastest layout that fits with the same tensor size (else any).
+int explicit_layout_misfit(const plan::PlanRequest& request, const plan::Plan& mine) {
+  const plan::Layout& lay = *request.only;
+  const plan::Cluster& cl = request.cluster;
+  std::string line =
+      str_cat("ICI_MESH_SHAPE=[", lay.ici_string(), "] DCN_MESH_SHAPE=[", lay.dcn_string(),
+              "] does not fit on ", cl.nodes, " x ", cl.gpus_per_node, " ", cl.gpu.name);
+  if (!mine.candidates.empty()) {
+    const plan::Candidate* least = &mine.candidates.front();
+    for (const plan::Candidate& c : mine.candidates) {
+      if (c.memory.total() < least->memory.total()) least = &c;
+    }
+    line += str_cat(": it needs ", human_bytes(least->memory.total()), " per GPU at least (",
+                    least->microbatches, " micro-batches, recompute ",
+                    least->recompute ? "layer" : "none", "), a GPU has ",
+                    human_bytes(cl.gpu.memory_bytes));
+  } else {
+    line += ": no micro-batch split or model split works there (the notes say why)";
+  }
+  plan::PlanRequest all = request;
+  all.only.reset();
+  StatusOr<plan::Plan> full = plan::make_plan(all);
+  if (full.ok() && full->any_fits()) {
+    const plan::Candidate* pick = &full->candidates.front();
+    for (const plan::Candidate& c : full->candidates) {
+      if (c.fits && c.layout.tensor() == lay.tensor()) {
+        pick = &c;
+        break;
+      }
+    }
+    std::cout << line << "; the smallest change that fits:\n" << plan::format_choice(*full, *pick);
+  } else {
+    const int nodes = plan::smallest_fitting_nodes(all);
+    std::cout << line << "; no layout fits; "
+              << (nodes > 0 ? str_cat("the smallest cluster that fits is ", nodes, " x ",
+                                      cl.gpus_per_node, " ", cl.gpu.name)
+                            : std::string("nor on up to 1024 such nodes"))
+              << "\n";
+  }
+  return kExitFailed;
+}
+
+int run_plan(const CLI::App& app, const PlanArgs& a) {
+  StatusOr<plan::GpuSpec> gpu = plan::find_gpu(a.gpu);
+  if (!gpu.ok()) return cli::usage_error(app, str_cat("--gpu: ", gpu.status().message()));
+  StatusOr<Config> config = make_experiment(a.experiment);
+  if (!config.ok()) return cli::usage_error(app, config.status().message());
+  for (const std::string& o : a.overrides) {
+    Status s = apply_override(&*config, o);
+    if (!s.ok()) return cli::usage_error(app, s.message());
+  }
+  if (Status s = validate(*config); !s.ok()) return cli::usage_error(app, s.message());
+  plan::PlanRequest request;
+  request.config = *config;
+  request.vocab = config->model.vocab_size > 0 ? config->model.vocab_size
+                  : a.vocab > 0                ? a.vocab
+                                               : 50257;
+  request.cluster = {a.nodes, a.gpus_per_node, *gpu};
+  if (!a.ici.empty() || !a.dcn.empty()) {
+    StatusOr<plan::Layout> only = plan::parse_layout(
+        a.ici.empty() ? "1,-1,1" : a.ici, a.dcn.empty() ? "-1,1,1" : a.dcn, request.cluster);
+    if (!only.ok()) return cli::usage_error(app, only.status().message());
+    request.only = *only;
+  }
+  StatusOr<plan::Plan> result = plan::make_plan(request);
+  if (!result.ok()) return cli::usage_error(app, result.status().message());
+  std::cout << plan::format_table(*result, a.rows);
+  if (result->any_fits()) {
+    std::cout << plan::format_best(*result);
+    return kExitOk;
+  }
+  if (request.only) return explicit_layout_misfit(request, *result);
+  const int nodes = plan::smallest_fitting_nodes(request);
+  std::cout << (nodes > 0 ? str_cat("fits nowhere on ", a.nodes, " x ", a.gpus_per_node, " ",
+                                    gpu->name, ": the smallest cluster that fits is ", nodes, " x ",
+                                    a.gpus_per_node, " ", gpu->name, "\n")
+                          : str_cat("fits nowhere on ", a.nodes, " x ", a.gpus_per_node, " ",
+                                    gpu->name, " nor on up to 1024 such nodes\n"));
+  return kExitFailed;
 }
 
 struct TrainArgs {
@@ -235,6 +372,14 @@ int main_impl(int argc, char** argv) {
   CLI::App* exporter = app.add_subcommand(
       "export", "Writes a run's checkpoint as a Hugging Face directory (GPT-2, Llama, T5).");
   add_export_options(*exporter, &export_args);
+  PlanArgs plan_args;
+  CLI::App* planner = app.add_subcommand(
+      "plan",
+      "Plans a config on a cluster before it is queued (docs/plan.md): every data x fsdp x tensor\n"
+      "layout over ICI and DCN with its micro-batches and recomputation, the memory per GPU\n"
+      "(the model's own dry-run plan, nothing allocated) and the step time of a cost model,\n"
+      "ranked; the best as job-script variables and an --ax-mesh spec. Exit 1 when nothing fits.");
+  add_plan_options(*planner, &plan_args);
   if (argc < 2) return cli::usage_error(app, "--experiment NAME and --run-dir DIR are required");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
   if (train_args.help_config) {
@@ -252,6 +397,7 @@ int main_impl(int argc, char** argv) {
   if (eval->parsed()) return run_eval(eval_options);
   if (sample->parsed()) return run_sample(sample_options);
   if (exporter->parsed()) return run_export(export_args);
+  if (planner->parsed()) return run_plan(*planner, plan_args);
   return run_train(app, train_args);
 }
 

@@ -1,7 +1,9 @@
 #include "ax/datasets/text/task_convert.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -85,6 +87,49 @@ class Lines {
   std::ifstream in_;
   int64_t number_ = 0;
 };
+
+// The byte offset of the first byte of `text` that is NUL or not UTF-8, or npos. A sequence
+// cut by the end of `text` (a file's first block) counts as valid.
+size_t first_non_text_byte(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const size_t n = c == 0           ? 0
+                     : c < 0x80       ? 1
+                     : (c >> 5) == 6  ? 2
+                     : (c >> 4) == 14 ? 3
+                     : (c >> 3) == 30 ? 4
+                                      : 0;
+    if (n == 0 || (n == 2 && c < 0xC2) || (n == 4 && c > 0xF4)) return i;
+    for (size_t k = 1; k < n && i + k < text.size(); ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return i;
+    }
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+// An MNLI or Lambada input must hold text: an empty file, or one whose first 64 KiB hold a NUL
+// or a byte that is not UTF-8 (a binary file, a compressed one), is refused by offset and value,
+// never echoed.
+Status check_is_text(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError(str_cat("open ", path), errno);
+  std::string head(64 << 10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (trim_ascii(head).empty()) {
+    return InvalidArgument(path, ": is empty", head.empty() ? "" : " (white space only)", ": no ",
+                           what, " examples");
+  }
+  if (const size_t bad = first_non_text_byte(head); bad != std::string_view::npos) {
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "0x%02X", static_cast<unsigned char>(head[bad]));
+    return InvalidArgument(path, ": is not text: byte offset ", bad, " is ", hex,
+                           bad < head.size() && head[bad] == '\0' ? " (NUL)" : " (not UTF-8)",
+                           "; expected ", what, " (a compressed or binary file must be unpacked)");
+  }
+  return Status::Ok();
+}
 
 bool looks_like_json(std::string_view first_line) {
   std::string_view t = trim_ascii(first_line);
@@ -187,10 +232,37 @@ Status convert_mnli_tsv(Lines& lines, ConvertTaskSummary* summary, std::string* 
   return Status::Ok();
 }
 
-// A JSON line as an object, or an error naming the line.
+// `text` parsed, or DataLoss naming `where`, the line and column (for a whole file) and the
+// byte offset (from 0) of the first byte that is not JSON, and nlohmann's reason without the
+// raw bytes it last read (a binary file's would be echoed).
+StatusOr<json> parse_json_located(const std::string& text, const std::string& where,
+                                  bool whole_file) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    const size_t byte = std::min(text.size(), e.byte > 0 ? e.byte - 1 : 0);
+    std::string reason = e.what();
+    if (const size_t colon = reason.find(": "); colon != std::string::npos) {
+      reason = reason.substr(colon + 2);
+    }
+    if (const size_t last = reason.find("; last read:"); last != std::string::npos) {
+      reason.erase(last);
+    }
+    if (!whole_file) {
+      return DataLoss(where, ": not valid JSON at byte offset ", byte, " of the line: ", reason);
+    }
+    const auto before = text.begin() + static_cast<std::ptrdiff_t>(byte);
+    const int64_t line = 1 + std::count(text.begin(), before, '\n');
+    const size_t line_start = std::string_view(text).substr(0, byte).rfind('\n');
+    const size_t column = byte - (line_start == std::string::npos ? 0 : line_start + 1) + 1;
+    return DataLoss(where, ": not valid JSON at line ", line, ", column ", column, " (byte offset ",
+                    byte, "): ", reason);
+  }
+}
+
+// A JSON line as an object, or an error naming the line and the byte within it.
 StatusOr<json> parse_line(const std::string& line, const Lines& lines) {
-  json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (record.is_discarded()) return DataLoss(lines.where(), ": not valid JSON");
+  AX_ASSIGN_OR_RETURN(json record, parse_json_located(line, lines.where(), false));
   if (!record.is_object()) return DataLoss(lines.where(), ": not a JSON object");
   return record;
 }
@@ -243,6 +315,53 @@ StatusOr<const json*> member(const json& object, const char* key, json::value_t 
   return &*it;
 }
 
+// The byte offset of code point `index` of UTF-8 `text` (SQuAD's answer_start counts Python's
+// str indices, code points), or npos past the end.
+size_t utf8_byte_offset(std::string_view text, int64_t index) {
+  int64_t seen = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) continue;  // a continuation byte
+    if (seen++ == index) return i;
+  }
+  return seen == index ? text.size() : std::string_view::npos;
+}
+
+// An answer's answer_start must be where its text is in the context (the span a reader model is
+// trained on): a mismatch is refused naming the question, the answer and what is there, and
+// where in the context the text does occur.
+Status check_answer_start(const json& answer, size_t k, const std::string& text,
+                          const std::string& context, const std::string& at) {
+  auto it = answer.find("answer_start");
+  if (it == answer.end()) return InvalidArgument(at, ": answer ", k, " has no 'answer_start'");
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    return InvalidArgument(at, ": answer ", k, " 'answer_start' = ", it->dump(),
+                           " is not a character offset (an integer >= 0)");
+  }
+  const int64_t start = it->get<int64_t>();
+  const size_t begin = utf8_byte_offset(context, start);
+  if (begin != std::string_view::npos &&
+      std::string_view(context).substr(begin).starts_with(text)) {
+    return Status::Ok();
+  }
+  std::string there = "past the context's end";
+  if (begin != std::string_view::npos) {
+    json found = context.substr(begin, std::clamp<size_t>(text.size(), 20, 40));
+    there = str_cat("the context has ", found.dump(-1, ' ', true, json::error_handler_t::replace));
+  }
+  const size_t found_at = context.find(text);
+  std::string hint = " (the text is nowhere in the context)";
+  if (found_at != std::string::npos) {
+    int64_t chars = 0;
+    for (size_t i = 0; i < found_at; ++i) {
+      chars += (static_cast<unsigned char>(context[i]) & 0xC0) != 0x80;
+    }
+    hint = str_cat(" (the text first occurs at character ", chars, ")");
+  }
+  return InvalidArgument(at, ": answer ", k, " 'answer_start' = ", start, " does not match its ",
+                         "text ", json(text).dump(-1, ' ', true, json::error_handler_t::replace),
+                         ": at that character ", there, hint);
+}
+
 Status convert_squad_question(const json& qa, const std::string& context, const std::string& where,
                               ConvertTaskSummary* summary, std::string* out) {
   if (!qa.is_object()) return InvalidArgument(where, ": a question is not an object");
@@ -254,6 +373,7 @@ Status convert_squad_question(const json& qa, const std::string& context, const 
   for (const json& a : *answers) {
     if (!a.is_object()) return InvalidArgument(at, ": an answer is not an object");
     AX_ASSIGN_OR_RETURN(const json* text, member(a, "text", json::value_t::string, at));
+    AX_RETURN_IF_ERROR(check_answer_start(a, raw.size(), text->get<std::string>(), context, at));
     raw.push_back(*text);
     padded.push_back(t5_pad_punctuation(text->get<std::string>()));
   }
@@ -276,8 +396,8 @@ Status convert_squad_question(const json& qa, const std::string& context, const 
 Status convert_squad(const std::string& path, ConvertTaskSummary* summary, std::string* out) {
   summary->input_format = "SQuAD JSON";
   AX_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return DataLoss(path, ": not valid JSON");
+  if (trim_ascii(text).empty()) return InvalidArgument(path, ": is empty, not a SQuAD JSON file");
+  AX_ASSIGN_OR_RETURN(const json doc, parse_json_located(text, path, true));
   if (!doc.is_object()) return InvalidArgument(path, ": not a SQuAD file (no top-level object)");
   AX_ASSIGN_OR_RETURN(const json* data, member(doc, "data", json::value_t::array, path));
   for (size_t a = 0; a < data->size(); ++a) {
@@ -397,6 +517,9 @@ StatusOr<ConvertTaskSummary> convert_task(const ConvertTaskOptions& o) {
   if (o.task == TaskName::kSquad) {
     AX_RETURN_IF_ERROR(convert_squad(o.input, &summary, &out));
   } else {
+    AX_RETURN_IF_ERROR(check_is_text(o.input, o.task == TaskName::kLambada
+                                                  ? "Lambada jsonl or plain text"
+                                                  : "MNLI tsv or jsonl"));
     AX_ASSIGN_OR_RETURN(Lines lines, Lines::open(o.input));
     if (o.task == TaskName::kLambada) {
       AX_RETURN_IF_ERROR(convert_lambada(lines, o, &summary, &out));

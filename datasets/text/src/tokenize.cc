@@ -351,6 +351,12 @@ StatusOr<DatasetIndex> tokenize(const TokenizeOptions& options) {
   if (source_options.spill_dir.empty()) source_options.spill_dir = options.output_dir;
   AX_ASSIGN_OR_RETURN(std::unique_ptr<TextSource> source,
                       TextSource::open(options.inputs, source_options));
+  if (source->total_bytes() == 0) {
+    const std::vector<std::string>& files = source->files();
+    return InvalidArgument("nothing to tokenize: the input (", files.size(),
+                           " file(s): ", files.empty() ? "" : files.front(),
+                           files.size() > 1 ? ", ..." : "", ") is empty; no dataset written");
+  }
   AX_RETURN_IF_ERROR(prepare_output_dir(options.output_dir, options.overwrite));
   AX_ASSIGN_OR_RETURN(std::unique_ptr<ShardSetWriter> writer,
                       ShardSetWriter::create(options.output_dir, writer_options(options, *tok)));
@@ -375,6 +381,13 @@ StatusOr<DatasetIndex> tokenize(const TokenizeOptions& options) {
   reader.join();
   for (std::thread& t : pool) t.join();
   if (!sh.error.ok()) return sh.error;
+  // A dataset of no documents would only fail later, in training, without naming its cause.
+  if (progress.docs == 0) {
+    return InvalidArgument("no ", options.source.seq2seq ? "examples" : "documents", " in ",
+                           source->files().size(), " input file(s) (",
+                           summary_counts(options, *source, stats, splitter, *tok),
+                           "); no dataset written to ", options.output_dir);
+  }
 
   DatasetIndex& extras = writer->index_extras();
   extras.inputs = source->files();

@@ -50,6 +50,24 @@ TEST(MeshCoords, GroupsOfOneRankOfA2x2x2Mesh) {
   EXPECT_EQ(c.replica_group(), (std::vector<int>{1, 3, 5, 7}));
 }
 
+// The pipeline axis is the slowest: a stage is a contiguous block of ranks, the other groups lie
+// inside one stage, and the pipeline group holds one rank of each stage in stage order.
+TEST(MeshCoords, PipelineIsTheSlowestAxis) {
+  for (int r = 0; r < 24; ++r) {
+    MeshCoords c = MeshCoords::of(r, 3, 2, 2, /*pipeline=*/2);
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.world(), 24);
+    EXPECT_EQ(c.p, r / 12);
+    EXPECT_EQ(c.d, (r / 4) % 3);
+  }
+  MeshCoords c = MeshCoords::of(17, 2, 2, 2, /*pipeline=*/3);  // p=2, d=0, f=0, t=1
+  EXPECT_EQ(c.pipeline_group(), (std::vector<int>{1, 9, 17}));
+  EXPECT_EQ(c.data_group(), (std::vector<int>{17, 21}));
+  EXPECT_EQ(c.fsdp_group(), (std::vector<int>{17, 19}));
+  EXPECT_EQ(c.tensor_group(), (std::vector<int>{16, 17}));
+  EXPECT_EQ(c.replica_group(), (std::vector<int>{17, 19, 21, 23}));
+}
+
 // For every axis, the groups of all ranks partition the world into groups of the axis size
 // that every member agrees on.
 TEST(MeshCoords, GroupsPartitionTheWorld) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -90,17 +91,18 @@ const TaskFiles& task_files() {
       }
     }
     {
-      Json qas = Json::array();
+      // One paragraph per question, its line, so that answer_start 0 is where the answer is
+      // (convert-task checks it).
+      Json paragraphs = Json::array();
       for (size_t i = 0; i < 20; ++i) {
         const std::string answer = first_word(lines[30 + i]);
-        qas.push_back({{"question", "What starts the line " + std::to_string(i) + "?"},
-                       {"id", "q" + std::to_string(i)},
-                       {"answers", {{{"text", answer}, {"answer_start", 0}}}}});
+        Json qa = {{"question", "What starts the line " + std::to_string(i) + "?"},
+                   {"id", "q" + std::to_string(i)},
+                   {"answers", {{{"text", answer}, {"answer_start", 0}}}}};
+        paragraphs.push_back({{"context", lines[30 + i]}, {"qas", Json::array({qa})}});
       }
       Json doc = {{"version", "1.1"},
-                  {"data",
-                   {{{"title", "fortunes"},
-                     {"paragraphs", {{{"context", lines[30] + " " + lines[31]}, {"qas", qas}}}}}}}};
+                  {"data", {{{"title", "fortunes"}, {"paragraphs", paragraphs}}}}};
       std::ofstream(f.dir + "/squad.json") << doc.dump();
     }
     {
@@ -208,26 +210,63 @@ TEST(TaskEval, SquadOnGptScoresEveryQuestionAgainstItsAnswers) {
   const std::vector<Json> lines = read_jsonl(preds);
   ASSERT_EQ(lines.size(), 15u);
   int64_t exact = 0;
-  double f1 = 0;
-  for (const Json& p : lines) {
+  double f1 = 0, official_f1 = 0;
+  const std::vector<Json> examples = read_jsonl(task_files().squad);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const Json& p = lines[i];
     const std::vector<std::string> answers = p["answers"].get<std::vector<std::string>>();
     ASSERT_FALSE(answers.empty());
-    double best = 0;
+    double best = 0, best_raw = 0;
     bool match = false;
     for (const std::string& a : answers) {
       best = std::max(best, squad_f1(p["prediction"].get<std::string>(), a));
       match = match || squad_exact_match(p["prediction"].get<std::string>(), a);
     }
+    // The official v1.1 script's F1: against the file's raw answers, not T5's padded ones.
+    for (const std::string& a : examples[i]["raw_answers"].get<std::vector<std::string>>()) {
+      best_raw = std::max(best_raw, squad_f1(p["prediction"].get<std::string>(), a));
+    }
     EXPECT_EQ(p["correct"].get<bool>(), match);
     EXPECT_DOUBLE_EQ(p["f1"].get<double>(), best);
+    EXPECT_DOUBLE_EQ(p["official_f1"].get<double>(), best_raw);
     exact += match ? 1 : 0;
     f1 += best;
+    official_f1 += best_raw;
   }
   const Json record = last_task_record(run, "squad");
   ASSERT_FALSE(record.is_null());
   EXPECT_EQ(record["examples"], 15);
   EXPECT_NEAR(record["exact_match"].get<double>(), 100.0 * static_cast<double>(exact) / 15, 1e-9);
   EXPECT_NEAR(record["f1"].get<double>(), 100.0 * f1 / 15, 1e-9);
+  EXPECT_NEAR(record["official_f1"].get<double>(), 100.0 * official_f1 / 15, 1e-9);
+  EXPECT_TRUE(record.contains("official_exact_match"));
+  EXPECT_NE(log.str().find("(T5's convention: padded answers); official v1.1 script: exact match"),
+            std::string::npos)
+      << log.str();
+}
+
+// Issue 28: T5's convention scores the prediction against the punctuation-padded answers (what
+// the model was trained to write), the official v1.1 script against the raw ones: "41 , 000" is
+// an exact match for the first and not for the second ("41 000" against "41000"), and the two
+// add up separately over ranks.
+TEST(TaskEval, SquadReportsT5sConventionAndTheOfficialScriptsApart) {
+  TaskEvalResult a, b;
+  a.task = b.task = EvalTask::kSquad;
+  const std::vector<std::string> padded = {"41 , 000"}, raw = {"41,000"};
+  a.squad.add("41 , 000", padded);
+  a.squad_official.add("41 , 000", raw);
+  b.squad.add("the stadium", std::vector<std::string>{"stadium"});
+  b.squad_official.add("the stadium", std::vector<std::string>{"Stadium"});
+  StatusOr<TaskEvalResult> back = TaskEvalResult::parse(a.serialize());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  back->merge(b);
+  std::map<std::string, double> scores;
+  for (const auto& [name, value] : back->scores()) scores[name] = value;
+  EXPECT_DOUBLE_EQ(scores["exact_match"], 100);
+  EXPECT_DOUBLE_EQ(scores["official_exact_match"], 50);
+  EXPECT_DOUBLE_EQ(scores["f1"], 100);
+  EXPECT_NEAR(scores["official_f1"], 50, 1e-9);
+  EXPECT_EQ(scores["examples"], 2);
 }
 
 TEST(TaskEval, LambadaOnGptAccuracyAndPerplexityFromThePredictions) {

@@ -18,6 +18,7 @@ namespace {
 
 // Small enough for finite differences; vocabulary 37 padded to 48 so padded columns exist.
 constexpr int64_t kVocab = 37;
+constexpr int64_t kRows = 48;  // the table's rows: the softmax covers all of them
 
 ModelConfig small_config(bool llama) {
   ModelConfig m;
@@ -56,11 +57,43 @@ TEST(ModelDeathTest, IdsOutsideTheVocabularyAbortBeforeAnyOp) {
   auto model = make_model(small_config(true), be.get(), 1, 4);
   ASSERT_TRUE(model);
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
-  EXPECT_DEATH(model->forward(tokens, std::vector<int32_t>{2, 3, kVocab, 5}),
-               "target 37 outside the vocabulary \\[0, 37\\)");
+  EXPECT_DEATH(model->forward(tokens, std::vector<int32_t>{2, 3, kRows, 5}),
+               "target 48 outside the vocabulary \\[0, 48\\)");
   EXPECT_DEATH(model->forward(std::vector<int32_t>{1, 2, -3, 4}, {}),
-               "token -3 outside the vocabulary \\[0, 37\\)");
+               "token -3 outside the vocabulary \\[0, 48\\)");
   EXPECT_GT(model->forward(tokens, std::vector<int32_t>{2, -1, 36, -100}), 0.f);
+}
+
+// Issue 28: the softmax covers every row of the table, the tokenizer's 37 ids and the 11 rows
+// that pad them to 48, as a Hugging Face config.json with vocab_size 48 defines it. The loss is
+// recomputed here in double from the 48 logits; over the first 37 alone it would differ.
+TEST(Model, SoftmaxCoversThePaddedRows) {
+  for (bool llama : {false, true}) {
+    auto be = make_cpu_backend(1);
+    auto model = make_model(small_config(llama), be.get(), 1, 6);
+    ASSERT_TRUE(model);
+    model->init(3);
+    EXPECT_EQ(model->vocab(), kRows);
+    const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6}, targets = {7, 8, 36, -1, 0, 20};
+    const float loss = model->forward(tokens, targets);
+    double all = 0, real_only = 0;
+    for (int64_t t = 0; t < 6; ++t) {
+      if (targets[t] < 0) continue;
+      const std::vector<float> logits = model->logits(0, t);
+      ASSERT_EQ(std::ssize(logits), kRows);
+      double max = logits[0], sum = 0, sum_real = 0;
+      for (float x : logits) max = std::max<double>(max, x);
+      for (int64_t v = 0; v < kRows; ++v) {
+        const double e = std::exp(logits[v] - max);
+        sum += e;
+        sum_real += v < kVocab ? e : 0;
+      }
+      all += std::log(sum) + max - logits[targets[t]];
+      real_only += std::log(sum_real) + max - logits[targets[t]];
+    }
+    EXPECT_NEAR(loss, all / 5, 1e-5 * all / 5) << "llama=" << llama;
+    EXPECT_GT(std::abs(all - real_only) / 5, 1e-3) << "the padded rows must carry probability";
+  }
 }
 
 // MFU divides model FLOPs by a GEMM rate, so the model FLOPs of a step must not exceed what the
@@ -425,7 +458,7 @@ TEST(Model, PositionsAreCausal) {
     std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
     model->forward(tokens, {});
     const std::vector<float> at2 = model->logits(0, 2), at4 = model->logits(0, 4);
-    EXPECT_EQ(at2.size(), static_cast<size_t>(kVocab));
+    EXPECT_EQ(at2.size(), static_cast<size_t>(kRows));
     tokens[4] = 9;
     model->forward(tokens, {});
     EXPECT_EQ(model->logits(0, 2), at2) << "llama=" << llama;  // earlier positions unaffected

@@ -82,8 +82,10 @@ std::vector<float> random_values(const ParamSpec& spec, std::mt19937_64& rng) {
 // hash, sites and keys; llama: `llama3_rope` scales RoPE as Llama 3.1 does, with an original
 // context of 32 so that at head dim 16 and theta 1e4 one frequency pair keeps its frequency, one
 // blends and six are scaled).
+// `export_hf` also writes the Hugging Face export of the same weights (z_loss 0: Hugging Face's
+// loss has no such term).
 void dump_model(const std::string& experiment, const fs::path& dir, bool packed = false,
-                bool dropout = false, bool llama3_rope = false) {
+                bool dropout = false, bool llama3_rope = false, bool export_hf = false) {
   StatusOr<Config> config = make_experiment(experiment);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   if (llama3_rope) {
@@ -96,7 +98,8 @@ void dump_model(const std::string& experiment, const fs::path& dir, bool packed 
   }
   const bool t5 = config->model.family == ModelFamily::kT5;
   if (dropout) config->model.dropout = 0.1;
-  config->train.z_loss = t5 ? 0.01 : 0;  // large enough for its term to show in every gradient
+  // Large enough for its term to show in every gradient.
+  config->train.z_loss = t5 && !export_hf ? 0.01 : 0;
   auto backend = make_cpu_backend(2);
   ModelOptions options;
   options.encoder_seq_len = t5 ? kEncSeq : 0;
@@ -173,9 +176,10 @@ void dump_model(const std::string& experiment, const fs::path& dir, bool packed 
     manifest["dropout"] = {
         {"rate", config->model.dropout}, {"seed", std::to_string(kDropoutSeed)}, {"row_ids", ids}};
   }
-  if (t5 && !packed && !dropout) {
-    // The Hugging Face export of the same weights: the oracle runs it with Hugging Face's T5
-    // semantics (no 1/sqrt(d_kv) on the logits, its names) and expects the same loss.
+  if (export_hf) {
+    // The Hugging Face export of the same weights, padded rows and all: the oracle runs it with
+    // Hugging Face's semantics (its names, T5 without 1/sqrt(d_kv) on the logits, the softmax
+    // over config.json's vocab_size rows) and expects ax's loss.
     CheckpointState state;
     for (const ParamSpec& spec : model.layout().specs()) {
       StatusOr<std::vector<float>> p = model.parameter(spec.name);
@@ -202,15 +206,22 @@ int run(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Whether Debian's python3 imports PyTorch and NumPy: the export and vocabulary checks of issue
+// 28 skip without them (the older oracle tests fail, naming the setup command).
+bool have_torch() {
+  std::string output;
+  return fs::exists(kPython) && run(str_cat(kPython, " -c 'import torch, numpy'"), &output) == 0;
+}
+
 void check_against_torch(const std::string& experiment, bool packed = false, bool dropout = false,
-                         bool llama3_rope = false) {
+                         bool llama3_rope = false, bool export_hf = false) {
   ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
                                    << "python3-torch: run `" << kSetup << "`";
-  const fs::path dir =
-      data::testing::temp_dir("oracle-" + experiment + (packed ? "-packed" : "") +
-                              (dropout ? "-dropout" : "") + (llama3_rope ? "-llama3rope" : ""));
+  const fs::path dir = data::testing::temp_dir(
+      "oracle-" + experiment + (packed ? "-packed" : "") + (dropout ? "-dropout" : "") +
+      (llama3_rope ? "-llama3rope" : "") + (export_hf ? "-export" : ""));
   fs::create_directories(dir);
-  dump_model(experiment, dir, packed, dropout, llama3_rope);
+  dump_model(experiment, dir, packed, dropout, llama3_rope, export_hf);
   if (::testing::Test::HasFatalFailure()) return;
   std::string output;
   const int status =
@@ -231,10 +242,14 @@ std::vector<T> read_raw(const fs::path& path, size_t n) {
 // A Hugging Face checkpoint made by torch_oracle.py (hf-make), imported as --init-from does (the
 // parameter store's regions, read from the safetensors), run forward on the CPU backend; the
 // logits go back to torch_oracle.py (hf-check), which runs the Hugging Face function in float64.
-void check_import(const std::string& family) {
+// `tokenizer_vocab` > 0: the model is made for a tokenizer with fewer ids than the checkpoint
+// has rows (T5's 32100 against 32128), and ax's loss over random targets below it is compared
+// too: the softmax covers every row, as Hugging Face's does.
+void check_import(const std::string& family, int64_t tokenizer_vocab = 0) {
   ASSERT_TRUE(fs::exists(kPython)) << kPython << " is missing; the PyTorch oracle needs Debian's "
                                    << "python3-torch: run `" << kSetup << "`";
-  const fs::path dir = data::testing::temp_dir("oracle-import-" + family);
+  const fs::path dir = data::testing::temp_dir("oracle-import-" + family +
+                                               (tokenizer_vocab > 0 ? "-small-tokenizer" : ""));
   fs::create_directories(dir);
   std::string output;
   const std::string script = str_cat(kPython, " '", AX_ORACLE_SCRIPT, "' ");
@@ -248,7 +263,8 @@ void check_import(const std::string& family) {
   auto backend = make_cpu_backend(2);
   ModelOptions options;
   options.encoder_seq_len = Te;
-  auto created = Model::create(source->model, V, B, T, backend.get(), {}, options);
+  auto created = Model::create(source->model, tokenizer_vocab > 0 ? tokenizer_vocab : V, B, T,
+                               backend.get(), {}, options);
   ASSERT_TRUE(created.ok()) << created.status().to_string();
   Model& model = **created;
   std::vector<TensorRegion> regions;
@@ -262,7 +278,19 @@ void check_import(const std::string& family) {
   const std::vector<int32_t> tokens = read_raw<int32_t>(dir / "tokens.i32", B * T);
   std::vector<int32_t> encoder_tokens;
   if (Te > 0) encoder_tokens = read_raw<int32_t>(dir / "encoder_tokens.i32", B * Te);
-  model.forward(Batch{.tokens = tokens, .encoder_tokens = encoder_tokens});
+  std::vector<int32_t> targets;
+  if (tokenizer_vocab > 0) {
+    std::mt19937_64 rng(28);
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(tokenizer_vocab - 1));
+    for (int64_t i = 0; i < B * T; ++i) targets.push_back(i % 5 == 2 ? -1 : id(rng));
+    write_raw(dir / "targets.i32", targets);
+  }
+  const float loss =
+      model.forward(Batch{.tokens = tokens, .targets = targets, .encoder_tokens = encoder_tokens});
+  if (tokenizer_vocab > 0) {
+    std::ofstream(dir / "ax_loss.json")
+        << Json{{"loss", loss}, {"tokenizer_vocab", tokenizer_vocab}}.dump() << "\n";
+  }
   std::vector<float> logits;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
@@ -282,6 +310,27 @@ TEST(TorchOracle, ImportedGpt2Logits) { check_import("gpt2"); }
 TEST(TorchOracle, ImportedLlamaGqaBf16ShardedLogits) { check_import("llama"); }
 TEST(TorchOracle, ImportedLlama31RopeScalingLogits) { check_import("llama31"); }
 TEST(TorchOracle, ImportedT5Logits) { check_import("t5"); }
+// Issue 28: T5's checkpoints have 32128 rows for a 32100-id tokenizer, and Hugging Face's
+// softmax covers all of them; here 96 rows for an 80-id tokenizer.
+TEST(TorchOracle, ImportedT5WithMoreRowsThanTheTokenizerHasHuggingFacesLoss) {
+  if (!have_torch()) GTEST_SKIP() << kPython << " cannot import torch and numpy: " << kSetup;
+  check_import("t5", 80);
+}
+
+// Issue 28: a model whose 500-id tokenizer is padded to a 512-row table, exported, run by the
+// oracle from the export alone with Hugging Face's definition: the same loss as ax's.
+TEST(TorchOracle, ExportedPaddedGpt2HasAxsLossUnderHuggingFacesDefinition) {
+  if (!have_torch()) GTEST_SKIP() << kPython << " cannot import torch and numpy: " << kSetup;
+  check_against_torch("tiny-gpt", false, false, false, /*export_hf=*/true);
+}
+TEST(TorchOracle, ExportedPaddedLlamaHasAxsLossUnderHuggingFacesDefinition) {
+  if (!have_torch()) GTEST_SKIP() << kPython << " cannot import torch and numpy: " << kSetup;
+  check_against_torch("tiny-llama", false, false, false, /*export_hf=*/true);
+}
+TEST(TorchOracle, ExportedPaddedT5HasAxsLossUnderHuggingFacesDefinition) {
+  if (!have_torch()) GTEST_SKIP() << kPython << " cannot import torch and numpy: " << kSetup;
+  check_against_torch("tiny-t5", false, false, false, /*export_hf=*/true);
+}
 
 TEST(TorchOracle, TinyGpt) { check_against_torch("tiny-gpt"); }
 TEST(TorchOracle, TinyLlama) { check_against_torch("tiny-llama"); }

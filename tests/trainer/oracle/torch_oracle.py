@@ -10,7 +10,13 @@ names and layouts, random weights; Llama in BF16 over two files with an index) a
 {"rope_type": "llama3", ...}; oracle_test.cc imports it as --init-from does and writes ax's
 logits to DIR/ax_logits.f32 (B*T, V); hf-check compares them with the Hugging Face model's
 function (written below from its modeling code's semantics) run in float64: relative error at
-most 1e-5.
+most 1e-5. With DIR/targets.i32 and DIR/ax_loss.json ({"loss": ax's mean loss,
+"tokenizer_vocab": n < vocab_size}) it also compares the loss, within 1e-6: Hugging Face's
+softmax covers every row of the checkpoint, whatever the tokenizer's size.
+
+A manifest with "hf_export": SUBDIR (z_loss 0) also runs ax's Hugging Face export of the same
+weights from its own config.json and safetensors, softmax over all vocab_size rows: its float64
+loss must equal ax's within 1e-6 (the padded rows of ax's table are in both softmaxes).
 
 DIR is written by oracle_test.cc:
   manifest.json   {"config": resolved ax config (model.* is read), "vocab": V, "batch": B,
@@ -39,6 +45,7 @@ import os
 import sys
 
 LOSS_TOL = 1e-5
+EXPORT_TOL = 1e-6  # issue 28: an exported model's loss under Hugging Face's definition
 GRAD_TOL = 1e-4
 TINY = 1e-30
 SETUP = "bash scripts/setup.sh --with oracle"
@@ -216,7 +223,7 @@ def no_dropout(x, site, keys):
     return x
 
 
-def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab, drop=no_dropout):
+def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, drop=no_dropout):
     NH, HD, eps = m["num_heads"], m["kv_channels"], m["norm_eps"]
     B, Td = tokens.shape
     Te = enc_tokens.shape[1]
@@ -261,7 +268,8 @@ def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab, drop=no
                    lambda a, u=u: drop(a, u + 2, "dec"))
         x = x + drop(y, u + 3, "dec")
     x = drop(rms_norm(x, p["dec.lnf.weight"], eps), 3, "dec")
-    logits = (x @ p["lm_head.weight"].T)[..., :vocab].reshape(-1, vocab)
+    logits = x @ p["lm_head.weight"].T  # every row of the table, padding included
+    logits = logits.reshape(-1, logits.shape[-1])
     flat = targets.reshape(-1)
     keep = flat >= 0
     lse = torch.logsumexp(logits[keep], dim=-1)
@@ -269,27 +277,10 @@ def t5_mean_loss(p, tokens, targets, enc_tokens, seg, enc_seg, m, vocab, drop=no
     return (loss + m["z_loss"] * lse * lse).mean()
 
 
-def read_safetensors(path):
-    """The float32 tensors of a .safetensors file by name (its format: an 8-byte little-endian
-    header length, a JSON header of dtype/shape/offsets, then the data)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", (name, e["dtype"])
-        begin, end = e["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + begin:8 + n + end], "<f4").reshape(e["shape"])
-    return out
-
-
-def hf_t5_logits(hf, hf_config, tokens, enc_tokens, vocab):
+def hf_t5_logits(hf, hf_config, tokens, enc_tokens):
     """T5ForConditionalGeneration's function from its own names and config.json: logits not
     divided by sqrt(d_kv), q, k, v separate, wi_0 / wi_1, one bias table per stack in block 0.
-    Returns the (B * Td, vocab) logits in float64."""
+    Returns the (B * Td, vocab_size) logits in float64: every row of the checkpoint."""
     p = {n: torch.tensor(np.asarray(w, np.float64)) for n, w in hf.items()}
     NH, HD, eps = hf_config["num_heads"], hf_config["d_kv"], hf_config["layer_norm_epsilon"]
     m = {"relative_buckets": hf_config["relative_attention_num_buckets"],
@@ -334,16 +325,32 @@ def hf_t5_logits(hf, hf_config, tokens, enc_tokens, vocab):
         x = x + attend(h, memory, b + "1.EncDecAttention.", None, cross_mask)
         x = x + ff(rms_norm(x, p[b + "2.layer_norm.weight"], eps), b + "2.DenseReluDense.")
     x = rms_norm(x, p["decoder.final_layer_norm.weight"], eps)
-    return (x @ p["lm_head.weight"].T)[..., :vocab].reshape(-1, vocab)
+    V = hf_config["vocab_size"]
+    assert p["lm_head.weight"].shape[0] == V, (p["lm_head.weight"].shape, V)
+    return (x @ p["lm_head.weight"].T).reshape(-1, V)
 
 
-def hf_t5_loss(hf, hf_config, tokens, targets, enc_tokens, z_loss, vocab):
-    logits = hf_t5_logits(hf, hf_config, tokens, enc_tokens, vocab)
+def hf_mean_loss(logits, targets):
+    """Hugging Face's loss (CrossEntropyLoss over every column, ignored targets < 0), float64."""
     flat = targets.reshape(-1)
     keep = flat >= 0
-    lse = torch.logsumexp(logits[keep], dim=-1)
-    loss = lse - logits[keep].gather(1, flat[keep][:, None])[:, 0]
-    return (loss + z_loss * lse * lse).mean().item()
+    return F.cross_entropy(logits[keep], flat[keep]).item()
+
+
+def hf_logits(hf_dir, tokens, enc_tokens=None):
+    """The (B * T, vocab_size) float64 logits of the Hugging Face checkpoint in hf_dir, by its
+    config.json's architecture; vocab_size must be every row of its embedding."""
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        c = json.load(f)
+    weights = read_hf_dir(hf_dir)
+    arch = c["architectures"][0]
+    if arch == "T5ForConditionalGeneration":
+        logits = hf_t5_logits(weights, c, tokens, enc_tokens)
+    else:
+        p = {n: torch.tensor(np.asarray(w, np.float64)) for n, w in weights.items()}
+        logits = (hf_gpt2_logits if arch == "GPT2LMHeadModel" else hf_llama_logits)(p, c, tokens)
+    assert logits.shape[-1] == c["vocab_size"], (arch, logits.shape, c["vocab_size"])
+    return logits, c, weights
 
 
 # ---- Hugging Face checkpoints made here, imported by ax (--init-from), logits compared ----
@@ -584,6 +591,8 @@ def read_hf_dir(hf):
         k = int.from_bytes(raw[:8], "little")
         header = json.loads(raw[8:8 + k])
         for name, e in header.items():
+            if name == "__metadata__":
+                continue
             begin, end = e["data_offsets"]
             data = raw[8 + k + begin:8 + k + end]
             if e["dtype"] == "BF16":
@@ -603,16 +612,12 @@ def hf_check(d):
         c = json.load(f)
     B, T, V = spec["batch"], spec["seq_len"], spec["vocab"]
     tokens = torch.from_numpy(np.fromfile(os.path.join(d, "tokens.i32"), "<i4").reshape(B, T))
-    weights = read_hf_dir(hf)
-    p = {n: torch.tensor(np.asarray(w, np.float64)) for n, w in weights.items()}
-    if spec["family"] == "gpt2":
-        want = hf_gpt2_logits(p, c, tokens.long())
-    elif spec["family"] in ("llama", "llama31"):
-        want = hf_llama_logits(p, c, tokens.long())
-    else:
+    enc = None
+    if spec["family"] == "t5":
         Te = spec["encoder_seq_len"]
-        enc = np.fromfile(os.path.join(d, "encoder_tokens.i32"), "<i4").reshape(B, Te)
-        want = hf_t5_logits(weights, c, tokens.long(), torch.from_numpy(enc).long(), V)
+        enc = torch.from_numpy(
+            np.fromfile(os.path.join(d, "encoder_tokens.i32"), "<i4").reshape(B, Te)).long()
+    want, c, weights = hf_logits(hf, tokens.long(), enc)
     got = np.fromfile(os.path.join(d, "ax_logits.f32"), "<f4").reshape(B * T, V)
     err = rel_err(got, want.numpy())
     worst = float(np.max(np.abs(got - want.numpy()) / np.maximum(np.abs(want.numpy()), 1e-3)))
@@ -620,10 +625,48 @@ def hf_check(d):
     print(f"import oracle: {spec['family']} ({c['architectures'][0]}, {len(weights)} tensors, "
           f"{sorted(set(n for n in os.listdir(hf)))}): logits {B}x{T}x{V}, rel {err:.2e} "
           f"(max elementwise {worst:.2e}; tol {LOSS_TOL:g}) {'PASS' if ok else 'FAIL'}")
+    loss_file = os.path.join(d, "ax_loss.json")
+    if os.path.exists(loss_file):
+        # The tokenizer has fewer ids than the checkpoint has rows: Hugging Face's softmax still
+        # covers every row, and so must ax's.
+        with open(loss_file) as f:
+            ax = json.load(f)
+        targets = torch.from_numpy(
+            np.fromfile(os.path.join(d, "targets.i32"), "<i4").reshape(B * T)).long()
+        hf_loss = hf_mean_loss(want, targets)
+        n = ax["tokenizer_vocab"]
+        tokenizer_only = hf_mean_loss(want[:, :n], targets)
+        loss_err = abs(ax["loss"] - hf_loss) / abs(hf_loss)
+        ok &= loss_err <= EXPORT_TOL
+        print(f"import loss with a {n}-id tokenizer and {V} rows: ax {ax['loss']:.9g}, "
+              f"Hugging Face f64 {hf_loss:.9g}, rel {loss_err:.2e} (tol {EXPORT_TOL:g}) "
+              f"{'PASS' if loss_err <= EXPORT_TOL else 'FAIL'}; a softmax over the tokenizer's "
+              f"ids alone would give {tokenizer_only:.9g}")
     return 0 if ok else 1
 
 
-def mean_loss(p, tokens, targets, m, vocab):
+def check_export(d, man, tokens, targets, enc_tokens, loss64):
+    """The Hugging Face export of the padded-vocabulary model, run from its own config.json and
+    safetensors with Hugging Face's definition (the softmax over all vocab_size rows, no
+    z-loss): its loss must equal ax's within EXPORT_TOL."""
+    assert man["config"]["train"]["z_loss"] == 0, "Hugging Face's loss has no z-loss term"
+    hf_dir = os.path.join(d, man["hf_export"])
+    logits, c, weights = hf_logits(hf_dir, tokens, enc_tokens)
+    hf_loss = hf_mean_loss(logits, targets)
+    n = man["vocab"]
+    tokenizer_only = hf_mean_loss(logits[:, :n], targets)
+    err = abs(hf_loss - man["loss"]) / abs(hf_loss)
+    err64 = abs(hf_loss - loss64) / abs(hf_loss)
+    ok = err <= EXPORT_TOL and err64 <= EXPORT_TOL and c["vocab_size"] > n
+    print(f"Hugging Face export ({c['architectures'][0]}, {len(weights)} tensors, vocab_size "
+          f"{c['vocab_size']} for a {n}-id tokenizer): loss {hf_loss:.9g} in float64, ax "
+          f"{man['loss']:.9g}, rel {err:.2e} (torch-f64 of ax's weights: rel {err64:.2e}; tol "
+          f"{EXPORT_TOL:g}) {'PASS' if ok else 'FAIL'}; over the tokenizer's ids alone: "
+          f"{tokenizer_only:.9g}")
+    return ok
+
+
+def mean_loss(p, tokens, targets, m):
     T = tokens.shape[1]
     x = p["wte"][tokens]
     if m["position"] == "learned":
@@ -633,20 +676,20 @@ def mean_loss(p, tokens, targets, m, vocab):
         x = x + mlp(norm(x, p, f"h.{i}.ln2", m), p, i, m)
     x = norm(x, p, "lnf", m)
     head = p["wte"] if m["tied_embeddings"] else p["lm_head.weight"]
-    logits = (x @ head.T)[..., :vocab]  # padded vocabulary columns take no part
-    logits = logits.reshape(-1, vocab)
+    logits = x @ head.T  # every row of the table, padding included (as Hugging Face's softmax)
+    logits = logits.reshape(-1, logits.shape[-1])
     flat = targets.reshape(-1)
     keep = flat >= 0
     logp = torch.log_softmax(logits[keep], dim=-1)
     return -logp.gather(1, flat[keep][:, None]).mean()
 
 
-def run_torch(weights, tokens, targets, m, vocab, dtype, t5=None, drop=no_dropout):
+def run_torch(weights, tokens, targets, m, dtype, t5=None, drop=no_dropout):
     p = {n: torch.tensor(w, dtype=dtype, requires_grad=True) for n, w in weights.items()}
     if t5 is not None:
-        loss = t5_mean_loss(p, tokens, targets, *t5, m, vocab, drop)
+        loss = t5_mean_loss(p, tokens, targets, *t5, m, drop)
     else:
-        loss = mean_loss(p, tokens, targets, m, vocab)
+        loss = mean_loss(p, tokens, targets, m)
     loss.backward()
     return loss.item(), {n: t.grad.numpy().astype(np.float64) for n, t in p.items()}
 
@@ -700,8 +743,8 @@ def main():
         ax_grads[name] = np.fromfile(os.path.join(d, "grads", name + ".f32"), "<f4").reshape(shape)
 
     torch.set_num_threads(2)
-    loss64, grads64 = run_torch(weights, tokens, targets, m, vocab, torch.float64, t5, drop)
-    loss32, grads32 = run_torch(weights, tokens, targets, m, vocab, torch.float32, t5, drop)
+    loss64, grads64 = run_torch(weights, tokens, targets, m, torch.float64, t5, drop)
+    loss32, grads32 = run_torch(weights, tokens, targets, m, torch.float32, t5, drop)
     n_targets = int((targets >= 0).sum())
 
     print(f"oracle: {man['config']['experiment']} ({m['family']}: {m['norm']}, {m['activation']}, "
@@ -732,15 +775,7 @@ def main():
               f"{max_abs(ax_grads[name], g):10.2e} {r32:9.2e}{'  FAIL' if bad else ''}")
     print(f"worst gradient: {worst[0]} rel {worst[1]:.2e} (tol {grad_tol:g})")
     if man.get("hf_export"):
-        hf_dir = os.path.join(d, man["hf_export"])
-        hf = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
-        with open(os.path.join(hf_dir, "config.json")) as f:
-            hf_config = json.load(f)
-        hf_loss = hf_t5_loss(hf, hf_config, tokens, targets, t5[0], m["z_loss"], vocab)
-        hf_err = abs(hf_loss - loss64) / max(abs(loss64), TINY)
-        ok &= hf_err <= LOSS_TOL and hf_config["architectures"] == ["T5ForConditionalGeneration"]
-        print(f"Hugging Face export ({len(hf)} tensors, {hf_config['architectures'][0]}): loss "
-              f"{hf_loss:.9g} with its semantics, rel {hf_err:.2e} to the oracle (tol {LOSS_TOL:g})")
+        ok &= check_export(d, man, tokens, targets, t5[0] if t5 else None, loss64)
     print("oracle: PASS" if ok else "oracle: FAIL")
     return 0 if ok else 1
 

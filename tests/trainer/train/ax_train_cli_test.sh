@@ -107,6 +107,12 @@ expect_status 0 "export" -- "$axtrain" export --run-dir "$run" --output "$work/h
 expect_output "exported step 6 of $run to $work/hf"
 [[ -f $work/hf/model.safetensors && -f $work/hf/config.json ]] || fail "export: files missing"
 grep -q '"GPT2LMHeadModel"' "$work/hf/config.json" || fail "export: not GPT-2's config.json"
+# The run's tokenizer goes beside the weights (issue 28), and sample / eval take another one.
+expect_output "^tokenizer: tokenizer.model"
+cmp -s "$work/spm.model" "$work/hf/tokenizer.model" || fail "export: tokenizer.model is not the run's"
+expect_status 0 "sample --tokenizer" -- "$axtrain" sample --run-dir "$run" --prompt "The" \
+  --tokens 8 --temperature 0 --tokenizer "$work/hf"
+expect_output "^The"
 expect_status 0 "export --step 6" -- "$axtrain" export --run-dir "$run" --step 6 \
   --output "$work/hf6"
 expect_output "exported step 6"
@@ -362,7 +368,11 @@ expect_status 1 "tokenizer.json shards with a SentencePiece model" -- "$axtrain"
 expect_output "(tokenizer.json 'gpt2.tokenizer.json') in the index"
 expect_status 0 "export the tokenizer.json run" -- "$axtrain" export --run-dir "$work/hfrun" \
   --output "$work/hfexport"
-cp "$hf_tok" "$work/hfexport/tokenizer.json"
+expect_output "^tokenizer: tokenizer.json"
+cmp -s "$hf_tok" "$work/hfexport/tokenizer.json" || fail "export: tokenizer.json is not the run's"
+expect_status 1 "sample --tokenizer with more ids than the model's rows" -- "$axtrain" sample \
+  --run-dir "$run" --tokenizer "$hf_tok" --prompt "The"
+expect_output "has [0-9]* ids, more than the 512 rows of the model's embedding"
 expect_status 0 "init from a Hugging Face directory, its tokenizer.json the run's" -- "$axtrain" \
   --experiment tiny-gpt --data "$work/hfshards/train" --run-dir "$work/hfft" \
   --init-from "$work/hfexport" --max-steps 2 --set train.eval_every=0
@@ -371,6 +381,9 @@ grep -q "\"tokenizer\": \"$work/hfexport\"" "$work/hfft/config.json" ||
   fail "--init-from: data.tokenizer is not the Hugging Face directory"
 expect_status 0 "eval lambada with the run's tokenizer.json" -- "$axtrain" eval \
   --run-dir "$work/hfft" --task lambada --data "$work/lambada.jsonl"
+expect_output "^lambada accuracy [0-9.]* % ([0-9]* of 2), perplexity"
+expect_status 0 "eval lambada with --tokenizer" -- "$axtrain" eval --run-dir "$work/hfft" \
+  --task lambada --data "$work/lambada.jsonl" --tokenizer "$hf_tok"
 expect_output "^lambada accuracy [0-9.]* % ([0-9]* of 2), perplexity"
 rm "$work/hfexport/tokenizer.json"
 expect_status 2 "init from a Hugging Face directory without a tokenizer" -- "$axtrain" \

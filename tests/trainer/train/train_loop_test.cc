@@ -138,9 +138,10 @@ TEST(ResolveMesh, FromTheLauncherOrTheConfig) {
   EXPECT_FALSE(resolve_mesh(ctx, mesh).ok());  // 4 ranks for a job of 8
 }
 
-// Issues 25/26: the mesh has pipeline and seq axes, ax-train has neither stages nor sequence
-// sharding yet, so such a mesh is refused in one line naming the axis, never run as data parallel.
-TEST(ResolveMesh, RefusesPipelineAndSeqAxes) {
+// Issue 25: a pipeline axis gives every rank its stage (the slowest axis); issue 26: ax-train
+// has no sequence sharding yet, so a seq axis is refused in one line naming it, never run as data
+// parallel.
+TEST(ResolveMesh, PlacesPipelineStagesAndRefusesSeqAxes) {
   job::JobContext ctx;
   ctx.world = 16;
   ctx.num_nodes = 2;
@@ -152,11 +153,11 @@ TEST(ResolveMesh, RefusesPipelineAndSeqAxes) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(std::tuple(c->data, c->fsdp, c->tensor), std::tuple(2, 8, 1));
   ctx.dcn_mesh = "2,1,1,1,1";
+  ctx.rank = 11;
   c = resolve_mesh(ctx, mesh);
-  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(c.status().message(),
-            "the mesh AX_ICI_MESH=1,1,8,1,1 AX_DCN_MESH=2,1,1,1,1 has a pipeline axis of 2, but "
-            "ax-train's pipeline stages are not built yet (issue 25): use a mesh with pipeline 1");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::tuple(c->pipeline, c->data, c->fsdp, c->tensor), std::tuple(2, 1, 8, 1));
+  EXPECT_EQ(std::tuple(c->p, c->f), std::tuple(1, 3));
   ctx.ici_mesh = "1,1,4,2,1";
   ctx.dcn_mesh = "1,2,1";
   c = resolve_mesh(ctx, mesh);
@@ -164,6 +165,24 @@ TEST(ResolveMesh, RefusesPipelineAndSeqAxes) {
   EXPECT_EQ(c.status().message(),
             "the mesh AX_ICI_MESH=1,1,4,2,1 AX_DCN_MESH=1,2,1 has a seq axis of 2, but ax-train's "
             "sequence sharding is not built yet (issue 26): use a mesh with seq 1");
+}
+
+// What pipeline stages are not built for is refused in one line naming what to change.
+TEST(ResolveMesh, PipelineLayoutsNotBuiltAreRefused) {
+  Config config = *make_experiment("tiny-gpt");
+  config.model.num_layers = 4;
+  EXPECT_TRUE(check_pipeline_layout(config, comm::MeshCoords::of(0, 2, 1, 2, 4)).ok());
+  EXPECT_TRUE(check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 2, 1, 1)).ok());
+  Status s = check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 2, 1, 2));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("FSDP inside a pipeline stage is not built yet"), std::string::npos);
+  s = check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 8));
+  EXPECT_EQ(s.message(),
+            "pipeline=8 stages need at least as many layers, and model.num_layers=4: use a smaller "
+            "pipeline axis or more layers");
+  config = *make_experiment("tiny-t5");
+  s = check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 2));
+  EXPECT_NE(s.message().find("not for model.family=t5 yet"), std::string::npos) << s.message();
 }
 
 TEST(TrainLoop, TwentyStepsOnRealTextLowerTheLoss) {

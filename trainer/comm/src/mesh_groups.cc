@@ -59,13 +59,17 @@ class LocalCommunicator : public Communicator {
 };
 
 // Global ranks that agree with `c` on every axis not varied, sorted.
-std::vector<int> axis_group(const MeshCoords& c, bool vary_d, bool vary_f, bool vary_t) {
+std::vector<int> axis_group(const MeshCoords& c, bool vary_d, bool vary_f, bool vary_t,
+                            bool vary_p = false) {
   std::vector<int> ranks;
-  for (int d = 0; d < c.data; ++d) {
-    for (int f = 0; f < c.fsdp; ++f) {
-      for (int t = 0; t < c.tensor; ++t) {
-        if ((vary_d || d == c.d) && (vary_f || f == c.f) && (vary_t || t == c.t)) {
-          ranks.push_back((d * c.fsdp + f) * c.tensor + t);
+  for (int p = 0; p < c.pipeline; ++p) {
+    for (int d = 0; d < c.data; ++d) {
+      for (int f = 0; f < c.fsdp; ++f) {
+        for (int t = 0; t < c.tensor; ++t) {
+          if ((vary_p || p == c.p) && (vary_d || d == c.d) && (vary_f || f == c.f) &&
+              (vary_t || t == c.t)) {
+            ranks.push_back(((p * c.data + d) * c.fsdp + f) * c.tensor + t);
+          }
         }
       }
     }
@@ -83,18 +87,21 @@ std::unique_ptr<Communicator> make_local_communicator(std::string_view backend,
 }
 }  // namespace internal
 
-MeshCoords MeshCoords::of(int rank, int data, int fsdp, int tensor) {
-  AX_CHECK(data > 0 && fsdp > 0 && tensor > 0)
-      << "mesh axes data=" << data << " fsdp=" << fsdp << " tensor=" << tensor;
-  AX_CHECK(rank >= 0 && rank < data * fsdp * tensor)
-      << "rank " << rank << " outside a mesh of " << data * fsdp * tensor;
+MeshCoords MeshCoords::of(int rank, int data, int fsdp, int tensor, int pipeline) {
+  AX_CHECK(data > 0 && fsdp > 0 && tensor > 0 && pipeline > 0)
+      << "mesh axes pipeline=" << pipeline << " data=" << data << " fsdp=" << fsdp
+      << " tensor=" << tensor;
+  AX_CHECK(rank >= 0 && rank < pipeline * data * fsdp * tensor)
+      << "rank " << rank << " outside a mesh of " << pipeline * data * fsdp * tensor;
   MeshCoords c;
   c.data = data;
   c.fsdp = fsdp;
   c.tensor = tensor;
+  c.pipeline = pipeline;
   c.t = rank % tensor;
   c.f = (rank / tensor) % fsdp;
-  c.d = rank / (tensor * fsdp);
+  c.d = (rank / (tensor * fsdp)) % data;
+  c.p = rank / (tensor * fsdp * data);
   return c;
 }
 
@@ -102,12 +109,15 @@ std::vector<int> MeshCoords::data_group() const { return axis_group(*this, true,
 std::vector<int> MeshCoords::fsdp_group() const { return axis_group(*this, false, true, false); }
 std::vector<int> MeshCoords::tensor_group() const { return axis_group(*this, false, false, true); }
 std::vector<int> MeshCoords::replica_group() const { return axis_group(*this, true, true, false); }
+std::vector<int> MeshCoords::pipeline_group() const {
+  return axis_group(*this, false, false, false, true);
+}
 
 StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCoords& coords,
                                       CommBackend backend, const CommOptions& options) {
   const MeshCoords& c = coords;
-  if (c.data < 1 || c.fsdp < 1 || c.tensor < 1 || c.d < 0 || c.d >= c.data || c.f < 0 ||
-      c.f >= c.fsdp || c.t < 0 || c.t >= c.tensor) {
+  if (c.data < 1 || c.fsdp < 1 || c.tensor < 1 || c.pipeline < 1 || c.d < 0 || c.d >= c.data ||
+      c.f < 0 || c.f >= c.fsdp || c.t < 0 || c.t >= c.tensor || c.p < 0 || c.p >= c.pipeline) {
     return InvalidArgument("mesh coordinates (d=", c.d, ", f=", c.f, ", t=", c.t,
                            ") outside the mesh data=", c.data, " fsdp=", c.fsdp,
                            " tensor=", c.tensor);
@@ -124,19 +134,28 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
   for (int r = 0; r < c.world(); ++r) world[static_cast<size_t>(r)] = r;
   // Tags carry the fixed coordinates, so groups of one axis never share store keys. Every rank
   // creates its groups in this order, so the members of each group meet.
+  // A pipelined mesh has one group of each axis per stage: its tags name the stage too.
+  const std::string p = c.pipeline > 1 ? str_cat("p=", c.p, ",") : std::string();
   MeshGroups g;
   g.coords = c;
   AX_ASSIGN_OR_RETURN(g.world, make("world", world));
-  AX_ASSIGN_OR_RETURN(g.data, make(str_cat("data[f=", c.f, ",t=", c.t, "]"), c.data_group()));
-  AX_ASSIGN_OR_RETURN(g.fsdp, make(str_cat("fsdp[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
-  AX_ASSIGN_OR_RETURN(g.tensor, make(str_cat("tensor[d=", c.d, ",f=", c.f, "]"), c.tensor_group()));
-  AX_ASSIGN_OR_RETURN(g.replica, make(str_cat("replica[t=", c.t, "]"), c.replica_group()));
+  AX_ASSIGN_OR_RETURN(g.data,
+                      make(str_cat("data[", p, "f=", c.f, ",t=", c.t, "]"), c.data_group()));
+  AX_ASSIGN_OR_RETURN(g.fsdp,
+                      make(str_cat("fsdp[", p, "d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
+  AX_ASSIGN_OR_RETURN(g.tensor,
+                      make(str_cat("tensor[", p, "d=", c.d, ",f=", c.f, "]"), c.tensor_group()));
+  AX_ASSIGN_OR_RETURN(g.replica, make(str_cat("replica[", p, "t=", c.t, "]"), c.replica_group()));
   if (c.fsdp > 1) {
     CommOptions own = options;
     own.own_stream = true;  // NCCL: the prefetch gathers overlap the compute (Gloo ignores it)
     AX_ASSIGN_OR_RETURN(
         g.fsdp_prefetch,
-        make_with(own, str_cat("fsdp-prefetch[d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
+        make_with(own, str_cat("fsdp-prefetch[", p, "d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
+  }
+  if (c.pipeline > 1) {
+    AX_ASSIGN_OR_RETURN(g.pipeline, make(str_cat("pipeline[d=", c.d, ",f=", c.f, ",t=", c.t, "]"),
+                                         c.pipeline_group()));
   }
   return g;
 }

@@ -182,6 +182,10 @@ std::vector<KeyDef> build_key_table() {
        "no effect in bfloat16 or on the CPU"},
       {"train.recompute", K::kEnum, AX_FIELD(train.recompute), B::kAny, {"none", "layer"},
        "activation recomputation: layer = keep only each layer's output, recompute the rest"},
+      {"train.pipeline_schedule", K::kEnum, AX_FIELD(train.pipeline_schedule), B::kAny,
+       {"gpipe", "1f1b"},
+       "pipeline parallelism: gpipe = every forward then every backward (activations of all "
+       "micro-batches alive); 1f1b = one forward one backward (at most pipeline of them)"},
       {"train.fsdp_prefetch", K::kBool, AX_FIELD(train.fsdp_prefetch), B::kAny, {},
        "FSDP: gather the next layer on a second communicator while the current one computes"},
       {"train.comm_timeout_s", K::kFloat, AX_FIELD(train.comm_timeout_s), B::kPositive, {},

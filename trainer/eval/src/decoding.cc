@@ -59,6 +59,9 @@ struct Rows {
   }
   // Row b's next token from its logits.
   void pick(size_t b, std::span<const float> logits) {
+    if (o.pick_below > 0 && static_cast<size_t>(o.pick_below) < logits.size()) {
+      logits = logits.first(static_cast<size_t>(o.pick_below));
+    }
     const int32_t next = pick_token(logits, o.temperature, o.top_k, rng[b].uniform());
     if (o.keep_logits) out.logits[b].emplace_back(logits.begin(), logits.end());
     if (next == o.stop_token) {

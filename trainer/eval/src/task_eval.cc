@@ -70,8 +70,10 @@ Status decode_batches(const Model& model, const data::Tokenizer& tokenizer, Eval
                       std::span<const TaskExample> examples, const TaskRows& rows,
                       const TaskShape& shape, const TaskEvalOptions& options,
                       TaskEvalResult* result) {
-  const DecodeOptions decode_options{
-      .max_new_tokens = shape.max_new_tokens, .temperature = 0, .stop_token = tokenizer.eos_id()};
+  const DecodeOptions decode_options{.max_new_tokens = shape.max_new_tokens,
+                                     .temperature = 0,
+                                     .stop_token = tokenizer.eos_id(),
+                                     .pick_below = tokenizer.vocab_size()};
   for (const std::vector<int64_t>& batch :
        my_batches(rows, options.batch, options.rank, options.world)) {
     std::vector<std::vector<int32_t>> inputs;
@@ -90,6 +92,8 @@ Status decode_batches(const Model& model, const data::Tokenizer& tokenizer, Eval
           return squad_exact_match(p.prediction, t);
         });
         result->squad.add(p.prediction, ex.targets);
+        result->squad_official.add(p.prediction,
+                                   ex.raw_targets.empty() ? ex.targets : ex.raw_targets);
       }
       result->predictions.push_back(std::move(p));
     }
@@ -119,9 +123,13 @@ Status score_lambada(Model* model, const data::Tokenizer& tokenizer, const TaskR
       double nll = 0;
       for (int64_t j = start; j < static_cast<int64_t>(row.size()); ++j) {
         // Token j is predicted at position j - 1.
+        // The probability is the whole softmax's (padded rows included, as Hugging Face's);
+        // the greedy choice is among the ids the tokenizer decodes.
         const std::vector<float> logits = model->logits(static_cast<int64_t>(b), j - 1);
+        const auto decodable =
+            logits.begin() + std::min<int64_t>(tokenizer.vocab_size(), std::ssize(logits));
         greedy.push_back(
-            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+            static_cast<int32_t>(std::max_element(logits.begin(), decodable) - logits.begin()));
         nll -= log_prob(logits, row[static_cast<size_t>(j)]);
       }
       std::vector<uint32_t> ids(greedy.begin(), greedy.end());
@@ -204,6 +212,12 @@ StatusOr<std::vector<TaskExample>> read_task_examples(EvalTask task, const std::
         for (const Json& a : *it) {
           if (!a.is_string()) return InvalidArgument(where, ": an answer is not a string");
           ex.targets.push_back(a.get<std::string>());
+        }
+        if (auto raw = line.find("raw_answers"); raw != line.end() && raw->is_array()) {
+          for (const Json& a : *raw) {
+            if (!a.is_string()) return InvalidArgument(where, ": a raw answer is not a string");
+            ex.raw_targets.push_back(a.get<std::string>());
+          }
         }
       }
     }
@@ -310,6 +324,7 @@ StatusOr<TaskEvalResult> evaluate_task(Model* model, const data::Tokenizer& toke
 void TaskEvalResult::merge(const TaskEvalResult& other) {
   accuracy += other.accuracy;
   squad += other.squad;
+  squad_official += other.squad_official;
   lambada += other.lambada;
   predictions.insert(predictions.end(), other.predictions.begin(), other.predictions.end());
   std::sort(predictions.begin(), predictions.end(),
@@ -324,8 +339,12 @@ std::vector<std::pair<std::string, double>> TaskEvalResult::scores() const {
               {"correct", d(accuracy.correct)},
               {"examples", d(accuracy.total)}};
     case EvalTask::kSquad: {
-      const SquadScores s = squad.finalize();
-      return {{"exact_match", s.exact_match}, {"f1", s.f1}, {"examples", d(s.count)}};
+      const SquadScores s = squad.finalize(), o = squad_official.finalize();
+      return {{"exact_match", s.exact_match},
+              {"f1", s.f1},
+              {"official_exact_match", o.exact_match},
+              {"official_f1", o.f1},
+              {"examples", d(s.count)}};
     }
     case EvalTask::kLambada: {
       const LambadaScores s = lambada.finalize();
@@ -342,8 +361,12 @@ std::vector<std::pair<std::string, double>> TaskEvalResult::scores() const {
 std::string TaskEvalResult::serialize() const {
   Json j;
   j["task"] = eval_task_name(task);
-  j["sums"] = {accuracy.correct, accuracy.total, squad.exact_match, squad.f1,   squad.count,
-               lambada.correct,  lambada.count,  lambada.tokens,    lambada.nll};
+  j["sums"] = {accuracy.correct,  accuracy.total,
+               squad.exact_match, squad.f1,
+               squad.count,       lambada.correct,
+               lambada.count,     lambada.tokens,
+               lambada.nll,       squad_official.exact_match,
+               squad_official.f1, squad_official.count};
   Json preds = Json::array();
   for (const TaskPrediction& p : predictions) {
     preds.push_back({p.index, p.prediction, p.correct, p.nll});
@@ -356,16 +379,19 @@ StatusOr<TaskEvalResult> TaskEvalResult::parse(std::string_view text) {
   const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [] { return DataLoss("a rank's task evaluation result is malformed"); };
   if (j.is_discarded() || !j.is_object() || !j.contains("task") || !j["task"].is_string() ||
-      !j.contains("sums") || !j["sums"].is_array() || j["sums"].size() != 9 ||
+      !j.contains("sums") || !j["sums"].is_array() || j["sums"].size() != 12 ||
       !j.contains("predictions") || !j["predictions"].is_array()) {
     return bad();
   }
   TaskEvalResult r;
   AX_ASSIGN_OR_RETURN(r.task, parse_eval_task(j["task"].get<std::string>()));
-  int64_t* fields[] = {&r.accuracy.correct, &r.accuracy.total, &r.squad.exact_match,
-                       &r.squad.f1,         &r.squad.count,    &r.lambada.correct,
-                       &r.lambada.count,    &r.lambada.tokens, &r.lambada.nll};
-  for (size_t i = 0; i < 9; ++i) {
+  int64_t* fields[] = {&r.accuracy.correct,  &r.accuracy.total,
+                       &r.squad.exact_match, &r.squad.f1,
+                       &r.squad.count,       &r.lambada.correct,
+                       &r.lambada.count,     &r.lambada.tokens,
+                       &r.lambada.nll,       &r.squad_official.exact_match,
+                       &r.squad_official.f1, &r.squad_official.count};
+  for (size_t i = 0; i < std::size(fields); ++i) {
     if (!j["sums"][i].is_number_integer()) return bad();
     *fields[i] = j["sums"][i].get<int64_t>();
   }
@@ -408,9 +434,13 @@ Status write_predictions(const std::string& path, std::span<const TaskExample> e
     line["prediction"] = p.prediction;
     if (result.task == EvalTask::kSquad) {
       line["answers"] = ex.targets;
-      double f1 = 0;
+      double f1 = 0, official_f1 = 0;
       for (const std::string& t : ex.targets) f1 = std::max(f1, squad_f1(p.prediction, t));
+      for (const std::string& t : ex.raw_targets.empty() ? ex.targets : ex.raw_targets) {
+        official_f1 = std::max(official_f1, squad_f1(p.prediction, t));
+      }
       line["f1"] = f1;
+      line["official_f1"] = official_f1;
     } else {
       line["target"] = ex.targets.front();
     }
@@ -432,9 +462,11 @@ std::string describe_scores(const TaskEvalResult& result) {
       return str_cat("mnli accuracy ", percent(result.accuracy.accuracy()), " % (",
                      result.accuracy.correct, " of ", result.accuracy.total, ")");
     case EvalTask::kSquad: {
-      const SquadScores s = result.squad.finalize();
-      return str_cat("squad exact match ", percent(s.exact_match), " %, F1 ", percent(s.f1), " % (",
-                     s.count, " questions)");
+      const SquadScores s = result.squad.finalize(), o = result.squad_official.finalize();
+      return str_cat("squad exact match ", percent(s.exact_match), " %, F1 ", percent(s.f1),
+                     " % (T5's convention: padded answers); official v1.1 script: exact match ",
+                     percent(o.exact_match), " %, F1 ", percent(o.f1), " % (raw answers; ", s.count,
+                     " questions)");
     }
     case EvalTask::kLambada: {
       const LambadaScores s = result.lambada.finalize();

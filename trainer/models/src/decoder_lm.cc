@@ -1,7 +1,9 @@
 // The decoder-only language model (gpt and llama families): embeddings, a stack of
 // DecoderLayers, a final norm and the LM head (tied to wte or its own lm_head), with the
 // parameter layout (unit 0: embeddings, final norm, head; unit 1 + i: layer i) and the
-// activation plan.
+// activation plan. A pipeline stage holds a contiguous range of the layers (the first stage the
+// embeddings, the last the final norm and the head) and one activation slot per micro-batch in
+// flight (docs/sharding.md "Pipeline parallelism").
 #include <algorithm>
 #include <cmath>
 
@@ -22,12 +24,23 @@ class DecoderLm final : public Model {
       : Model(config, vocab, batch, seq_len, backend) {}
   std::vector<float> logits(int64_t b, int64_t t) const override;
   double flops_per_row() const override {
-    return static_cast<double>(T) * flops_per_token(logical_matmul_parameters(layout()),
-                                                    config.num_layers, config.num_heads,
-                                                    config.head_dim(), T, /*causal=*/true);
+    return static_cast<double>(T) * flops_per_token(whole_matmul_parameters, config.num_layers,
+                                                    config.num_heads, config.head_dim(), T,
+                                                    /*causal=*/true);
   }
-  double forward_impl(const Batch& batch) override;
-  void backward_impl(float dloss) override;
+  double forward_impl(const Batch& batch) override { return stage_forward_impl(batch, 0); }
+  void backward_impl(float dloss) override { stage_backward_impl(0, dloss); }
+  double stage_forward_impl(const Batch& batch, int slot) override;
+  void stage_backward_impl(int slot, float dloss) override;
+  void plan_slot(Arena* arena, int slot) override {
+    if (static_cast<size_t>(slot) >= acts.size()) acts.resize(static_cast<size_t>(slot) + 1);
+    plan_acts(arena, &acts[static_cast<size_t>(slot)]);
+  }
+  Tensor stage_input(int slot) const override { return acts[static_cast<size_t>(slot)].encoded; }
+  Tensor stage_output(int slot) const override {
+    return residual_into(acts[static_cast<size_t>(slot)], blocks.size());
+  }
+  Tensor stage_gradient() const override { return dres; }
 
   // The store over the declared layout, the views, and the activations planned and allocated.
   Status build() {
@@ -37,39 +50,58 @@ class DecoderLm final : public Model {
 
   const ModelConfig& config = config_;
   Backend* be = nullptr;
+  void set_planned_dtype(DType d) { planned_dtype_ = d; }  // Model::plan's compute dtype
   int64_t B = 0, T = 0, C = 0;
   ModelParallel par;
   ModelOptions options;
   layers::TensorGroup tp;
   layers::VocabShard vocab;  // this rank's rows of the padded table
-  layers::LmLoss loss;
+  layers::LmLoss loss;       // configured; each slot plans its own copy
+  // This stage's layers [layer_begin, layer_end) of config.num_layers; the whole model's matmul
+  // parameters (for flops_per_row, which counts the whole model on every stage).
+  int layer_begin = 0, layer_end = 0;
+  bool first = true, last = true;
+  int64_t whole_matmul_parameters = 0;
 
   // Blocks.
   ParamViews wte, wpe, lm_head;  // wpe empty with RoPE; lm_head = wte when tied
   std::vector<layers::DecoderLayer> blocks;
   layers::Norm lnf;
 
-  // Activations of one micro-batch.
-  Tensor tokens;   // (B, T) i32 (with a split vocabulary: this shard's ids, -1 elsewhere)
-  Tensor encoded;  // (N, C) embedding output = residual stream into layer 0
-  std::vector<layers::DecoderLayer::Acts> block_acts;
-  layers::Norm::Acts lnf_acts;
-  Tensor logits_;  // (N, Vl); holds dlogits after backward
+  // Activations of one micro-batch (a slot; slot 0 is planned with the model).
+  struct MicroActs {
+    Tensor tokens;   // (B, T) i32 (with a split vocabulary: this shard's ids, -1 elsewhere)
+    Tensor encoded;  // (N, C) embedding output (a later stage: its input) = residual into layer 0
+    std::vector<layers::DecoderLayer::Acts> blocks;
+    layers::Norm::Acts lnf;  // last stage only, as are the logits and the loss
+    Tensor logits;           // (N, Vl); holds dlogits after backward
+    layers::LmLoss loss;
+    Tensor segments;  // (B, T) i32, the batch's segment ids (when it has them)
+    bool use_segments = false;
+  };
+  std::vector<MicroActs> acts;
+  // Shared by every slot.
   Tensor row_f32;  // (Vl) f32, one row of logits for the host
   Tensor dres;     // (N, C) gradient of the residual stream
   layers::DecoderLayer::Scratch scratch;
 
-  Tensor segments;  // (B, T) i32, the batch's segment ids (when it has them)
-  bool use_segments = false;
-
-  // The network's parameters, unit by unit: 0 = embeddings, final norm and head; 1 + i = layer i.
-  ParamLayout declare() {
+  // The parameters of layers [begin, end) and of the ends this stage holds, unit by unit: 0 =
+  // embeddings, final norm and head; 1 + i = the stage's i-th layer. Names are the whole model's
+  // (h.<global index>), so checkpoints do not depend on the pipeline layout.
+  ParamLayout declare(int begin, int end, bool with_embedding, bool with_head,
+                      std::vector<layers::DecoderLayer>* stack, layers::Norm* norm) {
     ParamLayout layout;
     const bool learned = config.position == PositionKind::kLearned;
+    // A tied table on two stages: both hold it, its gradient is summed between them.
+    const bool shared = config.tied_embeddings && with_embedding != with_head;
     layout.set_unit(0);
-    // The LM head counts once as a matmul; a lookup does not.
-    layout.add(vocab.table("wte", C, config.init_std, config.tied_embeddings, tp));
-    if (learned) {
+    if (with_embedding || (with_head && config.tied_embeddings)) {
+      // The LM head counts once as a matmul; a lookup does not.
+      ParamSpec table = vocab.table("wte", C, config.init_std, config.tied_embeddings, tp);
+      table.pipeline_shared = shared;
+      layout.add(std::move(table));
+    }
+    if (learned && with_embedding) {
       ParamSpec pos;
       pos.name = "wpe";
       pos.shape = {config.max_seq_len, C};
@@ -77,56 +109,76 @@ class DecoderLm final : public Model {
       pos.init_std = config.init_std;
       layout.add(pos);
     }
-    blocks.resize(static_cast<size_t>(config.num_layers));
+    stack->resize(static_cast<size_t>(end - begin));
     const layers::BlockOptions block = layers::BlockOptions::of(config);
-    for (size_t i = 0; i < blocks.size(); ++i) {
+    for (size_t i = 0; i < stack->size(); ++i) {
       layout.set_unit(static_cast<int>(i) + 1);
-      blocks[i].declare(&layout, "h." + std::to_string(i), block, tp);
+      (*stack)[i].declare(&layout, "h." + std::to_string(begin + static_cast<int>(i)), block, tp);
     }
     layout.set_unit(0);
-    lnf.declare(&layout, "lnf", C, block.rms_norm, config.bias, config.norm_eps);
-    if (!config.tied_embeddings) {
-      layout.add(vocab.table("lm_head.weight", C, config.init_std, /*matmul=*/true, tp));
+    if (with_head) {
+      norm->declare(&layout, "lnf", C, block.rms_norm, config.bias, config.norm_eps);
+      if (!config.tied_embeddings) {
+        layout.add(vocab.table("lm_head.weight", C, config.init_std, /*matmul=*/true, tp));
+      }
     }
     return layout;
+  }
+  ParamLayout declare() {
+    std::vector<layers::DecoderLayer> all;
+    layers::Norm norm;
+    whole_matmul_parameters = logical_matmul_parameters(
+        declare(0, static_cast<int>(config.num_layers), true, true, &all, &norm));
+    return declare(layer_begin, layer_end, first, last, &blocks, &lnf);
   }
 
   void bind() {
     const ParamStore& ps = *store_;
-    wte = ps.views("wte");
-    wpe = ps.views(config.position == PositionKind::kLearned ? "wpe" : "");
-    lm_head = ps.views(config.tied_embeddings ? "wte" : "lm_head.weight");
+    wte = ps.views(first ? "wte" : "");
+    wpe = ps.views(first && config.position == PositionKind::kLearned ? "wpe" : "");
+    lm_head = ps.views(!last ? "" : (config.tied_embeddings ? "wte" : "lm_head.weight"));
     for (layers::DecoderLayer& block : blocks) block.bind(ps);
-    lnf.bind(ps);
+    if (last) lnf.bind(ps);
   }
 
   // Called twice: a dry run that counts bytes, then on the allocation.
   void plan(Arena* arena) {
-    const DType dt = be->compute_dtype();
+    const DType dt = dtype();
+    acts.resize(1);
+    plan_acts(arena, &acts[0]);
+    row_f32 = arena->take(DType::kF32, {vocab.Vl});
+    dres = arena->take(dt, {B * T, C});
+    if (!blocks.empty()) blocks[0].plan_scratch(arena, dt, B, T, C, &scratch);
+  }
+
+  // One micro-batch's activations.
+  void plan_acts(Arena* arena, MicroActs* a) {
+    const DType dt = dtype();
     const int64_t N = B * T;
-    tokens = arena->take(DType::kI32, {B, T});
-    segments = arena->take(DType::kI32, {B, T});
-    encoded = arena->take(dt, {N, C});
-    block_acts.resize(blocks.size());
+    a->tokens = arena->take(DType::kI32, {B, T});
+    a->segments = arena->take(DType::kI32, {B, T});
+    a->encoded = arena->take(dt, {N, C});
+    a->blocks.resize(blocks.size());
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (options.recompute_layers && i > 0) {
         // Recomputation: every layer shares layer 0's activations except its output, which is
         // the next layer's input and stays.
-        block_acts[i] = block_acts[0];
-        block_acts[i].res_out = arena->take(dt, {B * T, C});
+        a->blocks[i] = a->blocks[0];
+        a->blocks[i].res_out = arena->take(dt, {B * T, C});
       } else {
-        blocks[i].plan(arena, dt, B, T, C, &block_acts[i]);
+        blocks[i].plan(arena, dt, B, T, C, &a->blocks[i]);
       }
     }
-    lnf.plan(arena, dt, N, C, &lnf_acts);
-    logits_ = arena->take(dt, {N, vocab.Vl});
-    loss.plan(arena, N);
-    row_f32 = arena->take(DType::kF32, {vocab.Vl});
-    dres = arena->take(dt, {N, C});
-    if (!blocks.empty()) blocks[0].plan_scratch(arena, dt, B, T, C, &scratch);
+    if (!last) return;
+    lnf.plan(arena, dt, N, C, &a->lnf);
+    a->logits = arena->take(dt, {N, vocab.Vl});
+    a->loss = loss;
+    a->loss.plan(arena, N);
   }
 
-  Tensor residual_into(size_t i) const { return i == 0 ? encoded : block_acts[i - 1].res_out; }
+  static Tensor residual_into(const MicroActs& a, size_t i) {
+    return i == 0 ? a.encoded : a.blocks[i - 1].res_out;
+  }
 };
 
 }  // namespace
@@ -141,8 +193,21 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
                            " (the learned position table)");
   }
   const int tp = std::max(1, parallel.tensor_size);
+  const int stages = std::max(1, parallel.pipeline_size);
+  if (stages > config.num_layers) {
+    return InvalidArgument("a pipeline of ", stages, " stages needs at least as many layers; ",
+                           "model.num_layers=", config.num_layers,
+                           ": use fewer stages or more layers");
+  }
   auto m = std::make_unique<DecoderLm>(config, vocab, batch, seq_len, backend);
+  // Layers are uniform: stage s holds layers [s·L/P, (s+1)·L/P), counts differing by one at most.
+  const int64_t L = config.num_layers, s = parallel.pipeline_rank;
+  m->layer_begin = static_cast<int>(s * L / stages);
+  m->layer_end = static_cast<int>((s + 1) * L / stages);
+  m->first = s == 0;
+  m->last = s == stages - 1;
   m->be = backend;
+  m->set_planned_dtype(options.planned_dtype);
   m->B = batch;
   m->T = seq_len;
   m->C = config.model_dim;
@@ -157,38 +222,46 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
   return std::unique_ptr<Model>(std::move(m));
 }
 
-double DecoderLm::forward_impl(const Batch& batch) {
+double DecoderLm::stage_forward_impl(const Batch& batch, int slot) {
+  MicroActs& a = acts[static_cast<size_t>(slot)];
   ParamStore& ps = *store_;
   ps.gather(0);
-  vocab.upload_ids(*be, tokens, batch.tokens);
-  use_segments = !batch.segment_ids.empty();
-  if (use_segments) be->copy_from_host(segments, batch.segment_ids.data());
-  const Tensor seg = use_segments ? segments : Tensor();
-  // With a split vocabulary each rank looks up its rows (zeros elsewhere) and the sum over the
-  // group is the embedding; rank 0 alone adds the positions.
-  be->embedding_forward(encoded.view({B, T, C}), tokens, wte.w, tp.rank == 0 ? wpe.w : Tensor());
-  tp.all_reduce(encoded);
+  a.use_segments = !batch.segment_ids.empty();
+  if (a.use_segments) be->copy_from_host(a.segments, batch.segment_ids.data());
+  const Tensor seg = a.use_segments ? a.segments : Tensor();
+  if (first) {
+    vocab.upload_ids(*be, a.tokens, batch.tokens);
+    // With a split vocabulary each rank looks up its rows (zeros elsewhere) and the sum over the
+    // group is the embedding; rank 0 alone adds the positions.
+    be->embedding_forward(a.encoded.view({B, T, C}), a.tokens, wte.w,
+                          tp.rank == 0 ? wpe.w : Tensor());
+    tp.all_reduce(a.encoded);
+  }  // a later stage's input was received into a.encoded
   for (size_t i = 0; i < blocks.size(); ++i) {
     const int unit = static_cast<int>(i) + 1;
     ps.gather(unit);
     ps.prefetch(unit + 1);
-    blocks[i].forward(*be, residual_into(i), block_acts[i], scratch, {.segments = seg});
+    blocks[i].forward(*be, residual_into(a, i), a.blocks[i], scratch, {.segments = seg});
   }
-  lnf.forward(*be, lnf_acts, residual_into(blocks.size()));
-  be->matmul_forward(logits_, lnf_acts.out, lm_head.w, Tensor());
+  if (!last) return 0;
+  lnf.forward(*be, a.lnf, residual_into(a, blocks.size()));
+  be->matmul_forward(a.logits, a.lnf.out, lm_head.w, Tensor());
   if (batch.targets.empty()) return 0;
-  return loss.forward(*be, logits_, batch.targets);
+  return a.loss.forward(*be, a.logits, batch.targets);
 }
 
-void DecoderLm::backward_impl(float dloss) {
-  const Tensor seg = use_segments ? segments : Tensor();
-  loss.backward(*be, logits_, dloss);  // dlogits overwrite the logits in place
-  Tensor dlnf = scratch.dln;
-  be->zero(dlnf);
-  be->matmul_backward(dlnf, lm_head.dw, Tensor(), logits_, lnf_acts.out, lm_head.w);
-  tp.all_reduce(dlnf);  // each vocabulary shard contributes to the hidden state's gradient
-  be->zero(dres);
-  lnf.backward(*be, dres, dlnf, residual_into(blocks.size()), lnf_acts);
+void DecoderLm::stage_backward_impl(int slot, float dloss) {
+  const MicroActs& a = acts[static_cast<size_t>(slot)];
+  const Tensor seg = a.use_segments ? a.segments : Tensor();
+  if (last) {
+    a.loss.backward(*be, a.logits, dloss);  // dlogits overwrite the logits in place
+    Tensor dlnf = scratch.dln;
+    be->zero(dlnf);
+    be->matmul_backward(dlnf, lm_head.dw, Tensor(), a.logits, a.lnf.out, lm_head.w);
+    tp.all_reduce(dlnf);  // each vocabulary shard contributes to the hidden state's gradient
+    be->zero(dres);
+    lnf.backward(*be, dres, dlnf, residual_into(a, blocks.size()), a.lnf);
+  }  // an earlier stage's d(output) was received into dres
   ParamStore& ps = *store_;
   for (size_t i = blocks.size(); i-- > 0;) {
     const int unit = static_cast<int>(i) + 1;
@@ -197,19 +270,20 @@ void DecoderLm::backward_impl(float dloss) {
     // The shared activations hold the last layer's after the forward pass; any other layer runs
     // its forward pass again from its kept input (the same ops on the same values: bit-equal).
     if (options.recompute_layers && i + 1 < blocks.size()) {
-      blocks[i].forward(*be, residual_into(i), block_acts[i], scratch, {.segments = seg});
+      blocks[i].forward(*be, residual_into(a, i), a.blocks[i], scratch, {.segments = seg});
     }
-    blocks[i].backward(*be, dres, residual_into(i), block_acts[i], scratch, {.segments = seg});
+    blocks[i].backward(*be, dres, residual_into(a, i), a.blocks[i], scratch, {.segments = seg});
     ps.release(unit);
   }
-  be->embedding_backward(wte.dw, wpe.dw, dres.view({B, T, C}), tokens);
+  if (first) be->embedding_backward(wte.dw, wpe.dw, dres.view({B, T, C}), a.tokens);
   ps.release(0);
 }
 
 std::vector<float> DecoderLm::logits(int64_t b, int64_t t) const {
   AX_CHECK(logits_valid_) << "logits() needs a forward() and no backward() since";
   AX_CHECK(b >= 0 && b < B && t >= 0 && t < T);
-  return layers::logits_row(*be, logits_, row_f32, vocab, b * T + t);
+  AX_CHECK(last) << "logits() on a pipeline stage other than the last";
+  return layers::logits_row(*be, acts[0].logits, row_f32, vocab, b * T + t);
 }
 
 }  // namespace ax::train

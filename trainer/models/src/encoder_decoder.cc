@@ -67,6 +67,7 @@ class EncoderDecoder final : public Model {
   Status build() {
     AX_RETURN_IF_ERROR(Model::build(
         declare(), par, [this] { bind(); }, [this](Arena* arena) { plan(arena); }));
+    if (planned_only()) return Status::Ok();
     enc.bias.upload(*be, /*bidirectional=*/true, config.relative_buckets,
                     config.relative_max_distance);
     dec.bias.upload(*be, /*bidirectional=*/false, config.relative_buckets,
@@ -76,6 +77,7 @@ class EncoderDecoder final : public Model {
 
   const ModelConfig& config = config_;
   Backend* be = nullptr;
+  void set_planned_dtype(DType d) { planned_dtype_ = d; }  // Model::plan's compute dtype
   int64_t B = 0, Te = 0, Td = 0, C = 0;
   ModelParallel par;
   layers::TensorGroup tp;
@@ -151,7 +153,7 @@ class EncoderDecoder final : public Model {
   }
 
   void plan_stack(Arena* arena, Stack* s, int64_t T, int64_t memory_seq) {
-    const DType dt = be->compute_dtype();
+    const DType dt = dtype();
     s->tokens = arena->take(DType::kI32, {B, T});
     s->segments = arena->take(DType::kI32, {B, T});
     s->embedded = arena->take(dt, {B * T, C});
@@ -193,7 +195,7 @@ class EncoderDecoder final : public Model {
   }
 
   void plan(Arena* arena) {
-    const DType dt = be->compute_dtype();
+    const DType dt = dtype();
     plan_stack(arena, &enc, Te, 0);
     plan_stack(arena, &dec, Td, Te);
     logits_ = arena->take(dt, {B * Td, vocab.Vl});
@@ -282,6 +284,7 @@ StatusOr<std::unique_ptr<Model>> make_encoder_decoder(const ModelConfig& config,
   const int tp = std::max(1, parallel.tensor_size);
   auto m = std::make_unique<EncoderDecoder>(config, vocab, batch, seq_len, backend);
   m->be = backend;
+  m->set_planned_dtype(options.planned_dtype);
   m->B = batch;
   m->Te = options.encoder_seq_len;
   m->Td = seq_len;

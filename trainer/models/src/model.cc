@@ -32,10 +32,80 @@ int64_t logical_matmul_parameters(const ParamLayout& layout, std::string_view pr
 
 Model::~Model() {
   if (activations_ != nullptr) backend_->free(activations_);
+  for (void* p : slot_memory_) backend_->free(p);
+}
+
+int Model::acquire_slot() {
+  for (size_t s = 0; s < slot_busy_.size(); ++s) {
+    if (!slot_busy_[s]) {
+      slot_busy_[s] = true;
+      return static_cast<int>(s);
+    }
+  }
+  const int slot = slots_allocated();
+  Arena dry_run;
+  plan_slot(&dry_run, slot);
+  slot_bytes_ = dry_run.used();
+  StatusOr<void*> memory = backend_->alloc(dry_run.used());
+  AX_CHECK(memory.ok()) << "activations of micro-batch slot " << slot << ": "
+                        << memory.status().to_string();
+  slot_memory_.push_back(*memory);
+  Arena arena(*memory, dry_run.used());
+  plan_slot(&arena, slot);
+  slot_busy_.push_back(true);
+  slot_targets_.push_back(0);
+  return slot;
+}
+
+void Model::release_slot(int slot) {
+  AX_CHECK(slot >= 0 && slot < slots_allocated() && slot_busy_[static_cast<size_t>(slot)]);
+  slot_busy_[static_cast<size_t>(slot)] = false;
+}
+
+namespace {
+
+// A family without pipeline stages: check_pipeline_layout refuses such a mesh before this.
+void refuse_pipeline_stages(const ModelConfig& config) {
+  AX_CHECK(false) << "model.family=" << name_of(config.family) << " has no pipeline stages";
+}
+
+}  // namespace
+
+Tensor Model::stage_input(int) const {
+  refuse_pipeline_stages(config_);
+  return {};
+}
+Tensor Model::stage_output(int) const {
+  refuse_pipeline_stages(config_);
+  return {};
+}
+Tensor Model::stage_gradient() const {
+  refuse_pipeline_stages(config_);
+  return {};
+}
+double Model::stage_forward_impl(const Batch&, int) {
+  refuse_pipeline_stages(config_);
+  return 0;
+}
+void Model::stage_backward_impl(int, float) { refuse_pipeline_stages(config_); }
+void Model::plan_slot(Arena*, int) { refuse_pipeline_stages(config_); }
+
+StoreBytes Model::store_bytes() const {
+  return store_ ? train::store_bytes(layout(), dtype()) : planned_->bytes;
 }
 
 Status Model::build(ParamLayout layout, const ModelParallel& parallel,
                     const std::function<void()>& bind, const std::function<void(Arena*)>& plan) {
+  if (backend_ == nullptr) {  // Model::plan: count, allocate nothing
+    planned_ = std::make_unique<Planned>();
+    planned_->layout = std::move(layout);
+    planned_->layout.finalize(std::max(1, parallel.fsdp_size));
+    planned_->bytes = train::store_bytes(planned_->layout, dtype());
+    Arena dry_run;
+    plan(&dry_run);
+    activation_bytes_ = dry_run.used();
+    return Status::Ok();
+  }
   AX_ASSIGN_OR_RETURN(store_, ParamStore::create(std::move(layout), backend_, parallel));
   bind();
   Arena dry_run;
@@ -52,6 +122,21 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
                                                const ModelParallel& parallel,
                                                const ModelOptions& options) {
   AX_CHECK(backend != nullptr);
+  return create_or_plan(config, vocab, batch, seq_len, backend, parallel, options);
+}
+
+StatusOr<std::unique_ptr<Model>> Model::plan(const ModelConfig& config, int64_t vocab,
+                                             int64_t batch, int64_t seq_len,
+                                             const ModelParallel& parallel,
+                                             const ModelOptions& options) {
+  return create_or_plan(config, vocab, batch, seq_len, nullptr, parallel, options);
+}
+
+StatusOr<std::unique_ptr<Model>> Model::create_or_plan(const ModelConfig& config, int64_t vocab,
+                                                       int64_t batch, int64_t seq_len,
+                                                       Backend* backend,
+                                                       const ModelParallel& parallel,
+                                                       const ModelOptions& options) {
   if (batch <= 0 || seq_len <= 0) {
     return InvalidArgument("a micro-batch needs batch > 0 and seq_len > 0, got (", batch, ", ",
                            seq_len, ")");
@@ -84,19 +169,26 @@ StatusOr<std::unique_ptr<Model>> Model::create(const ModelConfig& config, int64_
                            ") and the padded vocabulary (", padded,
                            "; model.vocab_multiple rounds it up)");
   }
+  // The softmax covers every row of the table, padding included, as in Megatron-LM, T5X and
+  // Hugging Face (config.json's vocab_size): an export or import then computes the same function
+  // (docs/checkpoint-format.md "The vocabulary and its padding").
   ModelConfig padded_config = config;
   padded_config.vocab_size = padded;
   switch (config.family) {
     case ModelFamily::kGpt:
     case ModelFamily::kLlama:
-      return make_decoder_lm(padded_config, vocab, batch, seq_len, backend, parallel, options);
+      return make_decoder_lm(padded_config, padded, batch, seq_len, backend, parallel, options);
     case ModelFamily::kT5:
-      return make_encoder_decoder(padded_config, vocab, batch, seq_len, backend, parallel, options);
+      return make_encoder_decoder(padded_config, padded, batch, seq_len, backend, parallel,
+                                  options);
   }
   return InvalidArgument("model.family=", name_of(config.family), ": no such model family");
 }
 
-float Model::forward(const Batch& batch) {
+float Model::forward(const Batch& batch) { return forward_stage(batch, 0); }
+
+float Model::forward_stage(const Batch& batch, int slot) {
+  AX_CHECK(slot >= 0 && slot < slots_allocated());
   const int64_t N = batch_ * seq_len_;
   AX_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), N);
   AX_CHECK(batch.targets.empty() || static_cast<int64_t>(batch.targets.size()) == N);
@@ -118,8 +210,9 @@ float Model::forward(const Batch& batch) {
                          << ") (negative targets are ignored)";
     num_targets_ += t >= 0 ? 1 : 0;
   }
-  const double sum = forward_impl(batch);
-  logits_valid_ = true;
+  slot_targets_[static_cast<size_t>(slot)] = num_targets_;
+  const double sum = slot == 0 ? forward_impl(batch) : stage_forward_impl(batch, slot);
+  logits_valid_ = slot == 0;
   has_targets_ = !batch.targets.empty();
   return num_targets_ == 0 ? 0.f : static_cast<float>(sum / static_cast<double>(num_targets_));
 }
@@ -129,6 +222,17 @@ void Model::backward(float scale) {
   logits_valid_ = false;
   if (num_targets_ == 0) return;
   backward_impl(scale / static_cast<float>(num_targets_));
+}
+
+void Model::backward_stage(int slot, float scale) {
+  if (slot == 0) logits_valid_ = false;
+  const int64_t targets = slot_targets(slot);
+  if (targets == 0) return;
+  if (slot == 0) {
+    backward_impl(scale / static_cast<float>(targets));
+  } else {
+    stage_backward_impl(slot, scale / static_cast<float>(targets));
+  }
 }
 
 }  // namespace ax::train

@@ -11,15 +11,11 @@
 namespace ax::train {
 namespace {
 
-// The pipeline and seq axes exist in the mesh (the launcher, the plugin and the job scripts place
-// them) but ax-train builds neither pipeline stages (issue 25) nor sequence sharding (issue 26):
-// a mesh that asks for them is refused rather than trained as data parallelism.
+// The seq axis exists in the mesh (the launcher, the plugin and the job scripts place it) but
+// ax-train does not build sequence sharding yet (issue 26): a mesh that asks for it is refused
+// rather than trained as data parallelism. Pipeline stages are checked against the config by
+// check_pipeline_layout.
 Status check_axes_built(const topo::MeshShape& global, const std::string& where) {
-  if (global.pipeline > 1) {
-    return Unimplemented(where, " has a pipeline axis of ", global.pipeline,
-                         ", but ax-train's pipeline stages are not built yet (issue 25): use a "
-                         "mesh with pipeline 1");
-  }
   if (global.seq > 1) {
     return Unimplemented(where, " has a seq axis of ", global.seq,
                          ", but ax-train's sequence sharding is not built yet (issue 26): use a "
@@ -78,7 +74,29 @@ StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshCo
           : str_cat("the mesh AX_ICI_MESH=", ctx.ici_mesh, " AX_DCN_MESH=", ctx.dcn_mesh);
   // A plain return: the message is the user's, without a source location.
   if (Status s = check_axes_built(global, where); !s.ok()) return s;
-  return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor);
+  return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor, global.pipeline);
+}
+
+Status check_pipeline_layout(const Config& config, const comm::MeshCoords& coords) {
+  const int P = coords.pipeline;
+  if (P == 1) return Status::Ok();
+  const ModelConfig& m = config.model;
+  if (m.family == ModelFamily::kT5) {
+    return Unimplemented("pipeline=", P, ": pipeline stages are built for the decoder-only ",
+                         "families (gpt, llama), not for model.family=t5 yet (issue 25): train ",
+                         "t5 with a mesh of pipeline 1 (data, fsdp and tensor parallelism)");
+  }
+  if (coords.fsdp > 1) {
+    return Unimplemented("pipeline=", P, " with fsdp=", coords.fsdp, ": FSDP inside a pipeline ",
+                         "stage is not built yet (issue 25): use fsdp 1 (pipeline composes with ",
+                         "data and tensor parallelism)");
+  }
+  if (m.num_layers < P) {
+    return InvalidArgument("pipeline=", P, " stages need at least as many layers, and ",
+                           "model.num_layers=", m.num_layers,
+                           ": use a smaller pipeline axis or more layers");
+  }
+  return Status::Ok();
 }
 
 Distributed::~Distributed() {
@@ -95,6 +113,9 @@ ModelParallel Distributed::model_parallel() const {
   p.fsdp = groups.fsdp.get();
   p.data = groups.data.get();
   p.fsdp_prefetch = fsdp_prefetch ? groups.fsdp_prefetch.get() : nullptr;
+  p.pipeline_rank = coords.p;
+  p.pipeline_size = coords.pipeline;
+  p.pipeline = groups.pipeline.get();
   return p;
 }
 
@@ -161,6 +182,8 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   d->timeout = comm::Millis(static_cast<int64_t>(std::ceil(config.train.comm_timeout_s * 1000)));
   d->fsdp_prefetch = config.train.fsdp_prefetch;
   AX_ASSIGN_OR_RETURN(d->coords, resolve_mesh(ctx, config.mesh));
+  // A plain return: the message is the user's, without a source location.
+  if (Status s = check_pipeline_layout(config, d->coords); !s.ok()) return s;
   AX_ASSIGN_OR_RETURN(d->scratch, backend->alloc(64));
   if (!d->multi()) return d;
   AX_ASSIGN_OR_RETURN(d->store, connect_job_store(ctx, d->timeout));
@@ -205,9 +228,11 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   if (!groups.ok()) return groups.status().with_context("building the mesh groups");
   d->groups = std::move(*groups);
   d->reporter = std::make_unique<comm::ActivityReporter>(d->store, ctx.rank, d->timeout);
-  log << "job: " << job::describe(ctx) << "; mesh data=" << d->coords.data
-      << " fsdp=" << d->coords.fsdp << " tensor=" << d->coords.tensor << " (this rank d"
-      << d->coords.d << " f" << d->coords.f << " t" << d->coords.t << ")\n";
+  log << "job: " << job::describe(ctx) << "; mesh "
+      << (d->coords.pipeline > 1 ? str_cat("pipeline=", d->coords.pipeline, " ") : std::string())
+      << "data=" << d->coords.data << " fsdp=" << d->coords.fsdp << " tensor=" << d->coords.tensor
+      << " (this rank " << (d->coords.pipeline > 1 ? str_cat("p", d->coords.p, " ") : std::string())
+      << "d" << d->coords.d << " f" << d->coords.f << " t" << d->coords.t << ")\n";
   return d;
 }
 

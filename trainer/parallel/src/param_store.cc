@@ -158,6 +158,32 @@ void init_parameters(const ParamLayout& layout, uint64_t seed, std::span<float> 
 
 // ---- ParamStore ----
 
+// Keep in step with ParamStore::Impl::allocate() below (plan_test compares the two).
+StoreBytes store_bytes(const ParamLayout& layout, DType dt) {
+  const int F = layout.shards();
+  const size_t shard_elems = static_cast<size_t>(layout.total() / F);
+  const size_t ds = dtype_size(dt);
+  StoreBytes b;
+  b.master = shard_elems * sizeof(float);
+  b.gradients = shard_elems * sizeof(float);
+  b.scratch = 16 * sizeof(float);
+  if (F == 1) {
+    b.compute = dt == DType::kF32 ? 0 : shard_elems * ds;
+    return b;
+  }
+  const std::vector<ParamLayout::Unit>& units = layout.units();
+  int64_t max_unit = units[0].size, max_layer_unit = 0;
+  for (size_t u = 1; u < units.size(); ++u) {
+    max_layer_unit = std::max(max_layer_unit, units[u].size);
+    max_unit = std::max(max_unit, units[u].size);
+  }
+  b.gathered = static_cast<size_t>(units[0].size) * (ds + sizeof(float)) +
+               2 * static_cast<size_t>(max_layer_unit) * (ds + sizeof(float));
+  b.scratch += static_cast<size_t>(max_unit / F) * sizeof(float);
+  if (dt != DType::kF32) b.scratch += 2 * static_cast<size_t>(max_unit / F) * ds;
+  return b;
+}
+
 class ParamStore::Impl {
  public:
   ParamLayout layout;
@@ -181,6 +207,7 @@ class ParamStore::Impl {
   void* shard_compute = nullptr;     // one unit's shard in the compute dtype (bf16 backends)
   void* prefetch_compute = nullptr;  // the same for the prefetch gather's input
   void* scalar = nullptr;            // 16 floats for reductions of one value
+  void* shared_tmp = nullptr;        // pipeline: the other end's gradient of a shared parameter
   int slot_unit[2] = {-1, -1};
   // The unit being prefetched (into slot (unit - 1) % 2), or -1.
   std::unique_ptr<Prefetcher> prefetcher;
@@ -191,7 +218,7 @@ class ParamStore::Impl {
   ~Impl() {
     prefetcher.reset();  // joins a gather thread before the buffers go
     for (void* p : {params, grads, root_w, root_g, slot_w[0], slot_w[1], slot_g[0], slot_g[1],
-                    scatter_tmp, shard_compute, prefetch_compute, scalar}) {
+                    scatter_tmp, shard_compute, prefetch_compute, scalar, shared_tmp}) {
       if (p != nullptr) be->free(p);
     }
     if (weights != nullptr && weights != params) be->free(weights);
@@ -203,6 +230,13 @@ class ParamStore::Impl {
     AX_ASSIGN_OR_RETURN(params, be->alloc(shard_elems * sizeof(float)));
     AX_ASSIGN_OR_RETURN(grads, be->alloc(shard_elems * sizeof(float)));
     AX_ASSIGN_OR_RETURN(scalar, be->alloc(16 * sizeof(float)));
+    int64_t shared = 0;
+    for (const ParamSpec& spec : layout.specs()) {
+      if (spec.pipeline_shared && pipeline_end()) shared = std::max(shared, spec.numel);
+    }
+    if (shared > 0) {
+      AX_ASSIGN_OR_RETURN(shared_tmp, be->alloc(static_cast<size_t>(shared) * sizeof(float)));
+    }
     if (F == 1) {
       if (dt == DType::kF32) {
         weights = params;
@@ -237,6 +271,11 @@ class ParamStore::Impl {
   }
 
   Tensor shard(void* base) const { return Tensor(base, DType::kF32, {layout.total() / F}); }
+  // The first or the last stage of a pipeline of several: they share tied tables.
+  bool pipeline_end() const {
+    return par.pipeline_size > 1 &&
+           (par.pipeline_rank == 0 || par.pipeline_rank == par.pipeline_size - 1);
+  }
   int64_t units() const { return static_cast<int64_t>(layout.units().size()); }
 
   // FSDP: unit u's part of this rank's shard buffers, and the full unit.
@@ -313,8 +352,13 @@ StatusOr<std::unique_ptr<ParamStore>> ParamStore::create(ParamLayout layout, Bac
     return InvalidArgument("bad model parallelism: tensor rank ", parallel.tensor_rank, " of ", tp,
                            ", fsdp rank ", parallel.fsdp_rank, " of ", fsdp);
   }
-  if ((tp > 1 && parallel.tensor == nullptr) || (fsdp > 1 && parallel.fsdp == nullptr)) {
-    return InvalidArgument("model parallelism needs the tensor and fsdp communicators");
+  if ((tp > 1 && parallel.tensor == nullptr) || (fsdp > 1 && parallel.fsdp == nullptr) ||
+      (parallel.pipeline_size > 1 && parallel.pipeline == nullptr)) {
+    return InvalidArgument("model parallelism needs the tensor, fsdp and pipeline communicators");
+  }
+  if (parallel.pipeline_size > 1 && fsdp > 1) {
+    return Unimplemented("FSDP inside a pipeline stage is not built yet (issue 25): use ",
+                         "mesh fsdp 1 with pipeline > 1 (data and tensor parallelism compose)");
   }
   auto impl = std::make_unique<Impl>();
   impl->layout = std::move(layout);
@@ -329,7 +373,9 @@ StatusOr<std::unique_ptr<ParamStore>> ParamStore::create(ParamLayout layout, Bac
 const ParamLayout& ParamStore::layout() const { return impl_->layout; }
 Backend* ParamStore::backend() const { return impl_->be; }
 const ModelParallel& ParamStore::parallel() const { return impl_->par; }
-bool ParamStore::sharded() const { return impl_->par.tensor_size > 1 || impl_->F > 1; }
+bool ParamStore::sharded() const {
+  return impl_->par.tensor_size > 1 || impl_->F > 1 || impl_->par.pipeline_size > 1;
+}
 Tensor ParamStore::params() const { return impl_->shard(impl_->params); }
 Tensor ParamStore::grads() const { return impl_->shard(impl_->grads); }
 
@@ -414,12 +460,15 @@ double ParamStore::grad_sum_squares() const {
   Impl& m = *impl_;
   Backend& be = *m.be;
   double local = 0;
-  if (m.par.tensor_size == 1) {
+  // A tied table's gradient is the same on the first and the last stage: the first counts it.
+  const bool skip_shared = m.pipeline_end() && m.par.pipeline_rank != 0;
+  if (m.par.tensor_size == 1 && !skip_shared) {
     local = be.sum_squares(grads());
   } else {
     // A parameter every tensor rank holds whole has the same gradient on each: count it once.
     for (const OwnedRange& r : owned()) {
       if (r.spec->split_dim < 0 && m.par.tensor_rank != 0) continue;
+      if (r.spec->pipeline_shared && skip_shared) continue;
       local += be.sum_squares(
           Tensor(static_cast<float*>(m.grads) + r.shard_offset, DType::kF32, {r.length}));
     }
@@ -428,14 +477,31 @@ double ParamStore::grad_sum_squares() const {
   float value = static_cast<float>(local);
   if (m.par.tensor_size > 1) m.all_reduce_scalar(m.par.tensor, &value, "gradient norm (tensor)");
   if (m.F > 1) m.all_reduce_scalar(m.par.fsdp, &value, "gradient norm (fsdp)");
+  if (m.par.pipeline_size > 1) {
+    m.all_reduce_scalar(m.par.pipeline, &value, "gradient norm (pipeline)");
+  }
   return value;
 }
 
 void ParamStore::reduce_gradients() {
   Impl& m = *impl_;
-  if (m.par.data == nullptr || m.par.data->size() == 1) return;
-  comm::collective_or_die(m.par.data->all_reduce(grads(), comm::ReduceOp::kSum),
-                          "data-parallel gradient all-reduce");
+  if (m.par.data != nullptr && m.par.data->size() > 1) {
+    comm::collective_or_die(m.par.data->all_reduce(grads(), comm::ReduceOp::kSum),
+                            "data-parallel gradient all-reduce");
+  }
+  if (!m.pipeline_end()) return;
+  // Megatron's embedding group: the first and the last stage swap their parts of a tied table's
+  // gradient and both add the other's (a + b == b + a bit for bit: the copies stay identical).
+  const int peer = m.par.pipeline_rank == 0 ? m.par.pipeline_size - 1 : 0;
+  for (const ParamSpec& spec : m.layout.specs()) {
+    if (!spec.pipeline_shared) continue;
+    Tensor mine = param_view(spec, m.grads).view({spec.numel});
+    Tensor theirs(m.shared_tmp, DType::kF32, {spec.numel});
+    comm::collective_or_die(
+        m.par.pipeline->exchange({comm::P2POp::send(mine, peer), comm::P2POp::recv(theirs, peer)}),
+        "summing a tied table's gradient between the first and the last pipeline stage");
+    m.be->add_forward(mine, mine, theirs);
+  }
 }
 
 void ParamStore::zero_grad() {

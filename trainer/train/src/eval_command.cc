@@ -55,9 +55,19 @@ StatusOr<TaskEvalResult> run_eval_command(const EvalCommandOptions& o, std::ostr
   if (blob == blobs.blobs.end()) return DataLoss(checkpoints.step_dir(step), " has no config.json");
   AX_ASSIGN_OR_RETURN(Config config, from_json(blob->second));
   const bool t5 = config.model.family == ModelFamily::kT5;
-  StatusOr<std::unique_ptr<data::Tokenizer>> loaded = data::Tokenizer::load(config.data.tokenizer);
-  if (!loaded.ok()) return loaded.status().with_context("the run's data.tokenizer");
+  StatusOr<std::unique_ptr<data::Tokenizer>> loaded =
+      data::Tokenizer::load(o.tokenizer.empty() ? config.data.tokenizer : o.tokenizer);
+  if (!loaded.ok()) {
+    return loaded.status().with_context(o.tokenizer.empty() ? "the run's data.tokenizer"
+                                                            : "--tokenizer");
+  }
   const data::Tokenizer& tokenizer = **loaded;
+  if (tokenizer.vocab_size() > config.model.vocab_size) {
+    return FailedPrecondition("the tokenizer ",
+                              o.tokenizer.empty() ? config.data.tokenizer : o.tokenizer, " has ",
+                              tokenizer.vocab_size(), " ids, more than the ",
+                              config.model.vocab_size, " rows of the model's embedding");
+  }
 
   AX_ASSIGN_OR_RETURN(std::vector<TaskExample> examples,
                       read_task_examples(task, o.data, o.max_examples));

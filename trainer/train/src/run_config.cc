@@ -203,7 +203,10 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
   return cpu;
 }
 
-double forward_backward(Model* model, const StepRows& rows) {
+double forward_backward(Model* model, const StepRows& rows, PipelineSchedule schedule) {
+  if (model->parallel().pipeline_size > 1) {
+    return pipeline_forward_backward(model, rows, schedule);
+  }
   // The phases a stuck rank is reported in (comm/activity.h).
   comm::set_phase(comm::Phase::kForward);
   model->zero_grad();
@@ -235,6 +238,7 @@ double forward_backward(Model* model, std::span<const uint32_t> windows, int64_t
 }
 
 double evaluate_loss(Model* model, const StepRows& rows) {
+  if (model->parallel().pipeline_size > 1) return pipeline_evaluate_loss(model, rows);
   const double total = static_cast<double>(std::max<int64_t>(1, rows.num_targets));
   return for_each_micro_batch(model, rows,
                               [](float loss, int64_t targets) {

@@ -28,9 +28,18 @@ StatusOr<std::vector<std::string>> sample_text(const SampleOptions& options, std
   }
   AX_ASSIGN_OR_RETURN(Config config, from_json(blob->second));
   StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer =
-      data::Tokenizer::load(config.data.tokenizer);
-  if (!tokenizer.ok()) return tokenizer.status().with_context("the run's data.tokenizer");
+      data::Tokenizer::load(options.tokenizer.empty() ? config.data.tokenizer : options.tokenizer);
+  if (!tokenizer.ok()) {
+    return tokenizer.status().with_context(options.tokenizer.empty() ? "the run's data.tokenizer"
+                                                                     : "--tokenizer");
+  }
   const data::Tokenizer& tok = **tokenizer;
+  if (tok.vocab_size() > config.model.vocab_size) {
+    return FailedPrecondition("the tokenizer ",
+                              options.tokenizer.empty() ? config.data.tokenizer : options.tokenizer,
+                              " has ", tok.vocab_size(), " ids, more than the ",
+                              config.model.vocab_size, " rows of the model's embedding");
+  }
   const bool t5 = config.model.family == ModelFamily::kT5;
   const int32_t eos = tok.eos_id();
 
@@ -64,7 +73,8 @@ StatusOr<std::vector<std::string>> sample_text(const SampleOptions& options, std
                                      .top_k = options.top_k,
                                      .seed = options.seed,
                                      .stop_token = eos,
-                                     .use_cache = options.use_cache};
+                                     .use_cache = options.use_cache,
+                                     .pick_below = tok.vocab_size()};
   const auto start = std::chrono::steady_clock::now();
   AX_ASSIGN_OR_RETURN(Decoded decoded, decode(*model, inputs, decode_options));
   const double seconds =

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "ax/common/file_io.h"
@@ -174,6 +175,11 @@ void Trainer::print_summary() const {
        << " in " << config_.data.train_dir << "; GLOBAL_BATCH " << global_batch_ << " = "
        << dist_->replicas() << " replica(s) x " << config_.train.num_microbatches
        << " micro-batch(es) of " << micro_batch_ << " x " << config_.train.seq_len << " tokens\n";
+  if (dist_->coords.pipeline > 1) {
+    out_ << "pipeline: stage " << dist_->coords.p << " of " << dist_->coords.pipeline << ", "
+         << config_.train.pipeline_schedule << " schedule over " << config_.train.num_microbatches
+         << " micro-batch(es) per step\n";
+  }
   if (config_.train.eval_every > 0) {
     out_ << (val_set_ ? "validation: " + val_dir_
                       : std::string("validation: none (no data.validation_dir and no sibling "
@@ -212,8 +218,13 @@ Status Trainer::step(int64_t step, StepResult* result) {
     rows.dropout_seed =
         mix64(config_.train.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step)));
   }
-  const double loss = dist_->all_reduce(dist_->groups.replica.get(),
-                                        forward_backward(model_.get(), rows), comm::ReduceOp::kSum);
+  AX_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
+                      parse_pipeline_schedule(config_.train.pipeline_schedule));
+  double loss =
+      dist_->all_reduce(dist_->groups.replica.get(), forward_backward(model_.get(), rows, schedule),
+                        comm::ReduceOp::kSum);
+  // A pipeline's loss is its last stage's (0 on the others): the sum tells every stage.
+  loss = dist_->all_reduce(dist_->groups.pipeline.get(), loss, comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);
   comm::set_phase(comm::Phase::kOptimizer);
   const double norm = optimizer_->grad_norm();
@@ -258,7 +269,9 @@ Status Trainer::evaluate(int64_t step) {
     sum += evaluate_loss(model_.get(), rows) * static_cast<double>(rows.num_targets);
     targets += rows.num_targets;
   }
-  const double val_loss = sum / static_cast<double>(std::max<int64_t>(1, targets));
+  const double val_loss = dist_->all_reduce(
+      dist_->groups.pipeline.get(), sum / static_cast<double>(std::max<int64_t>(1, targets)),
+      comm::ReduceOp::kSum);  // a pipeline's last stage has it, 0 the others
   out_ << "eval step " << step << " | val loss " << fixed(val_loss, 4) << " | ppl "
        << fixed(std::exp(val_loss), 2) << std::endl;
   return leader() ? metrics_->log_eval(step, val_loss) : Status::Ok();
@@ -433,6 +446,26 @@ StatusOr<TrainOutcome> Trainer::run() {
   }
   out_ << "done: step " << max_steps << ", " << progress_.tokens_seen << " tokens; peak memory "
        << human_bytes(static_cast<double>(backend_->peak_bytes_in_use())) << " on this rank\n";
+  if (dist_->coords.pipeline > 1) {
+    // What the schedule kept alive on each stage (docs/sharding.md "Pipeline parallelism"), as
+    // the first rank of each stage measured it, through the job's store.
+    AX_ASSIGN_OR_RETURN(
+        const std::vector<std::string> all,
+        comm::store_all_gather(*dist_->store, "pipeline/memory", ctx_.rank, ctx_.world,
+                               str_cat(model_->slots_allocated(), " ", model_->slot_bytes(), " ",
+                                       backend_->peak_bytes_in_use()),
+                               dist_->timeout));
+    const int per_stage = ctx_.world / dist_->coords.pipeline;
+    for (int p = 0; p < dist_->coords.pipeline; ++p) {
+      std::istringstream fields(all[static_cast<size_t>(p * per_stage)]);
+      long long slots = 0, slot_bytes = 0, peak = 0;
+      fields >> slots >> slot_bytes >> peak;
+      out_ << "pipeline stage " << p << ": activations of at most " << slots
+           << " micro-batch(es) at once (a slot beyond the first is " << slot_bytes
+           << " bytes); peak " << peak << " bytes held by the backend of rank " << p * per_stage
+           << "\n";
+    }
+  }
   return TrainOutcome::kFinished;
 }
 

@@ -121,19 +121,23 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(std::shared_ptr<S
                                                                int global_rank,
                                                                const CommOptions& options);
 
-// The mesh axes of docs/architecture.md, global rank = (d · fsdp + f) · tensor + t (tensor fastest,
-// then fsdp, then data: the order derive_mesh places ranks in).
+// The mesh axes of docs/architecture.md, global rank = ((p · data + d) · fsdp + f) · tensor + t
+// (tensor fastest, then fsdp, then data, then pipeline: the order derive_mesh places ranks in).
 struct MeshCoords {
   int data = 1, fsdp = 1, tensor = 1;  // axis sizes (global = ICI × DCN per axis)
   int d = 0, f = 0, t = 0;             // this rank's coordinates
-  int world() const { return data * fsdp * tensor; }
-  int rank() const { return (d * fsdp + f) * tensor + t; }
-  static MeshCoords of(int rank, int data, int fsdp, int tensor);
-  // Global ranks of each group this rank belongs to, sorted.
-  std::vector<int> data_group() const;     // same f, t
-  std::vector<int> fsdp_group() const;     // same d, t
-  std::vector<int> tensor_group() const;   // same d, f
-  std::vector<int> replica_group() const;  // data × fsdp: same t (ranks that see different data)
+  // The pipeline axis, slowest of all (AXLearn's order): stage p of `pipeline`.
+  int pipeline = 1, p = 0;
+  int world() const { return pipeline * data * fsdp * tensor; }
+  int rank() const { return ((p * data + d) * fsdp + f) * tensor + t; }
+  static MeshCoords of(int rank, int data, int fsdp, int tensor, int pipeline = 1);
+  // Global ranks of each group this rank belongs to, sorted. All but the pipeline group lie
+  // inside this rank's stage.
+  std::vector<int> data_group() const;     // same p, f, t
+  std::vector<int> fsdp_group() const;     // same p, d, t
+  std::vector<int> tensor_group() const;   // same p, d, f
+  std::vector<int> replica_group() const;  // data × fsdp: same p, t (ranks that see different data)
+  std::vector<int> pipeline_group() const;  // same d, f, t: the stages in order
 };
 
 // The communicators of one rank, passed explicitly to the model, optimizer, loader and
@@ -145,6 +149,10 @@ struct MeshGroups {
   std::unique_ptr<Communicator> fsdp;
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> replica;  // data × fsdp
+  // The stages of this rank's pipeline (pipeline > 1 only; null otherwise): activations and
+  // their gradients go to the neighbours with exchange(), the loss and the gradient norm are
+  // summed over it.
+  std::unique_ptr<Communicator> pipeline;
   // A second communicator over the fsdp group (fsdp > 1 only): FSDP prefetch gathers the next
   // layer on it while the current one computes and reduce-scatters on `fsdp` (Gloo: on a thread
   // of its own; NCCL: issued by the training thread onto a stream of its own, own_stream).

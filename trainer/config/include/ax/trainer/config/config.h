@@ -92,11 +92,14 @@ struct TrainConfig {
   // mantissas; PyTorch's allow_tf32). Off: f32 GEMMs multiply in full f32.
   bool allow_tf32 = false;
   std::string recompute = "none";  // none | layer: activation recomputation per layer
-  int64_t seq_len = 256;           // decoder tokens per sequence (T5x's DEC_SL for t5)
-  int64_t encoder_seq_len = 0;     // t5: encoder tokens per sequence (ENC_SL)
-  double z_loss = 0;               // T5x's z-loss: z_loss · (log Σ exp logits)² per token
-  int64_t pack_examples = 1;       // t5: span-corruption examples packed per row (segment ids)
-  bool pack_seq2seq = true;        // seq2seq shards: examples packed greedily per row (segments)
+  // Pipeline parallelism (a mesh with pipeline > 1): gpipe | 1f1b, over the step's
+  // num_microbatches micro-batches (docs/sharding.md "Pipeline parallelism").
+  std::string pipeline_schedule = "1f1b";
+  int64_t seq_len = 256;        // decoder tokens per sequence (T5x's DEC_SL for t5)
+  int64_t encoder_seq_len = 0;  // t5: encoder tokens per sequence (ENC_SL)
+  double z_loss = 0;            // T5x's z-loss: z_loss · (log Σ exp logits)² per token
+  int64_t pack_examples = 1;    // t5: span-corruption examples packed per row (segment ids)
+  bool pack_seq2seq = true;     // seq2seq shards: examples packed greedily per row (segments)
   uint64_t seed = 1234;
   int64_t log_every = 10;
   // Stragglers (docs/reliability.md): at every progress line the ranks gather their data,

@@ -23,11 +23,14 @@ struct DecodeOptions {
   int32_t stop_token = -1;  // a row ends when it picks this token (not kept); < 0: none
   bool use_cache = true;
   bool keep_logits = false;  // return the logits each new token was picked from
+  // Picks only ids below this (the tokenizer's size: the table's padded rows are in the softmax
+  // but decode to no text); 0 = any row of the table.
+  int64_t pick_below = 0;
 };
 
 struct Decoded {
   std::vector<std::vector<int32_t>> tokens;  // per row, the new tokens
-  // With keep_logits: per row, per new token, the real-vocabulary logits it was picked from.
+  // With keep_logits: per row, per new token, the logits it was picked from (pick_below of them).
   std::vector<std::vector<std::vector<float>>> logits;
 };
 

@@ -33,6 +33,9 @@ struct TaskExample {
   std::string id;                    // mnli: idx (or pair_id), squad: id, lambada: the line number
   std::string input;                 // mnli, squad: inputs; lambada: context
   std::vector<std::string> targets;  // mnli: {targets}; squad: answers; lambada: {last_word}
+  // squad: the file's own answers ("raw_answers", before T5's punctuation padding), which the
+  // official v1.1 script scores against; empty when the line has none (then `targets`).
+  std::vector<std::string> raw_targets;
 };
 
 // The first `max_examples` lines (0 = all) of `path`. Errors name the file, the line and the
@@ -71,14 +74,16 @@ struct TaskPrediction {
 // Integer sums (task_metrics.h) and this rank's predictions. Sums of several ranks add exactly.
 struct TaskEvalResult {
   EvalTask task = EvalTask::kMnli;
-  AccuracySums accuracy;  // mnli
-  SquadSums squad;
+  AccuracySums accuracy;     // mnli
+  SquadSums squad;           // T5's convention: the padded answers (as T5's paper reports)
+  SquadSums squad_official;  // the official v1.1 script's: the raw answers
   LambadaSums lambada;
   std::vector<TaskPrediction> predictions;  // by index
 
   void merge(const TaskEvalResult& other);
-  // The metrics.jsonl fields, in order: mnli accuracy, correct, examples; squad exact_match, f1,
-  // examples; lambada accuracy, ppl (lm-evaluation-harness's), token_ppl, correct, examples.
+  // The metrics.jsonl fields, in order: mnli accuracy, correct, examples; squad exact_match, f1
+  // (T5's convention), official_exact_match, official_f1 (the v1.1 script's), examples; lambada
+  // accuracy, ppl (lm-evaluation-harness's), token_ppl, correct, examples.
   std::vector<std::pair<std::string, double>> scores() const;
   // A text form for moving a rank's result to the others (exact: integers and %.17g doubles).
   std::string serialize() const;

@@ -32,6 +32,8 @@ struct ModelOptions {
   // T5x's auxiliary z-loss (train.z_loss): z_loss · lse² per token is added to the loss, lse =
   // log Σ exp of the token's logits. 0 skips the term: the loss has the bits it had without it.
   float z_loss = 0;
+  // Model::plan only (no backend to ask): the compute dtype activations are sized in.
+  DType planned_dtype = DType::kF32;
 };
 
 // One micro-batch as any model family reads it: host memory, row-major (batch, length). A loss
@@ -56,8 +58,9 @@ struct Batch {
 // only this interface and the store (docs/trainer.md "Model families").
 class Model {
  public:
-  // A model for micro-batches of (batch, seq_len) tokens. `vocab` is the real vocabulary (the
-  // tokenizer's size, <= config.vocab_size): the loss and sampling use only those columns.
+  // A model for micro-batches of (batch, seq_len) tokens. `vocab` is the tokenizer's size; the
+  // table has padded_vocab_size(config, vocab) rows, and the softmax (loss and logits) covers
+  // every one of them, as a Hugging Face config.json's vocab_size does; vocab() is that size.
   static StatusOr<std::unique_ptr<Model>> create(const ModelConfig& config, int64_t vocab,
                                                  int64_t batch, int64_t seq_len, Backend* backend,
                                                  const ModelParallel& parallel = {},
@@ -68,12 +71,23 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   ParamStore& store() const { return *store_; }
-  const ParamLayout& layout() const { return store_->layout(); }
+  const ParamLayout& layout() const { return store_ ? store_->layout() : planned_->layout; }
   Backend* backend() const { return backend_; }
   int64_t batch() const { return batch_; }
   int64_t seq_len() const { return seq_len_; }
   int64_t vocab() const { return vocab_; }
   size_t activation_bytes() const { return activation_bytes_; }
+  // The same model sized on one rank without allocating anything (a backend-free plan for
+  // `ax-train plan`, docs/plan.md): the same checks, declarations and activation plan as create(),
+  // the store's buffers counted (store_bytes) instead of allocated. Only the layout, the sizes
+  // and flops_per_row() may be used; forward, backward and the store may not.
+  static StatusOr<std::unique_ptr<Model>> plan(const ModelConfig& config, int64_t vocab,
+                                               int64_t batch, int64_t seq_len,
+                                               const ModelParallel& parallel,
+                                               const ModelOptions& options);
+  bool planned_only() const { return planned_ != nullptr; }
+  // The store's buffers on this rank (allocated, or counted for a plan).
+  StoreBytes store_bytes() const;
   const ModelParallel& parallel() const { return store_->parallel(); }
   bool sharded() const { return store_->sharded(); }
 
@@ -90,8 +104,37 @@ class Model {
   // a global batch split into micro-batches, pass num_targets() / (targets in the global batch).
   // Invalidates the logits.
   void backward(float scale);
-  // The real-vocabulary logits at (b, t) of the last forward (before backward).
+  // The logits at (b, t) of the last forward (before backward): vocab() of them.
   virtual std::vector<float> logits(int64_t b, int64_t t) const = 0;
+
+  // ---- Pipeline stages (docs/sharding.md "Pipeline parallelism") ----
+  // With parallel.pipeline_size P > 1 the network is stage parallel.pipeline_rank of P: a
+  // contiguous range of layers; the first stage also embeds the tokens, the last holds the final
+  // norm, the head and the loss. Each micro-batch in flight holds an activation slot: slot 0 is
+  // planned with the model (forward() and backward() use it), further ones are allocated when a
+  // schedule first needs them (so the backend's allocation counter shows the schedule's peak)
+  // and reused once released. A family without stages (t5) is refused before it gets here.
+  bool first_stage() const { return parallel().pipeline_rank == 0; }
+  bool last_stage() const { return parallel().pipeline_rank == parallel().pipeline_size - 1; }
+  int acquire_slot();
+  void release_slot(int slot);
+  int slots_allocated() const { return static_cast<int>(slot_busy_.size()); }
+  size_t slot_bytes() const { return slot_bytes_; }  // of each slot after the first (0: none)
+  // The forward pass of this stage over `batch` in `slot`: the first stage reads the tokens, the
+  // others their input from stage_input(slot), which the caller fills. Returns the mean loss on
+  // the last stage (0 elsewhere, and without targets); every stage counts the targets.
+  float forward_stage(const Batch& batch, int slot);
+  int64_t slot_targets(int slot) const { return slot_targets_[static_cast<size_t>(slot)]; }
+  // The backward pass of the micro-batch in `slot`, scaled as backward(scale). A stage other
+  // than the last reads d(its output) from stage_gradient(), which the caller fills; a stage
+  // other than the first leaves d(its input) there. Nothing to do (and nothing to send) when the
+  // micro-batch has no targets.
+  void backward_stage(int slot, float scale);
+  // (B·T, C) in the compute dtype: a stage's input (the previous stage's output) in `slot`, its
+  // output in `slot`, and the gradient of the residual stream (one buffer for every slot).
+  virtual Tensor stage_input(int slot) const;
+  virtual Tensor stage_output(int slot) const;
+  virtual Tensor stage_gradient() const;
   // The FLOPs of a forward and backward pass over one row of a batch (the whole model, however
   // it is split over ranks), as MFU counts them (models/flops.h flops_per_token).
   virtual double flops_per_row() const = 0;
@@ -124,18 +167,42 @@ class Model {
   // its non-ignored targets (num_targets_ of them); backward with d(loss)/d(each token's loss).
   virtual double forward_impl(const Batch& batch) = 0;
   virtual void backward_impl(float dloss) = 0;
+  // Pipeline stages: the passes over one slot, and the plan of a new slot's activations (called
+  // twice, as `plan` in build()).
+  virtual double stage_forward_impl(const Batch& batch, int slot);
+  virtual void stage_backward_impl(int slot, float dloss);
+  virtual void plan_slot(Arena* arena, int slot);
   // A family's build: the store over `layout` (on `parallel`), `bind` to take the parameters'
   // views, then `plan` the activations twice: a dry run sizes one allocation (freed by ~Model),
   // the second pass slices it.
+  // Without a backend (Model::plan) the store's buffers are counted and the dry run is all.
   Status build(ParamLayout layout, const ModelParallel& parallel, const std::function<void()>& bind,
                const std::function<void(Arena*)>& plan);
+  // create() and plan(): the shared checks and the family factory (backend null for a plan).
+  static StatusOr<std::unique_ptr<Model>> create_or_plan(const ModelConfig& config, int64_t vocab,
+                                                         int64_t batch, int64_t seq_len,
+                                                         Backend* backend,
+                                                         const ModelParallel& parallel,
+                                                         const ModelOptions& options);
 
-  ModelConfig config_;  // vocab_size is the padded vocabulary
+  ModelConfig config_;  // vocab_size is the padded vocabulary, == vocab_
   Backend* backend_;
   int64_t vocab_, batch_, seq_len_;
   std::unique_ptr<ParamStore> store_;
   size_t activation_bytes_ = 0;
   void* activations_ = nullptr;
+  std::vector<void*> slot_memory_;  // pipeline slots 1.. (slot 0 is in activations_)
+  std::vector<bool> slot_busy_ = {false};
+  std::vector<int64_t> slot_targets_ = {0};
+  size_t slot_bytes_ = 0;
+  // The compute dtype (the backend's; a plan's options.planned_dtype).
+  DType dtype() const { return backend_ != nullptr ? backend_->compute_dtype() : planned_dtype_; }
+  DType planned_dtype_ = DType::kF32;
+  struct Planned {
+    ParamLayout layout;
+    StoreBytes bytes;
+  };
+  std::unique_ptr<Planned> planned_;  // a plan's (store_ is null)
   int64_t num_targets_ = 0;
   bool has_targets_ = false;
   bool logits_valid_ = false;

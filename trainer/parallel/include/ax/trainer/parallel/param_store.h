@@ -49,6 +49,10 @@ struct ParamSpec {
   int64_t numel = 0;
   bool weight_decay = false;  // matrices and embeddings; not norms and biases
   bool matmul = false;        // counts as a matmul parameter (PaLM's N, for MFU)
+  // Held by the first and the last pipeline stage both (a tied embedding table): its gradient is
+  // summed between the two before the optimizer, so both copies stay identical, and the
+  // gradient norm counts it once (docs/sharding.md "Pipeline parallelism").
+  bool pipeline_shared = false;
   ParamInit init = ParamInit::kNormal;
   double init_std = 0;
 };
@@ -97,6 +101,12 @@ class ParamLayout {
 struct ModelParallel {
   int tensor_rank = 0, tensor_size = 1;
   int fsdp_rank = 0, fsdp_size = 1;
+  // Pipeline parallelism: this rank's network is stage pipeline_rank of pipeline_size (a
+  // contiguous range of layers); `pipeline` (required when pipeline_size > 1) joins the stages
+  // of one pipeline in order: activations and gradients go to the neighbours over it, and the
+  // gradient norm and the loss are summed over it.
+  int pipeline_rank = 0, pipeline_size = 1;
+  comm::Communicator* pipeline = nullptr;
   comm::Communicator* tensor = nullptr;  // required when tensor_size > 1
   comm::Communicator* fsdp = nullptr;    // required when fsdp_size > 1
   comm::Communicator* data = nullptr;    // optional: gradients are summed over it
@@ -131,6 +141,18 @@ struct ParamViews {
   Tensor dw;
 };
 
+// The bytes of the buffers ParamStore::create allocates on one rank for a finalized layout:
+// what `ax-train plan` counts instead of allocating (docs/plan.md).
+struct StoreBytes {
+  size_t master = 0;     // f32 master weights, this rank's shard
+  size_t gradients = 0;  // f32 gradients, this rank's shard
+  size_t compute = 0;    // unsharded, non-f32 backend: the compute-dtype copy of the weights
+  size_t gathered = 0;   // FSDP: unit 0's weights and gradients, two layer slots of each
+  size_t scratch = 0;    // FSDP: one unit's shard for the reduce-scatter and casts; reductions
+  size_t total() const { return master + gradients + compute + gathered + scratch; }
+};
+StoreBytes store_bytes(const ParamLayout& finalized, DType compute_dtype);
+
 class ParamStore {
  public:
   // `layout` holds the network's declarations (not finalized); create() finalizes it for
@@ -144,7 +166,7 @@ class ParamStore {
   const ParamLayout& layout() const;
   Backend* backend() const;
   const ModelParallel& parallel() const;
-  bool sharded() const;  // tensor_size > 1 or fsdp_size > 1
+  bool sharded() const;  // tensor_size, fsdp_size or pipeline_size > 1
 
   // The views of parameter `name` ("" = none: empty views). With FSDP they point into the buffer
   // of the parameter's unit, which holds that unit's weights after gather(unit).
@@ -165,10 +187,11 @@ class ParamStore {
   Tensor grads() const;
   // Where each parameter's part of this rank lies in the shard buffers, in layout order.
   std::vector<OwnedRange> owned() const;
-  // Σ g² over the whole model (every shard, a replicated parameter counted once): collective over
-  // the tensor and fsdp groups.
+  // Σ g² over the whole model (every shard and stage, a replicated parameter and a tied table
+  // counted once): collective over the tensor, fsdp and pipeline groups.
   double grad_sum_squares() const;
-  // After the last micro-batch of a step: sums the gradients over the data group.
+  // After the last micro-batch of a step: sums the gradients over the data group, and a
+  // pipeline_shared parameter's between the first and the last stage.
   void reduce_gradients();
   void zero_grad();
   // Refreshes the compute-dtype copy of the weights after the masters changed (nothing to do

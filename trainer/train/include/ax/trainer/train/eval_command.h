@@ -26,6 +26,7 @@ struct EvalCommandOptions {
   std::string predictions;     // "" = RUN_DIR/predictions/<task>_step_<N>.jsonl
   std::string device = "auto";
   int threads = 0;
+  std::string tokenizer;  // "" = the run's data.tokenizer; else used instead (as SampleOptions)
   // Where this process sits in the job; nullopt = read from the environment.
   std::optional<job::JobContext> context;
 };

@@ -25,6 +25,9 @@ struct SampleOptions {
   bool use_cache = true;  // false: the whole model again for every new token (--no-cache)
   std::string device = "auto";
   int threads = 0;
+  // "" = the run's data.tokenizer; else a .model, tokenizer.json or directory used instead (with
+  // at most as many ids as the model's embedding has rows).
+  std::string tokenizer;
 };
 
 // For each prompt: decoder-only models, the prompt followed by its continuation; t5, the decoded

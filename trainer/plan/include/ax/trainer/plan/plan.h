@@ -1,0 +1,155 @@
+// `ax-train plan` (docs/plan.md): for a config and a cluster, every data × fsdp × tensor layout
+// over ICI and DCN (tensor inside a node), with each micro-batch count and recomputation on or
+// off, the memory one GPU needs (the model's own dry-run plan: Model::plan, nothing allocated)
+// and the step time of a simple cost model, ranked. Pipeline and seq axes are not planned:
+// ax-train refuses them until their stages exist (issues 25, 26).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ax/common/status.h"
+#include "ax/trainer/backend/tensor.h"
+#include "ax/trainer/config/config.h"
+
+namespace ax::train::plan {
+
+// One GPU kind: datasheet figures (sources in docs/plan.md "The GPU table").
+struct GpuSpec {
+  std::string name;                // "H100-80GB"
+  double memory_bytes = 0;         // device memory as the driver reports it
+  double bf16_flops = 0;           // dense bf16 tensor-core peak, FLOP/s
+  double hbm_bytes_per_s = 0;      // HBM bandwidth
+  double nvlink_bytes_per_s = 0;   // NVLink per GPU, one direction
+  double network_bytes_per_s = 0;  // the GPU's NIC, one direction (one NIC per GPU)
+};
+const std::vector<GpuSpec>& gpu_table();
+// NotFound naming the table's GPUs.
+StatusOr<GpuSpec> find_gpu(std::string_view name);
+
+struct Cluster {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  GpuSpec gpu;
+  int gpus() const { return nodes * gpus_per_node; }
+};
+
+// The cost model's constants (docs/plan.md "The cost model"); every prediction prints them.
+struct CostConstants {
+  double gemm_efficiency = 0.80;       // of the bf16 peak, for matrix products
+  double attention_fwd_flops = 40e12;  // ax's fused attention, measured (H200), FLOP/s
+  double attention_bwd_flops = 21e12;
+  double hbm_efficiency = 0.80;                  // of HBM bandwidth, for memory-bound ops
+  double link_efficiency = 0.80;                 // of NVLink / NIC bandwidth, for NCCL rings
+  double ici_latency_s = 10e-6;                  // per collective inside a node
+  double dcn_latency_s = 30e-6;                  // per collective across nodes
+  double context_bytes = 0.5 * (1 << 30);        // CUDA context and library handles, measured
+  double comm_buffer_bytes = 256.0 * (1 << 20);  // per NCCL communicator of more than one rank
+  double workspace_bytes = 32.0 * (1 << 20);     // cuBLASLt workspace
+};
+
+// data, fsdp, tensor inside a node (ICI) and across nodes (DCN); DCN tensor is always 1.
+struct Layout {
+  int ici[3] = {1, 1, 1};
+  int dcn[3] = {1, 1, 1};
+  int data() const { return ici[0] * dcn[0]; }
+  int fsdp() const { return ici[1] * dcn[1]; }
+  int tensor() const { return ici[2] * dcn[2]; }
+  std::string ici_string() const;  // "1,8,1"
+  std::string dcn_string() const;
+  std::string name() const;  // "d1xf128xt1" style: "data 1, fsdp 128, tensor 1" compact
+};
+
+// Bytes on one GPU.
+struct Memory {
+  double parameters = 0;  // f32 master shard
+  double gradients = 0;   // f32 gradient shard
+  double optimizer = 0;   // AdamW m and v (f32, the shard)
+  double weights = 0;     // compute-dtype copy (unsharded) or FSDP's gathered units
+  double store_scratch = 0;
+  double activations = 0;  // the model's activation arena of one micro-batch
+  double comm = 0;         // NCCL buffers
+  double workspace = 0;    // CUDA context, cuBLASLt workspace
+  // What the model and optimizer allocate through the backend (what its peak counter sees).
+  double model() const {
+    return parameters + gradients + optimizer + weights + store_scratch + activations;
+  }
+  double total() const { return model() + comm + workspace; }
+};
+
+struct StepTime {
+  double gemm_s = 0, attention_s = 0, memory_s = 0;
+  double tensor_s = 0;  // tensor-parallel all-reduces (NVLink)
+  double fsdp_gather_s = 0, fsdp_scatter_s = 0;
+  double data_s = 0;            // data-parallel all-reduce of the gradients
+  double exposed_gather_s = 0;  // the part of the gathers the compute does not hide
+  double total_s = 0;
+};
+
+struct Candidate {
+  Layout layout;
+  int64_t microbatches = 1;
+  int64_t micro_batch = 1;  // sequences per micro-batch on one replica
+  bool recompute = false;
+  Memory memory;
+  bool fits = false;
+  StepTime time;
+  double tokens_per_s = 0;  // the whole cluster
+  double mfu = 0;
+};
+
+struct PlanRequest {
+  Config config;      // the experiment with its overrides
+  int64_t vocab = 0;  // the tokenizer's size (model.vocab_size when that is set)
+  Cluster cluster;
+  CostConstants constants;
+  // Plan this layout only (an explicit ICI_MESH_SHAPE / DCN_MESH_SHAPE); none: every layout.
+  std::optional<Layout> only;
+};
+
+struct Plan {
+  Cluster cluster;
+  CostConstants constants;
+  std::string experiment;
+  int64_t global_batch = 0;
+  int64_t tokens_per_row = 0;
+  double flops_per_row = 0;  // model FLOPs (MFU's count)
+  double num_parameters = 0;
+  std::vector<Candidate> candidates;  // feasible first, fastest first
+  std::vector<std::string> notes;     // layouts refused and why (one line per reason)
+  int64_t layouts = 0;                // data × fsdp × tensor layouts enumerated
+  double seconds = 0;                 // time the plan took
+  bool any_fits() const { return !candidates.empty() && candidates.front().fits; }
+};
+
+// Pax's ICI_MESH_SHAPE and DCN_MESH_SHAPE (`data,fsdp,tensor`, brackets allowed, one -1 per
+// vector filled in) on `cluster`: ICI covers a node's GPUs, DCN the nodes, tensor stays inside a
+// node. InvalidArgument naming the numbers that disagree.
+StatusOr<Layout> parse_layout(std::string_view ici, std::string_view dcn, const Cluster& cluster);
+
+// Every layout of the cluster, planned and ranked. InvalidArgument for a config or cluster
+// that cannot be planned (named in one line).
+StatusOr<Plan> make_plan(const PlanRequest& request);
+
+// The memory one rank of `layout` needs for micro-batches of `micro_batch` sequences, from
+// Model::plan in `dtype` (activations) and the store's and AdamW's buffers; comm and workspace
+// from `constants` (zero them for a CPU rank).
+StatusOr<Memory> rank_memory(const Config& config, int64_t vocab, const Layout& layout,
+                             int64_t micro_batch, bool recompute, DType dtype,
+                             const CostConstants& constants);
+
+// The smallest node count (same GPUs per node and kind) on which some layout fits, searching
+// up to max_nodes; 0 when none does.
+int smallest_fitting_nodes(const PlanRequest& request, int max_nodes = 1024);
+
+// The ranked table (the first `rows` candidates), then the constants it used.
+std::string format_table(const Plan& plan, size_t rows);
+// The best candidate as job-script variables and the --ax-mesh spec.
+std::string format_best(const Plan& plan);
+// The same for any candidate of `plan`.
+std::string format_choice(const Plan& plan, const Candidate& c);
+
+}  // namespace ax::train::plan
