@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
+# sbatch/example_fuji.sub with AXLearn's DCN_PP=2 (issue 25): tiny-llama's two pipeline stages on
+# two nodes, tensor parallel inside each (ICI_TP=2), 1F1B over GA=4 micro-batches. An
+# uninterrupted job, then the same job preempted (USR1 to the batch script) → every rank
+# checkpoints at one step → requeued → restart 1 resumes and logs exactly the uninterrupted
+# job's losses (CPU ranks are bit-exact).
+#   sbatch_fuji_pp.sh BUILD_DIR REPO_DIR
+source "$(dirname "$0")/lib.sh" "$@"
+source "$(dirname "$0")/train_lib.sh"
+source "$(dirname "$0")/sbatch_lib.sh"
+require_cluster
+dir="$(scratch)"
+prepare_data "$dir/data"
+ws="$dir/ws"
+steps=200
+# fuji_env TRAINER_DIR: the job's variables (the run directory relative to the workspace).
+fuji_env() {
+  vars=(AX_CPU_THREADS=1 "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$ws"
+    "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" CONFIG=tiny-llama
+    GPUS_PER_NODE=2 DCN_PP=2 ICI_TP=2 GA=4 GBS=16 SEQ_LEN=32 "MAX_STEPS=$steps"
+    "TRAINER_DIR=$1" "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0")
+}
+
+fuji_env logs/reference
+id="$(submit_sub "$dir/reference.out" -N 2 "$SUB_DIR/example_fuji.sub")"
+end_job "$id" 120
+out="$ws/output/output-$id-0-0.txt"
+if ! job_completed "DCN_PP=2, uninterrupted" "$id" "$dir/reference.out" "$out"; then
+  finish
+  exit
+fi
+if grep -q 'pipeline 2' "$out" || grep -q 'pipeline=2' "$out"; then
+  ok "DCN_PP=2 reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
+else
+  bad "the trainer's mesh line does not show pipeline 2"
+  grep -E 'mesh' "$out" | sed 's/^/  | /'
+fi
+ref="$(step_losses "$ws/logs/reference")"
+loss_falls "DCN_PP=2" "$ws/logs/reference"
+
+fuji_env logs/preempted
+preempt_resume srun "$steps" "$ref" "$ws/logs/preempted" "$ws/output/output-%j-0-0.txt" \
+  "$dir/preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
+finish
