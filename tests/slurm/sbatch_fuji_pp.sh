@@ -4,7 +4,8 @@
 # two nodes, tensor parallel inside each (ICI_TP=2), 1F1B over GA=4 micro-batches. An
 # uninterrupted job, then the same job preempted (USR1 to the batch script) → every rank
 # checkpoints at one step → requeued → restart 1 resumes and logs exactly the uninterrupted
-# job's losses (CPU ranks are bit-exact).
+# job's losses (CPU ranks are bit-exact). Then four stages (ICI_PP=2 x DCN_PP=2, 4 layers) with the
+# middle stage on the second node (rank 2) killed -9: the job fails within seconds, naming it.
 #   sbatch_fuji_pp.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -42,4 +43,43 @@ loss_falls "DCN_PP=2" "$ws/logs/reference"
 fuji_env logs/preempted
 preempt_resume srun "$steps" "$ref" "$ws/logs/preempted" "$ws/output/output-%j-0-0.txt" \
   "$dir/preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
+
+# --- kill -9 of a middle stage --------------------------------------------------------------------
+run="$ws/logs/kill"
+vars=(AX_CPU_THREADS=1 "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$ws"
+  "BASE_TFDS_DATA_DIR=$dir/data/shards" "BASE_VOCAB_PATH=$dir/data/spm.model" CONFIG=tiny-llama
+  GPUS_PER_NODE=2 ICI_PP=2 DCN_PP=2 GA=4 GBS=16 SEQ_LEN=32 MAX_STEPS=100000 TRAINER_DIR=logs/kill
+  "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0 --set=model.num_layers=4")
+id="$(submit_sub "$dir/kill.out" -N 2 "$SUB_DIR/example_fuji.sub")"
+out="$ws/output/output-$id-0-0.txt"
+wait_step "$id" "$out" 5 || true
+victim="$(rank_pids "$run" 2 | head -n 1)"
+if [[ -z "$victim" ]]; then
+  bad "no ax-train process with AX_RANK=2 (job $id $(job_field "$id" JobState))"
+  show_tail "$dir/kill.out"
+  show_tail "$out"
+  finish
+  exit
+fi
+kill -9 "$victim"
+killed_at=$SECONDS
+end_job "$id" 60
+took=$((SECONDS - killed_at))
+if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" != 0:0 ]] && ((took <= 30)) &&
+  grep -q 'mesh pipeline=4' "$out" && grep -q 'n2: task 2: Killed' "$dir/kill.out"; then
+  ok "kill -9 of stage 2 of 4 (rank 2 on n2): job $id $JOB_STATE with exit $JOB_EXIT within $took s; the job's output names task 2"
+else
+  bad "kill -9 of stage 2: job $id $JOB_STATE, exit $JOB_EXIT, after $took s"
+  grep -m1 'mesh' "$out" | sed 's/^/  | /'
+  show_tail "$dir/kill.out"
+fi
+cause="rank 2 (host n2) stopped answering first"
+if grep -F 'the training step failed with status' "$dir/kill.out" | grep -qF ": $cause"; then
+  ok "the job's last line names the killed stage's rank: $(tail -n 1 "$dir/kill.out")"
+else
+  bad "the job's last line does not say '$cause': $(tail -n 1 "$dir/kill.out")"
+  grep -h 'ax-train:' "$ws/output/output-$id-"*.txt | sed 's/^/  | /'
+fi
+left="$(rank_pids "$run" 0; rank_pids "$run" 1; rank_pids "$run" 3)"
+if [[ -z "$left" ]]; then ok "no rank left running"; else bad "ranks still running: $left"; fi
 finish

@@ -14,21 +14,11 @@ dir="$(scratch)"
 prepare_data "$dir/data"
 run="$dir/ws/logs/kill"
 
-# rank_pids RANK: the pids of this test's ax-train processes with AX_RANK=RANK (their command
-# line names this test's run directory).
-rank_pids() {
-  local f p
-  while read -r f; do
-    p="${f%/cmdline}"
-    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "AX_RANK=$1" && echo "${p#/proc/}"
-  done < <(grep -lF -- "$run" /proc/[0-9]*/cmdline 2>/dev/null)
-}
-
 mapfile -t vars < <(sub_env "$dir" logs/kill MAX_STEPS=100000)
 id="$(submit_sub "$dir/kill.out" -N 2 "$SUB_DIR/example_pile.sub")"
 out="$dir/ws/output/output-$id-0-0.txt"
 wait_step "$id" "$out" 5 || true
-victim="$(rank_pids 3 | head -n 1)"
+victim="$(rank_pids "$run" 3 | head -n 1)"
 if [[ -z "$victim" ]]; then
   bad "no ax-train process with AX_RANK=3 (job $id $(job_field "$id" JobState))"
   show_tail "$dir/kill.out"
@@ -63,6 +53,6 @@ else
     "$(tail -n 1 "$dir/kill.out")"
   grep -h 'ax-train:' "${outs[@]}" | sed 's/^/  | /'
 fi
-left="$(rank_pids 0; rank_pids 1; rank_pids 2)"
+left="$(rank_pids "$run" 0; rank_pids "$run" 1; rank_pids "$run" 2)"
 if [[ -z "$left" ]]; then ok "no rank left running"; else bad "ranks still running: $left"; fi
 finish

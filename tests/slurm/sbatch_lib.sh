@@ -9,6 +9,7 @@
 #   step_losses RUN_DIR             -> "step loss" lines, as logged (exact text of the floats)
 #   loss_falls WHAT RUN_DIR         -> ok/bad: the last logged loss is below the first
 #   wait_step ID OUT STEP           -> until rank 0's output shows STEP (false: 60 s, or ended)
+#   rank_pids RUN_DIR RANK          -> pids of the ax-train ranks RANK of the run in RUN_DIR
 #   start_requeued ID [HOOK]        -> once job ID is requeued (or ended), runs HOOK and starts
 #                                      it without the 2-minute hold; the state in REQUEUE_STATE
 #   preempt_resume MODE ...         -> ok/bad: a job stopped by USR1 requeues, resumes and logs
@@ -120,6 +121,16 @@ wait_step() {
     ((SECONDS - start > 60)) && return 1
     sleep 0.1
   done
+}
+
+# rank_pids RUN_DIR RANK: the pids of the ax-train processes with AX_RANK=RANK whose command line
+# names RUN_DIR (a test's own run directory).
+rank_pids() {
+  local f p
+  while read -r f; do
+    p="${f%/cmdline}"
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "AX_RANK=$2" && echo "${p#/proc/}"
+  done < <(grep -lF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null)
 }
 
 # start_requeued ID [HOOK]: after a stop request to a job that requeues itself, waits (60 s at
