@@ -53,18 +53,8 @@ vars=(AX_CPU_THREADS=1 "AX_BIN=$BUILD" "BASE_WORKSPACE_DIR=$ws"
 id="$(submit_sub "$dir/kill.out" -N 2 "$SUB_DIR/example_fuji.sub")"
 out="$ws/output/output-$id-0-0.txt"
 wait_step "$id" "$out" 5 || true
-victim="$(rank_pids "$run" 2 | head -n 1)"
-if [[ -z "$victim" ]]; then
-  bad "no ax-train process with AX_RANK=2 (job $id $(job_field "$id" JobState))"
-  show_tail "$dir/kill.out"
-  show_tail "$out"
-  finish
-  exit
-fi
-kill -9 "$victim"
-killed_at=$SECONDS
-end_job "$id" 60
-took=$((SECONDS - killed_at))
+kill_rank "$run" 2 "$id" "$dir/kill.out" "$out"
+took=$KILL_TOOK
 if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" != 0:0 ]] && ((took <= 30)) &&
   grep -q 'mesh pipeline=4' "$out" && grep -q 'n2: task 2: Killed' "$dir/kill.out"; then
   ok "kill -9 of stage 2 of 4 (rank 2 on n2): job $id $JOB_STATE with exit $JOB_EXIT within $took s; the job's output names task 2"
@@ -73,9 +63,9 @@ else
   grep -m1 'mesh' "$out" | sed 's/^/  | /'
   show_tail "$dir/kill.out"
 fi
-cause="rank 2 (host n2) stopped answering first"
+cause="rank 2 (host n2, pipeline stage 2) stopped answering first"
 if grep -F 'the training step failed with status' "$dir/kill.out" | grep -qF ": $cause"; then
-  ok "the job's last line names the killed stage's rank: $(tail -n 1 "$dir/kill.out")"
+  ok "the job's last line names the killed rank and its stage: $(tail -n 1 "$dir/kill.out")"
 else
   bad "the job's last line does not say '$cause': $(tail -n 1 "$dir/kill.out")"
   grep -h 'ax-train:' "$ws/output/output-$id-"*.txt | sed 's/^/  | /'

@@ -18,17 +18,8 @@ mapfile -t vars < <(sub_env "$dir" logs/kill MAX_STEPS=100000)
 id="$(submit_sub "$dir/kill.out" -N 2 "$SUB_DIR/example_pile.sub")"
 out="$dir/ws/output/output-$id-0-0.txt"
 wait_step "$id" "$out" 5 || true
-victim="$(rank_pids "$run" 3 | head -n 1)"
-if [[ -z "$victim" ]]; then
-  bad "no ax-train process with AX_RANK=3 (job $id $(job_field "$id" JobState))"
-  show_tail "$dir/kill.out"
-  finish
-  exit
-fi
-kill -9 "$victim"
-killed_at=$SECONDS
-end_job "$id" 60
-took=$((SECONDS - killed_at))
+kill_rank "$run" 3 "$id" "$dir/kill.out"
+took=$KILL_TOOK
 if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" != 0:0 ]] && ((took <= 30)); then
   ok "kill -9 of rank 3: job $id $JOB_STATE with exit $JOB_EXIT within $took s"
 else

@@ -133,6 +133,25 @@ rank_pids() {
   done < <(grep -lF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null)
 }
 
+# kill_rank RUN_DIR RANK ID [OUT...]: kill -9 the ax-train process of rank RANK in RUN_DIR, wait
+# (60 s at most) until job ID has ended, and set KILL_TOOK to the seconds that took. Without such a
+# process the test fails there: it shows the tails of the OUT files and ends.
+kill_rank() {
+  local run="$1" rank="$2" id="$3" victim f killed_at
+  shift 3
+  victim="$(rank_pids "$run" "$rank" | head -n 1)"
+  if [[ -z "$victim" ]]; then
+    bad "no ax-train process with AX_RANK=$rank (job $id $(job_field "$id" JobState))"
+    for f in "$@"; do show_tail "$f"; done
+    finish
+    exit
+  fi
+  kill -9 "$victim"
+  killed_at=$SECONDS
+  end_job "$id" 60
+  KILL_TOOK=$((SECONDS - killed_at))
+}
+
 # start_requeued ID [HOOK]: after a stop request to a job that requeues itself, waits (60 s at
 # most) until it is PENDING with Restarts=1, or has ended without a requeue (the signal came too
 # late, or was lost; REQUEUE_STATE then says how, "" when the job is gone), runs the command HOOK

@@ -288,6 +288,21 @@ TEST(FailureAgreement, RanksAreDescribedWithTheirHosts) {
   EXPECT_EQ(internal::describe_ranks(store, {3, 7}), "ranks 3,7");  // 7 never said where it is
 }
 
+// A pipelined mesh's ranks also published their stage: the line names it (issue 25).
+TEST(FailureAgreement, PipelinedRanksAreDescribedWithTheirStages) {
+  MemoryStore store;
+  for (int r : {2, 3, 5}) ASSERT_TRUE(store.set(str_cat("hosts/", r), r < 5 ? "n2" : "n3").ok());
+  ASSERT_TRUE(store.set("stages/2", "1").ok());
+  ASSERT_TRUE(store.set("stages/3", "1").ok());
+  ASSERT_TRUE(store.set("stages/5", "2").ok());
+  EXPECT_EQ(internal::describe_ranks(store, {5}), "rank 5 (host n3, pipeline stage 2)");
+  EXPECT_EQ(internal::describe_ranks(store, {2, 5}),
+            "ranks 2,5 (hosts n2,n3, pipeline stages 1,2)");
+  EXPECT_EQ(internal::describe_ranks(store, {2, 3}), "ranks 2,3 (host n2, pipeline stage 1)");
+  ASSERT_TRUE(store.set("stages/7", "3").ok());  // 7 has a stage but never said its host
+  EXPECT_EQ(internal::describe_ranks(store, {7}), "rank 7 (pipeline stage 3)");
+}
+
 // One rank's groups: the first failure sets the rank's alive key in every registered group and
 // closes the others; a second failure (another group, another thread) gets the same verdict. The
 // failed group itself is the caller's to close (Gloo closes it first; NCCL's watchdog only after

@@ -43,6 +43,12 @@ Status check_dtype(std::string_view op, const std::string& group, const Tensor& 
 
 }  // namespace
 
+std::string joined(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const std::string& item : items) out += str_cat(out.empty() ? "" : sep, item);
+  return out;
+}
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
@@ -286,14 +292,27 @@ std::string describe_ranks(Store& store, const std::vector<int>& ranks) {
     }
     if (std::find(hosts.begin(), hosts.end(), *h) == hosts.end()) hosts.push_back(*h);
   }
-  std::string out = str_cat(ranks.size() == 1 ? "rank " : "ranks ", rank_list(ranks));
-  if (hosts.empty()) return out;
-  std::string joined;
-  for (const std::string& h : hosts) {
-    if (!joined.empty()) joined += ',';
-    joined += h;
+  // The pipeline stage of each rank, when the mesh is pipelined (published with the groups;
+  // never waited for: a mesh without stages has no such keys).
+  std::vector<std::string> stages;
+  for (int r : ranks) {
+    StatusOr<std::string> s = store.get(str_cat(kStageKeyPrefix, r), Millis(0));
+    if (!s.ok() || s->empty()) {
+      stages.clear();
+      break;
+    }
+    if (std::find(stages.begin(), stages.end(), *s) == stages.end()) stages.push_back(*s);
   }
-  return str_cat(out, hosts.size() == 1 ? " (host " : " (hosts ", joined, ")");
+  std::vector<std::string> where;
+  if (!hosts.empty())
+    where.push_back(str_cat(hosts.size() == 1 ? "host " : "hosts ", joined(hosts, ",")));
+  if (!stages.empty()) {
+    where.push_back(
+        str_cat(stages.size() == 1 ? "pipeline stage " : "pipeline stages ", joined(stages, ",")));
+  }
+  std::string out = str_cat(ranks.size() == 1 ? "rank " : "ranks ", rank_list(ranks));
+  if (where.empty()) return out;
+  return str_cat(out, " (", joined(where, ", "), ")");
 }
 
 std::string absence_detail(Store& store, const std::vector<int>& missing, std::string_view op,

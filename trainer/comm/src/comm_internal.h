@@ -116,8 +116,10 @@ int join_failure_domain(Store& store, int global_rank, GroupEntry entry);
 void leave_failure_domain(Store& store, int id);
 
 // "rank 3 (host n2)", "ranks 2,3 (host n2)", "ranks 3,5 (hosts n2,n3)"; without the hosts when
-// the store does not know them all.
+// the store does not know them all. On a pipelined mesh, whose ranks publish their stage at
+// kStageKeyPrefix + <global rank>, the stages too: "rank 2 (host n2, pipeline stage 2)".
 std::string describe_ranks(Store& store, const std::vector<int>& ranks);
+inline constexpr const char* kStageKeyPrefix = "stages/";
 
 // Job-wide keys of the agreement on the first failure.
 inline constexpr const char* kFailureClaimKey = "failure/claim";

@@ -136,6 +136,9 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
   // creates its groups in this order, so the members of each group meet.
   // A pipelined mesh has one group of each axis per stage: its tags name the stage too.
   const std::string p = c.pipeline > 1 ? str_cat("p=", c.p, ",") : std::string();
+  // Read only to name a failed rank's stage (describe_ranks); a store that cannot take it costs
+  // the stage in that line.
+  if (c.pipeline > 1) (void)store->set(str_cat(internal::kStageKeyPrefix, c.rank()), str_cat(c.p));
   MeshGroups g;
   g.coords = c;
   AX_ASSIGN_OR_RETURN(g.world, make("world", world));
