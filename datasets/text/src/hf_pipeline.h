@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ax/common/status.h"
+#include "ax/datasets/text/text_source.h"  // append_utf8
 
 namespace ax::data::hf {
 
@@ -30,7 +31,6 @@ size_t invalid_utf8_at(std::string_view s);
 char32_t next_char(std::string_view s, size_t* pos);
 // Length in bytes of the UTF-8 character starting with this byte.
 size_t char_len(unsigned char lead);
-void append_utf8(char32_t cp, std::string* out);
 // Rust's char::is_whitespace (Unicode White_Space).
 bool is_white_space(char32_t cp);
 // Rust's char::is_numeric (general categories Nd, Nl, No).

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ax/common/check.h"
+#include "ax/datasets/text/text_source.h"  // append_utf8
 #include "python_unicode.h"
 
 namespace ax::train {
@@ -36,24 +37,6 @@ std::u32string decode_utf8(std::string_view s) {
     i += static_cast<size_t>(len);
   }
   return out;
-}
-
-void append_utf8(char32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
 }
 
 // --- the character classes of Python's str methods and re --------------------------------------
@@ -147,7 +130,7 @@ std::vector<std::string> normalized_words(std::string_view text) {
       if (!word.empty()) words.push_back(std::move(word));
       word.clear();
     } else {
-      append_utf8(c, &word);
+      data::append_utf8(c, &word);
     }
   }
   if (!word.empty()) words.push_back(std::move(word));

@@ -90,5 +90,7 @@ class TextSource {
 
 // True when s is valid UTF-8.
 bool is_valid_utf8(std::string_view s);
+// Appends the UTF-8 bytes of code point cp (at most U+10FFFF) to *out.
+void append_utf8(char32_t cp, std::string* out);
 
 }  // namespace ax::data
