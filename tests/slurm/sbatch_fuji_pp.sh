@@ -5,7 +5,10 @@
 # uninterrupted job, then the same job preempted (USR1 to the batch script) → every rank
 # checkpoints at one step → requeued → restart 1 resumes and logs exactly the uninterrupted
 # job's losses (CPU ranks are bit-exact). Then four stages (ICI_PP=2 x DCN_PP=2, 4 layers) with the
-# middle stage on the second node (rank 2) killed -9: the job fails within seconds, naming it.
+# middle stage on the second node (rank 2) killed -9: the job fails within seconds, naming it and
+# its stage. Between them the Pax script (example_pile.sub) with its NUM_STAGES=2 and 4
+# micro-batches (ICI_MESH_SHAPE=[1,2,1,1,1] DCN_MESH_SHAPE=[2,1,1,1,1]): uninterrupted, then
+# preempted and resumed, the same losses.
 #   sbatch_fuji_pp.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -43,6 +46,32 @@ loss_falls "DCN_PP=2" "$ws/logs/reference"
 fuji_env logs/preempted
 preempt_resume srun "$steps" "$ref" "$ws/logs/preempted" "$ws/output/output-%j-0-0.txt" \
   "$dir/preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
+
+# --- the Pax script's NUM_STAGES=2 (tiny-gpt, tied embeddings: a stage per node, data 2 inside) --
+pax_args="--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0 --set=train.num_microbatches=4"
+# Pax's form: both shapes five-number with ICI[0] x DCN[0] = NUM_STAGES (alone, NUM_STAGES would
+# give auto:pp=2, FSDP inside the node, which a pipeline stage does not have yet).
+pax_mesh=("ICI_MESH_SHAPE=[1,2,1,1,1]" "DCN_MESH_SHAPE=[2,1,1,1,1]" NUM_STAGES=2)
+mapfile -t vars < <(sub_env "$dir" logs/pax-reference "MAX_STEPS=$steps" "${pax_mesh[@]}" \
+  "AX_TRAIN_ARGS=$pax_args")
+id="$(submit_sub "$dir/pax-reference.out" -N 2 "$SUB_DIR/example_pile.sub")"
+end_job "$id" 120
+out="$ws/output/output-$id-0-0.txt"
+if job_completed "NUM_STAGES=2 (example_pile.sub), uninterrupted" "$id" "$dir/pax-reference.out" \
+  "$out"; then
+  if grep -q 'pipeline=2 data=2' "$out"; then
+    ok "NUM_STAGES=2 reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
+  else
+    bad "the Pax job's mesh line does not show pipeline=2"
+    grep -E 'mesh' "$out" | sed 's/^/  | /'
+  fi
+  pax_ref="$(step_losses "$ws/logs/pax-reference")"
+  loss_falls "NUM_STAGES=2" "$ws/logs/pax-reference"
+  mapfile -t vars < <(sub_env "$dir" logs/pax-preempted "MAX_STEPS=$steps" "${pax_mesh[@]}" \
+    "AX_TRAIN_ARGS=$pax_args")
+  preempt_resume "NUM_STAGES=2" "$steps" "$pax_ref" "$ws/logs/pax-preempted" \
+    "$ws/output/output-%j-0-0.txt" "$dir/pax-preempted.out" -N 2 "$SUB_DIR/example_pile.sub"
+fi
 
 # --- kill -9 of a middle stage --------------------------------------------------------------------
 run="$ws/logs/kill"
