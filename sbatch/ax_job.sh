@@ -11,6 +11,8 @@
 #   lib/lint.sh        warnings about variables a script does not read (ax_warn_unknown_vars)
 #   lib/t5x.sh         T5x's knobs and fine-tuning recipe as ax-train options
 #   lib/launch.sh      binaries, launch modes, the srun command and the training step
+#   lib/plan.sh        the mesh from `ax-train plan`: chosen when no mesh variable is set, checked
+#                      when one is
 #   lib/preemption.sh  stop signals, running the step, the job's end (requeue on exit 75)
 
 # shellcheck source-path=SCRIPTDIR source=lib/checks.sh
@@ -21,5 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/lint.sh" || return
 source "$(dirname "${BASH_SOURCE[0]}")/lib/t5x.sh" || return
 # shellcheck source-path=SCRIPTDIR source=lib/launch.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/launch.sh" || return
+# shellcheck source-path=SCRIPTDIR source=lib/plan.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/plan.sh" || return
 # shellcheck source-path=SCRIPTDIR source=lib/preemption.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/preemption.sh" || return

@@ -190,17 +190,19 @@ ax_train_job() {
 # CONFIG on AX_STEP_DATA (+ AX_SHARDS_SUBDIR) with the tokenizer AX_STEP_VOCAB, its run directory
 # at RUN_REL under the workspace (WORKSPACE on the host, AX_STEP_WORKSPACE as the step sees it;
 # AX_MOUNTS when CONTAINER is set), every task's output in OUTFILE (an srun pattern in a host
-# directory, created), then ends the job (ax_finish). AX_DRY_RUN=1 prints the srun command and
-# exits 0.
+# directory, created), then ends the job (ax_finish). SPEC goes through the plan first
+# (lib/plan.sh): AX_MESH_GIVEN=0 says it is the script's default, to be replaced by the plan's
+# layout. AX_DRY_RUN=1 prints the srun command and exits 0.
 ax_train_step() {
   local name="$1" host_ws="$2" run_rel="$3" outfile="$4" spec="$5" nproc="$6"
   shift 6
   local run_dir="$AX_STEP_WORKSPACE/$run_rel" outputs
   outputs="$(dirname "$outfile")"
   AX_LAUNCH_DIR="$run_dir/launch" # ax-launch mode: logs/rank_<r>.log and error.json per node
+  ax_plan_mesh spec "${AX_MESH_GIVEN:-1}" "$nproc" "$@"
   local train=("$AX_TRAIN" --experiment "$CONFIG"
     --data "$AX_STEP_DATA${AX_SHARDS_SUBDIR:+/$AX_SHARDS_SUBDIR}" --tokenizer "$AX_STEP_VOCAB"
-    --run-dir "$run_dir" "$@")
+    --run-dir "$run_dir" "$@" "${AX_PLAN_ARGS[@]}")
   # shellcheck disable=SC2206 # AX_TRAIN_ARGS is a list of ax-train options, split on spaces
   [[ -n "${AX_TRAIN_ARGS-}" ]] && train+=($AX_TRAIN_ARGS)
   ax_srun_command "$outfile" "$spec" "$nproc" "${train[@]}"

@@ -8,9 +8,10 @@
 # nothing reads). T5x's fine-tuning scripts and Pax's Lambada script (issue 14) build their
 # commands from their variables and refuse bad ones. The list of AX_* names in sbatch/ax_job.sh
 # (sbatch/lib/lint.sh) must cover every one the C++ sources read.
-#   job_scripts_test.sh REPO_DIR
+#   job_scripts_test.sh REPO_DIR AX_TRAIN
 set -uo pipefail
-REPO="${1:?usage: $0 REPO_DIR}"
+REPO="${1:?usage: $0 REPO_DIR AX_TRAIN}"
+AXTRAIN="${2-}" # the real one, for the plan's cases
 SUB="$REPO/sbatch"
 dir="$(mktemp -d /tmp/ax-job-scripts.XXXXXX)"
 trap 'rm -rf "$dir"' EXIT
@@ -454,6 +455,48 @@ if ((${#wrong[@]} == 0)); then
   ok "ax_should_requeue: ${#decisions[@]} cases, a preemption or the time limit requeues, a cancel ends the job"
 else
   bad "ax_should_requeue: ${wrong[*]}"
+fi
+
+# The mesh from the plan (sbatch/lib/plan.sh, docs/plan.md "The job scripts"), with the real
+# ax-train: no mesh variable -> the plan's layout and micro-batches reach srun, named in one line;
+# a mesh that fits is kept; one that fits nowhere is refused before srun with the smallest change
+# that fits; AX_PLAN=0 and a GPU the table lacks leave the mesh as it was.
+if [[ -x "$AXTRAIN" ]]; then
+  mkdir -p "$dir/plan-bin"
+  ln -sf "$AXTRAIN" "$dir/plan-bin/ax-train"
+  cp "$dir/bin/ax-launch" "$dir/plan-bin/ax-launch"
+  planned=("${common[@]}" "AX_BIN=$dir/plan-bin" SLURM_JOB_NUM_NODES=2 AX_PLAN_GPU=H100-80GB
+    CONFIG=fuji-7B-v2)
+  last plan_pick example_fuji.sub "${planned[@]}"
+  mesh="$(grep -o 'mesh ici=[0-9,]*;dcn=[0-9,]* from the plan' "$dir/plan_pick.out" |
+    cut -d' ' -f2)"
+  expect "example_fuji.sub without a mesh variable: the plan's layout, in one line" 0 \
+    "from the plan (no mesh variable set): data " "(the fastest that fits, of " \
+    "--ax-mesh=${mesh:-none}" "--set NUM_MICROBATCHES="
+  refute "example_fuji.sub: the plan replaced auto" "--ax-mesh=auto"
+  [[ "$(grep -c 'from the plan' "$dir/plan_pick.out")" == 1 ]] ||
+    bad "example_fuji.sub: the plan's choice is not one line"
+
+  last plan_refuse example_fuji.sub "${planned[@]}" ICI_DP=8 ICI_FSDP=1 DCN_DP=2
+  expect "example_fuji.sub: pure data parallelism of a 7B model on 80 GB is refused before srun" 2 \
+    "ax-job: error: ICI_MESH_SHAPE=[8,1,1] DCN_MESH_SHAPE=[2,1,1] does not fit on 2 x 8 H100-80GB: it needs" \
+    "; the smallest change that fits: ICI_MESH_SHAPE=[" "nothing was launched"
+  refute "example_fuji.sub: no srun for a mesh that does not fit" "ax-job: srun"
+
+  last plan_fits example_pile.sub "${planned[@]}" LOG_DIR_LOCAL=logs/x PREC=bfloat16 \
+    GPUS_PER_NODE=8 PERCORE_BATCH_SIZE=2 'ICI_MESH_SHAPE=[1,8,1]'
+  expect "example_pile.sub: a mesh that fits is kept, the plan's line says so" 0 \
+    "mesh ici=1,8,1;dcn=-1,1,1 fits the plan: data 2 fsdp 8 tensor 1" \
+    "--ax-mesh=ici=1,8,1;dcn=-1,1,1"
+
+  last plan_off example_fuji.sub "${planned[@]}" AX_PLAN=0
+  expect "AX_PLAN=0: not planned, the plugin's auto mesh" 0 "mesh auto: not planned (AX_PLAN=0)" \
+    "--ax-mesh=auto"
+  last plan_unknown example_fuji.sub "${planned[@]}" "AX_PLAN_GPU=NVIDIA V100"
+  expect "a GPU the plan's table lacks: not planned, said in one line" 0 \
+    "mesh auto: not planned (ax-train plan gave no layout, status 2:" "--ax-mesh=auto"
+else
+  bad "no ax-train to plan with (the second argument)"
 fi
 
 # Every AX_* name the C++ sources read (a string literal that is exactly the name) is one

@@ -50,7 +50,7 @@ preempt_resume srun "$steps" "$ref" "$ws/logs/preempted" "$ws/output/output-%j-0
 # --- the Pax script's NUM_STAGES=2 (tiny-gpt, tied embeddings: a stage per node, data 2 inside) --
 pax_args="--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0 --set=train.num_microbatches=4"
 # Pax's form: both shapes five-number with ICI[0] x DCN[0] = NUM_STAGES (alone, NUM_STAGES would
-# give auto:pp=2, FSDP inside the node, which a pipeline stage does not have yet).
+# give auto:pp=2, FSDP inside the node).
 pax_mesh=("ICI_MESH_SHAPE=[1,2,1,1,1]" "DCN_MESH_SHAPE=[2,1,1,1,1]" NUM_STAGES=2)
 mapfile -t vars < <(sub_env "$dir" logs/pax-reference "MAX_STEPS=$steps" "${pax_mesh[@]}" \
   "AX_TRAIN_ARGS=$pax_args")

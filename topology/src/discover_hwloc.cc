@@ -157,7 +157,7 @@ StatusOr<Topology> discover_hwloc(const std::string& xml_path) {
   // Without this every I/O object, and with them the GPUs and NICs, is filtered out.
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
   if (!xml_path.empty() && hwloc_topology_set_xml(topo, xml_path.c_str()) != 0) {
-    return InvalidArgument("hwloc cannot read XML files (no XML component)");
+    return InvalidArgument("not a well-formed hwloc XML topology (or hwloc has no XML component)");
   }
   if (hwloc_topology_load(topo) != 0) {
     return xml_path.empty() ? Internal("hwloc_topology_load failed")

@@ -3,7 +3,11 @@
 // it (sample) and exports it to Hugging Face's format (export).
 // Exit status: 0 done, 1 the run failed (the message says why), 2 the command line or config is
 // wrong, 75 stopped by SIGTERM/SIGINT/SIGUSR1 after writing a checkpoint (requeue to resume).
+#include <unistd.h>
+
+#include <algorithm>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,11 +15,14 @@
 #include "ax/common/cli.h"
 #include "ax/common/env.h"
 #include "ax/common/strings.h"
+#include "ax/datasets/text/tokenizer.h"
+#include "ax/topology/topology.h"
 #include "ax/trainer/checkpoint/checkpoint.h"
 #include "ax/trainer/config/config.h"
 #include "ax/trainer/plan/plan.h"
 #include "ax/trainer/train/eval_command.h"
 #include "ax/trainer/train/export_command.h"
+#include "ax/trainer/train/pipeline_trace.h"
 #include "ax/trainer/train/sampler.h"
 #include "ax/trainer/train/train_loop.h"
 
@@ -163,7 +170,7 @@ int run_export(const ExportArgs& a) {
 }
 
 struct PlanArgs {
-  std::string experiment, gpu, ici, dcn;
+  std::string experiment, gpu, ici, dcn, tokenizer, topology, cpu, format = "table";
   std::vector<std::string> overrides;
   int nodes = 0, gpus_per_node = 0;
   int64_t vocab = 0;
@@ -181,16 +188,37 @@ void add_plan_options(CLI::App& plan, PlanArgs* a) {
       ->type_name("N")
       ->required()
       ->check(cli::in_range(1, 65536));
-  plan.add_option("--gpus-per-node", a->gpus_per_node, "GPUs of each node (one NVLink domain)")
+  plan.add_option("--gpus-per-node", a->gpus_per_node,
+                  "GPUs of each node (one NVLink domain); required without --topology")
       ->type_name("G")
-      ->required()
       ->check(cli::in_range(1, 72));
-  plan.add_option("--gpu", a->gpu, "H100-80GB, H200 or A100-80GB")->type_name("NAME")->required();
+  plan.add_option("--gpu", a->gpu,
+                  "H100-80GB, H200 or A100-80GB (or the driver's name of one, as nvidia-smi\n"
+                  "prints it); required without --topology")
+      ->type_name("NAME");
+  plan.add_option("--topology", a->topology,
+                  "a node's hwloc XML (lstopo --of xml) or ax-topo JSON: its GPUs (count and\n"
+                  "kind), NVLink and NICs describe every node")
+      ->type_name("FILE");
+  plan.add_option("--cpu", a->cpu,
+                  "plan CPU ranks of this machine instead of GPUs (one node, --gpus-per-node\n"
+                  "ranks), with rates measured here: gemm=GFLOP/s,attention=GFLOP/s,memory=GB/s,\n"
+                  "link=GB/s,latency=us (bench/plan_cpu_bench.sh)")
+      ->type_name("RATES");
   plan.add_option("--vocab", a->vocab,
                   "the tokenizer's size when model.vocab_size is 0 (default 50257, the Pax GPT\n"
                   "recipes' SentencePiece model)")
       ->type_name("V")
       ->check(cli::in_range(1));
+  plan.add_option("--tokenizer", a->tokenizer,
+                  "the tokenizer (SentencePiece model or tokenizer.json) whose size sizes the\n"
+                  "vocabulary when model.vocab_size is 0, instead of --vocab")
+      ->type_name("FILE");
+  plan.add_option("--format", a->format,
+                  "table (default), or env: KEY=VALUE lines for the job scripts (AX_PLAN_ICI,\n"
+                  "AX_PLAN_DCN, AX_PLAN_TRAIN_ARGS, AX_PLAN_LINE; docs/plan.md)")
+      ->type_name("table|env")
+      ->check(CLI::IsMember({"table", "env"}));
   plan.add_option("--ici", a->ici,
                   "plan this ICI_MESH_SHAPE only (data,fsdp,tensor; default with --dcn: 1,-1,1)")
       ->type_name("D,F,T");
@@ -203,9 +231,36 @@ void add_plan_options(CLI::App& plan, PlanArgs* a) {
       ->check(cli::in_range(1));
 }
 
+// The job's own choices among the plan's (docs/plan.md "The job scripts"): NUM_MICROBATCHES
+// and train.recompute when an override gives them.
+void fixed_choices(const std::vector<std::string>& overrides, const Config& config,
+                   plan::PlanRequest* request) {
+  for (const std::string& o : overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    if (key == "NUM_MICROBATCHES" || key == "train.num_microbatches") {
+      request->microbatches = config.train.num_microbatches;
+    }
+    if (key == "train.recompute") request->recompute = config.train.recompute == "layer";
+  }
+}
+
+// The options a job adds to train as `c` says, less those the job fixed itself.
+std::string plan_train_args(const plan::PlanRequest& request, const plan::Candidate& c) {
+  std::string args;
+  if (!request.microbatches) args += str_cat("--set NUM_MICROBATCHES=", c.microbatches);
+  if (!request.recompute && c.recompute) args += " --set train.recompute=layer";
+  return std::string(str_trim(args));
+}
+
+// For --format=env: what the job scripts read (no quoting: each value is the rest of its line).
+void print_env(const plan::Layout& lay, const std::string& train_args, const std::string& line) {
+  std::cout << "AX_PLAN_ICI=" << lay.ici_string() << "\nAX_PLAN_DCN=" << lay.dcn_string()
+            << "\nAX_PLAN_TRAIN_ARGS=" << train_args << "\nAX_PLAN_LINE=" << line << "\n";
+}
+
 // An explicit layout that fits in none of its micro-batch and recomputation choices: its least
 // memory, and the fastest layout that fits with the same tensor size (else any).
-int explicit_layout_misfit(const plan::PlanRequest& request, const plan::Plan& mine) {
+int explicit_layout_misfit(const plan::PlanRequest& request, const plan::Plan& mine, bool env) {
   const plan::Layout& lay = *request.only;
   const plan::Cluster& cl = request.cluster;
   std::string line =
@@ -234,10 +289,19 @@ int explicit_layout_misfit(const plan::PlanRequest& request, const plan::Plan& m
         break;
       }
     }
-    std::cout << line << "; the smallest change that fits:\n" << plan::format_choice(*full, *pick);
+    if (env) {
+      const std::string args = plan_train_args(request, *pick);
+      std::cout << "AX_PLAN_LINE=" << line << "; the smallest change that fits: ICI_MESH_SHAPE=["
+                << pick->layout.ici_string() << "] DCN_MESH_SHAPE=[" << pick->layout.dcn_string()
+                << "]" << (args.empty() ? "" : str_cat(" AX_TRAIN_ARGS=\"", args, "\"")) << " ("
+                << human_bytes(pick->memory.total()) << " per GPU)\n";
+    } else {
+      std::cout << line << "; the smallest change that fits:\n"
+                << plan::format_choice(*full, *pick);
+    }
   } else {
     const int nodes = plan::smallest_fitting_nodes(all);
-    std::cout << line << "; no layout fits; "
+    std::cout << (env ? "AX_PLAN_LINE=" : "") << line << "; no layout fits; "
               << (nodes > 0 ? str_cat("the smallest cluster that fits is ", nodes, " x ",
                                       cl.gpus_per_node, " ", cl.gpu.name)
                             : std::string("nor on up to 1024 such nodes"))
@@ -246,9 +310,43 @@ int explicit_layout_misfit(const plan::PlanRequest& request, const plan::Plan& m
   return kExitFailed;
 }
 
+// The cluster of --nodes nodes: --gpus-per-node and --gpu, or a node's --topology file.
+StatusOr<plan::Cluster> plan_cluster(const PlanArgs& a, std::string* summary,
+                                     plan::CostConstants* constants) {
+  if (!a.cpu.empty()) {
+    if (a.gpus_per_node < 1) return InvalidArgument("--cpu needs --gpus-per-node (ranks)");
+    const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    StatusOr<plan::Device> d = plan::cpu_device(a.cpu, memory);
+    if (!d.ok()) return d.status();
+    *constants = d->constants;
+    return plan::Cluster{a.nodes, a.gpus_per_node, d->gpu};
+  }
+  if (a.topology.empty()) {
+    if (a.gpus_per_node < 1 || a.gpu.empty()) {
+      return InvalidArgument("--gpus-per-node and --gpu are required without --topology");
+    }
+    StatusOr<plan::GpuSpec> gpu = plan::find_gpu(a.gpu);
+    if (!gpu.ok()) return InvalidArgument("--gpu: ", gpu.status().message());
+    return plan::Cluster{a.nodes, a.gpus_per_node, *gpu};
+  }
+  StatusOr<topo::Topology> topology = topo::load_topology(a.topology);
+  if (!topology.ok()) {
+    return InvalidArgument("--topology ", a.topology, ": ", topology.status().message());
+  }
+  StatusOr<plan::Cluster> cl = plan::cluster_from_topology(*topology, a.nodes, a.gpu, summary);
+  if (!cl.ok()) return InvalidArgument("--topology ", a.topology, ": ", cl.status().message());
+  if (a.gpus_per_node > 0 && a.gpus_per_node != cl->gpus_per_node) {
+    return InvalidArgument("--gpus-per-node ", a.gpus_per_node, " but --topology ", a.topology,
+                           " has ", cl->gpus_per_node, " GPUs");
+  }
+  return cl;
+}
+
 int run_plan(const CLI::App& app, const PlanArgs& a) {
-  StatusOr<plan::GpuSpec> gpu = plan::find_gpu(a.gpu);
-  if (!gpu.ok()) return cli::usage_error(app, str_cat("--gpu: ", gpu.status().message()));
+  std::string topology_line;
+  plan::CostConstants constants;
+  StatusOr<plan::Cluster> cluster = plan_cluster(a, &topology_line, &constants);
+  if (!cluster.ok()) return cli::usage_error(app, cluster.status().message());
   StatusOr<Config> config = make_experiment(a.experiment);
   if (!config.ok()) return cli::usage_error(app, config.status().message());
   for (const std::string& o : a.overrides) {
@@ -261,7 +359,14 @@ int run_plan(const CLI::App& app, const PlanArgs& a) {
   request.vocab = config->model.vocab_size > 0 ? config->model.vocab_size
                   : a.vocab > 0                ? a.vocab
                                                : 50257;
-  request.cluster = {a.nodes, a.gpus_per_node, *gpu};
+  if (config->model.vocab_size <= 0 && !a.tokenizer.empty()) {
+    StatusOr<std::unique_ptr<data::Tokenizer>> tok = data::Tokenizer::load(a.tokenizer);
+    if (!tok.ok()) return cli::usage_error(app, str_cat("--tokenizer: ", tok.status().message()));
+    request.vocab = (*tok)->vocab_size();
+  }
+  request.cluster = *cluster;
+  request.constants = constants;
+  fixed_choices(a.overrides, *config, &request);
   if (!a.ici.empty() || !a.dcn.empty()) {
     StatusOr<plan::Layout> only = plan::parse_layout(
         a.ici.empty() ? "1,-1,1" : a.ici, a.dcn.empty() ? "-1,1,1" : a.dcn, request.cluster);
@@ -270,18 +375,33 @@ int run_plan(const CLI::App& app, const PlanArgs& a) {
   }
   StatusOr<plan::Plan> result = plan::make_plan(request);
   if (!result.ok()) return cli::usage_error(app, result.status().message());
-  std::cout << plan::format_table(*result, a.rows);
+  const bool env = a.format == "env";
+  if (!env) std::cout << topology_line << plan::format_table(*result, a.rows);
+  const plan::Cluster& cl = request.cluster;
   if (result->any_fits()) {
-    std::cout << plan::format_best(*result);
+    const plan::Candidate& best = result->candidates.front();
+    if (!env) {
+      std::cout << plan::format_best(*result);
+    } else {
+      const auto fit = std::count_if(result->candidates.begin(), result->candidates.end(),
+                                     [](const plan::Candidate& c) { return c.fits; });
+      print_env(
+          best.layout, plan_train_args(request, best),
+          str_cat(plan::summary_line(*result, best), " (",
+                  request.only ? "the given mesh's fastest choice that fits, of "
+                               : "the fastest that fits, of ",
+                  fit, " that fit on ", cl.nodes, " x ", cl.gpus_per_node, " ", cl.gpu.name, ")"));
+    }
     return kExitOk;
   }
-  if (request.only) return explicit_layout_misfit(request, *result);
+  if (request.only) return explicit_layout_misfit(request, *result, env);
   const int nodes = plan::smallest_fitting_nodes(request);
-  std::cout << (nodes > 0 ? str_cat("fits nowhere on ", a.nodes, " x ", a.gpus_per_node, " ",
-                                    gpu->name, ": the smallest cluster that fits is ", nodes, " x ",
-                                    a.gpus_per_node, " ", gpu->name, "\n")
-                          : str_cat("fits nowhere on ", a.nodes, " x ", a.gpus_per_node, " ",
-                                    gpu->name, " nor on up to 1024 such nodes\n"));
+  std::cout << (env ? "AX_PLAN_LINE=" : "")
+            << (nodes > 0 ? str_cat("fits nowhere on ", cl.nodes, " x ", cl.gpus_per_node, " ",
+                                    cl.gpu.name, ": the smallest cluster that fits is ", nodes,
+                                    " x ", cl.gpus_per_node, " ", cl.gpu.name, "\n")
+                          : str_cat("fits nowhere on ", cl.nodes, " x ", cl.gpus_per_node, " ",
+                                    cl.gpu.name, " nor on up to 1024 such nodes\n"));
   return kExitFailed;
 }
 
@@ -319,6 +439,21 @@ void add_train_options(CLI::App& app, TrainArgs* a) {
   app.add_flag("--help-config", a->help_config, "the config keys, their defaults and meaning");
   app.add_flag("--help-env", a->help_env, "the environment variables ax reads");
   app.add_flag("--list-experiments", a->list_experiments, "the named configs");
+}
+
+void add_timeline_options(CLI::App& timeline, TimelineOptions* o) {
+  timeline.add_option("run_dir", o->run_dir, "the run directory")->required()->type_name("RUN_DIR");
+  timeline.add_option("--step", o->step, "the traced step (default: the newest)")
+      ->check(cli::in_range(1));
+  timeline.add_option("--width", o->width, "columns of the text drawing (default 100)")
+      ->check(cli::in_range(10));
+  timeline.add_option("--svg", o->svg_path, "also write the drawing as an SVG picture here")
+      ->type_name("FILE");
+}
+
+int run_timeline(const TimelineOptions& options) {
+  Status s = draw_pipeline_trace(options, std::cout);
+  return s.ok() ? kExitOk : failed(s);
 }
 
 int run_sample(const SampleOptions& options) {
@@ -380,6 +515,13 @@ int main_impl(int argc, char** argv) {
       "(the model's own dry-run plan, nothing allocated) and the step time of a cost model,\n"
       "ranked; the best as job-script variables and an --ax-mesh spec. Exit 1 when nothing fits.");
   add_plan_options(*planner, &plan_args);
+  TimelineOptions timeline_options;
+  CLI::App* timeline = app.add_subcommand(
+      "timeline",
+      "Draws the pipeline stages of a pipelined run's traced step (train.pipeline_trace_step=N)\n"
+      "one row each: every forward and backward pass by micro-batch and the time spent waiting on\n"
+      "a neighbour, with each stage's waiting fraction (docs/sharding.md \"Seeing the bubble\").");
+  add_timeline_options(*timeline, &timeline_options);
   if (argc < 2) return cli::usage_error(app, "--experiment NAME and --run-dir DIR are required");
   if (std::optional<int> exit = cli::parse_or_exit(app, argc, argv)) return *exit;
   if (train_args.help_config) {
@@ -398,6 +540,7 @@ int main_impl(int argc, char** argv) {
   if (sample->parsed()) return run_sample(sample_options);
   if (exporter->parsed()) return run_export(export_args);
   if (planner->parsed()) return run_plan(*planner, plan_args);
+  if (timeline->parsed()) return run_timeline(timeline_options);
   return run_train(app, train_args);
 }
 

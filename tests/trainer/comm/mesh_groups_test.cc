@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "ax/common/build_config.h"
 #include "ax/trainer/comm/communicator.h"
@@ -68,23 +69,55 @@ TEST(MeshCoords, PipelineIsTheSlowestAxis) {
   EXPECT_EQ(c.replica_group(), (std::vector<int>{17, 19, 21, 23}));
 }
 
+// Issue 26: the seq axis lies between fsdp and tensor (AXLearn's order pipeline, data, fsdp,
+// seq, tensor); every other group holds one slice, the seq group the slices of a row in order.
+TEST(MeshCoords, SeqIsBetweenFsdpAndTensor) {
+  for (int r = 0; r < 48; ++r) {
+    MeshCoords c = MeshCoords::of(r, 3, 2, 2, /*pipeline=*/2, /*seq=*/2);
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.world(), 48);
+    EXPECT_EQ(c.t, r % 2);
+    EXPECT_EQ(c.s, (r / 2) % 2);
+    EXPECT_EQ(c.f, (r / 4) % 2);
+    EXPECT_EQ(c.d, (r / 8) % 3);
+    EXPECT_EQ(c.p, r / 24);
+  }
+  MeshCoords c = MeshCoords::of(13, 2, 2, 2, /*pipeline=*/1, /*seq=*/2);  // d=1 f=1 s=0 t=1
+  EXPECT_EQ(std::tuple(c.d, c.f, c.s, c.t), std::tuple(1, 1, 0, 1));
+  EXPECT_EQ(c.seq_group(), (std::vector<int>{13, 15}));
+  EXPECT_EQ(c.data_group(), (std::vector<int>{5, 13}));
+  EXPECT_EQ(c.fsdp_group(), (std::vector<int>{9, 13}));
+  EXPECT_EQ(c.tensor_group(), (std::vector<int>{12, 13}));
+  EXPECT_EQ(c.replica_group(), (std::vector<int>{1, 5, 9, 13}));
+  c = MeshCoords::of(3, 1, 1, 1, /*pipeline=*/1, /*seq=*/4);
+  EXPECT_EQ(c.s, 3);
+  EXPECT_EQ(c.seq_group(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(c.data_group(), (std::vector<int>{3}));
+  c = MeshCoords::of(11, 1, 1, 2, /*pipeline=*/3, /*seq=*/2);  // p=2 s=1 t=1
+  EXPECT_EQ(c.pipeline_group(), (std::vector<int>{3, 7, 11}));
+  EXPECT_EQ(c.seq_group(), (std::vector<int>{9, 11}));
+}
+
 // For every axis, the groups of all ranks partition the world into groups of the axis size
 // that every member agrees on.
 TEST(MeshCoords, GroupsPartitionTheWorld) {
-  const int data = 3, fsdp = 2, tensor = 2, world = data * fsdp * tensor;
+  const int data = 3, fsdp = 2, tensor = 2, seq = 2, world = data * fsdp * seq * tensor;
   using Getter = std::vector<int> (MeshCoords::*)() const;
   std::pair<Getter, int> axes[] = {{&MeshCoords::data_group, data},
                                    {&MeshCoords::fsdp_group, fsdp},
                                    {&MeshCoords::tensor_group, tensor},
-                                   {&MeshCoords::replica_group, data * fsdp}};
+                                   {&MeshCoords::replica_group, data * fsdp},
+                                   {&MeshCoords::seq_group, seq}};
   for (auto [getter, size] : axes) {
     std::set<std::vector<int>> groups;
     for (int r = 0; r < world; ++r) {
-      std::vector<int> g = (MeshCoords::of(r, data, fsdp, tensor).*getter)();
+      std::vector<int> g = (MeshCoords::of(r, data, fsdp, tensor, 1, seq).*getter)();
       ASSERT_EQ(static_cast<int>(g.size()), size);
       EXPECT_TRUE(std::is_sorted(g.begin(), g.end()));
       EXPECT_NE(std::find(g.begin(), g.end(), r), g.end());
-      for (int member : g) EXPECT_EQ((MeshCoords::of(member, data, fsdp, tensor).*getter)(), g);
+      for (int member : g) {
+        EXPECT_EQ((MeshCoords::of(member, data, fsdp, tensor, 1, seq).*getter)(), g);
+      }
       groups.insert(g);
     }
     EXPECT_EQ(static_cast<int>(groups.size()) * size, world);

@@ -627,7 +627,7 @@ TEST(ConfigText, AlignedKeyValueLines) {
     EXPECT_EQ(eq, column) << line;
     ++lines;
   }
-  EXPECT_EQ(lines, 78);  // experiment + 77 keys
+  EXPECT_EQ(lines, 80);  // experiment + 79 keys
   EXPECT_NE(text.find("experiment "), std::string::npos);
   EXPECT_NE(text.find("model.num_layers "), std::string::npos);
   EXPECT_NE(text.find(" = 0.0006\n"), std::string::npos) << text;

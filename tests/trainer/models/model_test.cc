@@ -283,6 +283,49 @@ TEST(ParamLayout, LlamaHasNoBiasesAndAnUntiedHead) {
   EXPECT_TRUE(layout.find("lm_head.weight")->matmul);
 }
 
+// FSDP inside pipeline stages: the first stage's unit 0 holds the tied table and the positions,
+// the last stage's the table and the final norm. The table comes first, in a head of its own
+// padded to 16 × shards, so fsdp rank f of both ends owns the same elements of it; a layout
+// without pipeline-shared parameters keeps its declaration order and no head.
+TEST(ParamLayout, PipelineSharedTablesGetTheSameHeadOnBothEnds) {
+  auto spec = [](const char* name, std::vector<int64_t> shape) {
+    ParamSpec s;
+    s.name = name;
+    s.shape = std::move(shape);
+    return s;
+  };
+  auto end = [&](bool first, bool shared) {
+    ParamLayout layout;
+    layout.set_unit(0);
+    if (!first) layout.add(spec("lnf.weight", {5}));
+    ParamSpec table = spec("wte", {7, 3});
+    table.pipeline_shared = shared;
+    layout.add(table);
+    if (first) layout.add(spec("wpe", {9, 3}));
+    layout.set_unit(1);
+    layout.add(spec("h.0.w", {4, 4}));
+    layout.finalize(4);
+    return layout;
+  };
+  const ParamLayout a = end(true, true), b = end(false, true);
+  ASSERT_EQ(a.units().size(), 2u);
+  ASSERT_EQ(b.units().size(), 2u);
+  EXPECT_EQ(a.units()[0].head, 64);  // 21 elements padded to 16 × 4
+  EXPECT_EQ(b.units()[0].head, 64);
+  EXPECT_EQ(a.find("wte")->offset, 0);
+  EXPECT_EQ(b.find("wte")->offset, 0);
+  EXPECT_EQ(a.find("wpe")->offset, 64);
+  EXPECT_EQ(b.find("lnf.weight")->offset, 64);
+  EXPECT_EQ(a.units()[0].size, 128);
+  EXPECT_EQ(a.units()[1].head, 0);
+  // Without the flag (no pipeline): declaration order, no head.
+  const ParamLayout plain = end(false, false);
+  EXPECT_EQ(plain.units()[0].head, 0);
+  EXPECT_EQ(plain.find("lnf.weight")->offset, 0);
+  EXPECT_EQ(plain.find("wte")->offset, 16);
+  EXPECT_EQ(plain.units()[0].size, 64);
+}
+
 TEST(Model, InitFollowsTheParameterNamesDoc) {
   auto be = make_cpu_backend(2);
   ModelConfig config = small_config(false);

@@ -1,6 +1,7 @@
-// The pipeline schedules as pure functions: the event orders of GPipe and 1F1B, the activations
-// each keeps alive, the bubble of the orders, and the transfers of the programs executed by
-// every stage at once under the strictest rules (a send waits for the matching receive).
+// The pipeline schedules as pure functions: the event orders of GPipe, 1F1B and interleaved
+// 1F1B, the activations each keeps alive, the bubble of the orders, and the transfers of the
+// programs executed by every stage at once under the strictest rules (a send waits for the
+// matching receive).
 #include "ax/trainer/parallel/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,7 @@ std::string text(const std::vector<PipelineEvent>& events) {
   for (const PipelineEvent& e : events) {
     if (!s.empty()) s += " ";
     s += (e.kind == K::kForward ? "F" : "B") + std::to_string(e.micro_batch);
+    if (e.chunk > 0) s += "." + std::to_string(e.chunk);
   }
   return s;
 }
@@ -89,12 +92,14 @@ TEST(PipelineSchedule, BubbleIsStagesMinusOneOverMicroBatchesPlusStagesMinusOne)
 // Every stage runs its program at once; an exchange finishes when each of its sends has met the
 // peer's receive and each receive the peer's send (a rendezvous: Gloo and NCCL may buffer, which
 // can only help). Fails on a deadlock and on a send met by a receive of another thing.
-void expect_programs_meet(PipelineSchedule k, int p, int m) {
-  const std::string what =
-      std::string(name_of(k)) + " p=" + std::to_string(p) + " m=" + std::to_string(m);
+// With chunks, a transfer also names the model chunk (chunk · p + stage): an activation goes from
+// chunk c to c + 1, a gradient from c to c - 1, so the receive must be for that chunk.
+void expect_programs_meet(PipelineSchedule k, int p, int m, int v = 1) {
+  const std::string what = std::string(name_of(k)) + " p=" + std::to_string(p) +
+                           " m=" + std::to_string(m) + " v=" + std::to_string(v);
   std::vector<std::vector<std::vector<PipelineTransfer>>> calls(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) {
-    for (const PipelineAction& a : pipeline_program(k, s, p, m)) {
+    for (const PipelineAction& a : pipeline_program(k, s, p, m, v)) {
       for (const auto* x : {&a.before, &a.after}) {
         if (!x->empty()) calls[static_cast<size_t>(s)].push_back(*x);
       }
@@ -108,7 +113,13 @@ void expect_programs_meet(PipelineSchedule k, int p, int m) {
   auto key_of = [&](int s, const PipelineTransfer& t) {
     return is_send(t) ? Key{s, t.peer} : Key{t.peer, s};
   };
-  std::map<Key, std::vector<std::pair<T, int>>> sent, received;
+  // (kind, micro-batch, the model chunk the data goes to)
+  using Posted = std::tuple<T, int, int>;
+  auto chunk_to = [&](int s, const PipelineTransfer& t) {
+    const int c = t.chunk * p + s;
+    return t.kind == T::kSendActivation ? c + 1 : t.kind == T::kSendGradient ? c - 1 : c;
+  };
+  std::map<Key, std::vector<Posted>> sent, received;
   std::vector<size_t> at(static_cast<size_t>(p), 0);
   // The place of each op of a stage's current call in its list; empty: not posted yet.
   std::vector<std::vector<size_t>> place(static_cast<size_t>(p));
@@ -122,7 +133,7 @@ void expect_programs_meet(PipelineSchedule k, int p, int m) {
         for (const PipelineTransfer& t : call) {
           auto& list = (is_send(t) ? sent : received)[key_of(s, t)];
           place[us].push_back(list.size());
-          list.push_back({t.kind, t.micro_batch});
+          list.push_back({t.kind, t.micro_batch, chunk_to(s, t)});
         }
         progress = true;
       }
@@ -139,8 +150,9 @@ void expect_programs_meet(PipelineSchedule k, int p, int m) {
                        : t.kind == T::kRecvActivation ? T::kSendActivation
                        : t.kind == T::kSendGradient   ? T::kRecvGradient
                                                       : T::kSendGradient;
-        EXPECT_EQ(theirs[n].first, want) << what << " stage " << s;
-        EXPECT_EQ(theirs[n].second, t.micro_batch) << what << " stage " << s;
+        EXPECT_EQ(std::get<0>(theirs[n]), want) << what << " stage " << s;
+        EXPECT_EQ(std::get<1>(theirs[n]), t.micro_batch) << what << " stage " << s;
+        EXPECT_EQ(std::get<2>(theirs[n]), chunk_to(s, t)) << what << " stage " << s;
       }
       if (done) {
         ++at[us];
@@ -163,10 +175,116 @@ TEST(PipelineSchedule, ProgramsOfAllStagesMeetWithoutDeadlock) {
   }
 }
 
+TEST(PipelineSchedule, InterleavedRunsRoundsOfStagesMicroBatchesPerChunk) {
+  const PipelineSchedule k = PipelineSchedule::kInterleaved;
+  // p = 2, V = 2, m = 4: model chunks 0 and 2 on stage 0, 1 and 3 on stage 1 (".1" = the
+  // stage's second chunk). Stage 0 runs 2 + 2 forwards ahead, stage 1 two.
+  EXPECT_EQ(text(pipeline_events(k, 0, 2, 4, 2)),
+            "F0 F1 F0.1 F1.1 F2 B0.1 F3 B1.1 F2.1 B0 F3.1 B1 B2.1 B3.1 B2 B3");
+  EXPECT_EQ(text(pipeline_events(k, 1, 2, 4, 2)),
+            "F0 F1 F0.1 B0.1 F1.1 B1.1 F2 B0 F3 B1 F2.1 B2.1 F3.1 B3.1 B2 B3");
+  // m = p: every forward first (Megatron's rule).
+  EXPECT_EQ(text(pipeline_events(k, 1, 2, 2, 2)), "F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1");
+}
+
+TEST(PipelineSchedule, InterleavedRunsEveryPassOfEveryChunkOnceBackwardAfterForward) {
+  for (int p = 1; p <= 5; ++p) {
+    for (int v = 1; v <= 4; ++v) {
+      for (int m = p; m <= 4 * p; m += p) {
+        for (int s = 0; s < p; ++s) {
+          std::map<std::pair<int, int>, int> forward_at, backward_at;  // (chunk, micro-batch)
+          const std::vector<PipelineEvent> events =
+              pipeline_events(PipelineSchedule::kInterleaved, s, p, m, v);
+          ASSERT_EQ(events.size(), static_cast<size_t>(2 * m * v));
+          for (size_t i = 0; i < events.size(); ++i) {
+            const PipelineEvent& e = events[i];
+            ASSERT_TRUE(e.chunk >= 0 && e.chunk < v && e.micro_batch >= 0 && e.micro_batch < m);
+            auto& at = e.kind == K::kForward ? forward_at : backward_at;
+            EXPECT_TRUE(at.emplace(std::pair{e.chunk, e.micro_batch}, static_cast<int>(i)).second);
+          }
+          for (const auto& [pass, at] : forward_at) EXPECT_LT(at, backward_at.at(pass));
+          EXPECT_EQ(forward_at.size(), static_cast<size_t>(m * v));
+          EXPECT_EQ(backward_at.size(), static_cast<size_t>(m * v));
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, InterleavedProgramsOfAllStagesMeetWithoutDeadlock) {
+  for (int p = 1; p <= 5; ++p) {
+    for (int v = 1; v <= 4; ++v) {
+      for (int m = p; m <= 4 * p; m += p) {
+        expect_programs_meet(PipelineSchedule::kInterleaved, p, m, v);
+      }
+    }
+  }
+}
+
+// Megatron-LM's (Narayanan et al. 2021) interleaved bubble: bubble time / ideal time =
+// (p - 1) / (V·m), so the idle fraction is (p - 1) / (V·m + p - 1), V times smaller in m.
+TEST(PipelineSchedule, InterleavedBubbleIsMegatronsPMinusOneOverVTimesM) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int v = 1; v <= 4; ++v) {
+      for (int m = p; m <= 4 * p; m += p) {
+        for (auto [f, b] : {std::pair{1.0, 2.0}, std::pair{1.0, 1.0}, std::pair{3.0, 5.0}}) {
+          const double bubble = pipeline_bubble(PipelineSchedule::kInterleaved, p, m, f, b, v);
+          const std::string what = "p=" + std::to_string(p) + " v=" + std::to_string(v) +
+                                   " m=" + std::to_string(m) + " f=" + std::to_string(f);
+          EXPECT_NEAR(bubble / (1 - bubble), (p - 1.0) / (v * m), 1e-12) << what;
+          EXPECT_NEAR(bubble, (p - 1.0) / (v * m + p - 1.0), 1e-12) << what;
+        }
+      }
+    }
+  }
+  // p = 4, m = 8: 1F1B idles 3/11 of the step, V = 2 3/19, V = 4 3/35.
+  EXPECT_NEAR(pipeline_bubble(PipelineSchedule::kInterleaved, 4, 8, 1, 2, 2), 3.0 / 19.0, 1e-12);
+  EXPECT_NEAR(pipeline_bubble(PipelineSchedule::kInterleaved, 4, 8, 1, 2, 4), 3.0 / 35.0, 1e-12);
+}
+
+// The price: stage s runs 2·(p - s - 1) + (V - 1)·p forwards ahead, so stage 0 holds
+// (V·p + p - 1) chunk passes at once, p + (p - 1)/V stages' worth of activations (Megatron's
+// p·(1 + (p - 1)/(p·V))) against 1F1B's p. The program receives activations ahead of their
+// forward passes, which holds at most one more slot here.
+TEST(PipelineSchedule, InterleavedKeepsPPlusPMinusOneOverVStagesOfActivationsOnStageZero) {
+  for (int p = 2; p <= 5; ++p) {
+    for (int v = 1; v <= 4; ++v) {
+      for (int m = 2 * p; m <= 4 * p; m += p) {
+        for (int s = 0; s < p; ++s) {
+          const int peak =
+              peak_in_flight(pipeline_events(PipelineSchedule::kInterleaved, s, p, m, v));
+          EXPECT_EQ(peak, std::min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1)) << p << v << m << s;
+          // Slots as the executor takes them: at a receive or at a local forward, until the
+          // backward.
+          int alive = 0, slots = 0;
+          for (const PipelineAction& a :
+               pipeline_program(PipelineSchedule::kInterleaved, s, p, m, v)) {
+            for (const auto* x : {&a.before, &a.after}) {
+              for (const PipelineTransfer& t : *x) {
+                if (t.kind == T::kRecvActivation) slots = std::max(slots, ++alive);
+              }
+              if (x == &a.before && a.event.kind == K::kForward && s == 0 && a.event.chunk == 0) {
+                slots = std::max(slots, ++alive);
+              }
+              if (x == &a.before && a.event.kind == K::kBackward) --alive;
+            }
+          }
+          EXPECT_LE(slots, peak + 1) << p << v << m << s;
+        }
+        EXPECT_DOUBLE_EQ(
+            peak_in_flight(pipeline_events(PipelineSchedule::kInterleaved, 0, p, m, v)) /
+                static_cast<double>(v),
+            p + (p - 1.0) / v);
+      }
+    }
+  }
+}
+
 TEST(PipelineSchedule, NamesParse) {
   EXPECT_EQ(*parse_pipeline_schedule("gpipe"), PipelineSchedule::kGpipe);
   EXPECT_EQ(*parse_pipeline_schedule("1f1b"), PipelineSchedule::k1F1B);
-  EXPECT_FALSE(parse_pipeline_schedule("interleaved").ok());
+  EXPECT_EQ(*parse_pipeline_schedule("interleaved"), PipelineSchedule::kInterleaved);
+  EXPECT_FALSE(parse_pipeline_schedule("zero-bubble").ok());
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ TEST(PipelineTimeline, RecorderTimesSpansFromTheStepStart) {
   r.add(Kind::kWait, 3, 0, 10.0, 10.25);  // a wait has no micro-batch
   r.add(Kind::kForward, 0, 1, 10.25, 10.5);
   r.add(Kind::kBackward, 0, 1, 10.5, 10.75);
-  const StageTimeline t = r.finish(11.0, 5, 3, 1, 4);
+  r.end(11.0);
+  const StageTimeline t = r.timeline(5, 3, 1, 4);
   EXPECT_EQ(t.step, 5);
   EXPECT_EQ(t.rank, 3);
   EXPECT_EQ(t.stage, 1);
@@ -54,10 +55,14 @@ TEST(PipelineTimeline, RecorderTimesSpansFromTheStepStart) {
   ASSERT_EQ(t.spans.size(), 3u);
   EXPECT_EQ(t.spans[0], (PipelineSpan{Kind::kWait, -1, 0, 0.0, 0.25}));
   EXPECT_EQ(t.spans[1], (PipelineSpan{Kind::kForward, 0, 1, 0.25, 0.5}));
-  EXPECT_DOUBLE_EQ(waiting_fraction(t), 0.25);
+  EXPECT_DOUBLE_EQ(busy_seconds(t), 0.5);
+  EXPECT_DOUBLE_EQ(waiting_fraction(t), 0.5);  // waiting 0.25 s, done for the last 0.25 s
+  EXPECT_DOUBLE_EQ(waiting_fraction(t, 2.0), 0.75);
   // A new step starts empty.
   r.begin(20.0);
-  EXPECT_TRUE(r.finish(20.5, 6, 3, 1, 4).spans.empty());
+  r.end(20.5);
+  EXPECT_TRUE(r.timeline(6, 3, 1, 4).spans.empty());
+  EXPECT_DOUBLE_EQ(r.timeline(6, 3, 1, 4).seconds, 0.5);
 }
 
 TEST(PipelineTimeline, WaitingFraction) {
@@ -101,10 +106,11 @@ TEST(PipelineTimeline, TextDrawsEachStageOnARow) {
   EXPECT_NE(text.find("stage 1 (rank 2) |.0aa1bb...| waiting 40.0 %\n"), std::string::npos) << text;
   EXPECT_NE(text.find("mean waiting: 40.0 % of the step\n"), std::string::npos) << text;
   EXPECT_EQ(text.substr(0, text.find(',')), "step 7");
-  // A stage whose step ended earlier leaves the rest of its row blank.
   std::vector<StageTimeline> s = two_stages();
   s[1] = timeline(1, {{Kind::kForward, 12, 0, 0.0, 0.5}}, 0.5);
-  EXPECT_NE(draw_timeline_text(s, 10).find("|22222     | waiting 0.0 %"), std::string::npos);
+  // A stage whose step ended earlier leaves the rest of its row blank, and that time counts as
+  // waiting: the others were still running.
+  EXPECT_NE(draw_timeline_text(s, 10).find("|22222     | waiting 50.0 %"), std::string::npos);
 }
 
 TEST(PipelineTimeline, SvgHasABoxPerSpan) {

@@ -64,10 +64,11 @@ struct Fault {
 };
 
 struct RunResult {
-  std::vector<double> losses;     // rank 0's, by step
-  std::vector<int> exit_codes;    // by rank (-signal when killed)
-  std::vector<std::string> errs;  // stderr by rank
-  std::vector<std::string> outs;  // what the train loop printed, by rank
+  std::vector<double> losses;      // rank 0's, by step
+  std::vector<double> grad_norms;  // rank 0's, by step
+  std::vector<int> exit_codes;     // by rank (-signal when killed)
+  std::vector<std::string> errs;   // stderr by rank
+  std::vector<std::string> outs;   // what the train loop printed, by rank
   double seconds = 0;
   comm::testing::Stranger::Tally stranger;
 };
@@ -114,7 +115,8 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
       options.after_step = [&](const StepResult& r) {
         if (rank == 0) {
           std::FILE* f = std::fopen(losses_path.c_str(), "a");
-          std::fprintf(f, "%lld %.17g\n", static_cast<long long>(r.step), r.loss);
+          std::fprintf(f, "%lld %.17g %.17g\n", static_cast<long long>(r.step), r.loss,
+                       r.grad_norm);
           std::fclose(f);
         }
         if (rank == fault.rank && r.step == fault.after_step) ::raise(fault.signal);
@@ -153,8 +155,11 @@ RunResult run_ranks(const Config& config, const Layout& layout, const std::strin
   }
   std::ifstream f(losses_path);
   long long step = 0;
-  double loss = 0;
-  while (f >> step >> loss) result.losses.push_back(loss);
+  double loss = 0, grad_norm = 0;
+  while (f >> step >> loss >> grad_norm) {
+    result.losses.push_back(loss);
+    result.grad_norms.push_back(grad_norm);
+  }
   return result;
 }
 
@@ -588,14 +593,19 @@ TEST(ShardedTaskEval, DataParallelRanksEvaluateAndShardedModelsAreRefused) {
 
 // ---- Pipeline parallelism (docs/sharding.md "Pipeline parallelism") ----
 
-// 4 layers (a stage each on 4 stages) and 4 micro-batches per step; a validation at the end.
+// 4 layers (a stage each on 4 stages, or a chunk each with 2 stages of 2 virtual stages) and 4
+// micro-batches per step; a validation at the end.
 std::vector<std::string> pipeline_overrides(const std::string& experiment,
-                                            const std::string& schedule, int micro_batches = 4) {
+                                            const std::string& schedule, int micro_batches = 4,
+                                            int virtual_stages = 1) {
   std::vector<std::string> o = base_overrides(experiment);
   o.push_back("model.num_layers=4");
   o.push_back("train.eval_every=5");
   o.push_back("train.num_microbatches=" + std::to_string(micro_batches));
   o.push_back("train.pipeline_schedule=" + schedule);
+  if (virtual_stages > 1) {
+    o.push_back("train.pipeline_virtual_stages=" + std::to_string(virtual_stages));
+  }
   return o;
 }
 
@@ -630,8 +640,11 @@ StageMemory stage_memory(const std::string& out, int stage) {
 }
 
 // Stages of tiny-gpt (a tied table on the first and the last stage) and tiny-llama (untied):
-// GPipe and 1F1B, 2 and 4 stages, and stages composed with data and tensor parallelism train
-// the losses of one process (rank 0, the first stage, prints the last stage's loss).
+// GPipe, 1F1B and interleaved 1F1B (2 stages of 2 chunks: layers 0 and 2 on stage 0, 1 and 3 on
+// stage 1), 2 and 4 stages, and stages composed with data, tensor and FSDP parallelism (with and
+// without the prefetch; tiny-gpt's tied table then lies in a block of unit 0 that both ends
+// shard alike) train the losses of one process (rank 0, the first stage, prints the last stage's
+// loss).
 class PipelineEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PipelineEquivalence, StagesTrainTheLossesOfOneProcess) {
@@ -644,22 +657,36 @@ TEST_P(PipelineEquivalence, StagesTrainTheLossesOfOneProcess) {
   struct Case {
     Layout layout;
     std::string schedule;
+    int virtual_stages = 1;
+    bool prefetch = true;
   };
   for (const Case& c : std::vector<Case>{{{1, 1, 1, 2}, "1f1b"},
                                          {{1, 1, 1, 2}, "gpipe"},
+                                         {{1, 1, 1, 2}, "interleaved", 2},
+                                         {{1, 1, 2, 2}, "interleaved", 2},
                                          {{1, 1, 1, 4}, "1f1b"},
                                          {{2, 1, 1, 2}, "1f1b"},
-                                         {{1, 1, 2, 2}, "gpipe"}}) {
-    const std::string what = experiment + " " + c.schedule + " " + c.layout.name();
-    const Config config = corpus_config(experiment, pipeline_overrides(experiment, c.schedule));
-    RunResult r = run_ranks(config, c.layout, root + "/" + c.schedule + "_" + c.layout.name());
+                                         {{1, 1, 2, 2}, "gpipe"},
+                                         {{1, 2, 1, 2}, "1f1b"},
+                                         {{1, 2, 1, 2}, "gpipe"},
+                                         {{1, 2, 1, 2}, "1f1b", 1, false},
+                                         {{1, 2, 1, 2}, "interleaved", 2},
+                                         {{1, 2, 1, 4}, "1f1b"}}) {
+    const std::string what = experiment + " " + c.schedule + " " + c.layout.name() +
+                             (c.prefetch ? "" : " without prefetch");
+    std::vector<std::string> o = pipeline_overrides(experiment, c.schedule, 4, c.virtual_stages);
+    if (!c.prefetch) o.push_back("train.fsdp_prefetch=false");
+    RunResult r = run_ranks(
+        corpus_config(experiment, o), c.layout,
+        root + "/" + c.schedule + "_" + c.layout.name() + (c.prefetch ? "" : "_noprefetch"));
     expect_all_ranks_ok(r, what);
     EXPECT_EQ(r.losses.size(), 5u) << what;
     expect_same_losses(r.losses, one.losses, 0, what);
     // The validation runs the stages forward-only: the same loss (printed to 4 decimals). Its
-    // batches are micro-batches (train_data.cc), which are smaller with data parallelism.
+    // batches are micro-batches (train_data.cc), which are smaller with more replicas (data x
+    // fsdp).
     EXPECT_FALSE(val_loss_text(r.outs[0]).empty()) << r.outs[0];
-    if (c.layout.data == 1) {
+    if (c.layout.data * c.layout.fsdp == 1) {
       EXPECT_EQ(val_loss_text(r.outs[0]), val_loss_text(one.outs[0])) << what;
     }
     // Rank 0 trained stage 0 of the schedule, and every stage finished (rank 0 prints what each
@@ -670,11 +697,25 @@ TEST_P(PipelineEquivalence, StagesTrainTheLossesOfOneProcess) {
     for (int p = 0; p < c.layout.pipeline; ++p) {
       EXPECT_GT(stage_memory(r.outs[0], p).slots, 0) << what << " stage " << p << ": " << r.outs[0];
     }
-    double worst = 0;
+    double worst = 0, worst_norm = 0;
     for (size_t i = 0; i < std::min(r.losses.size(), one.losses.size()); ++i) {
       worst = std::max(worst, std::abs(r.losses[i] - one.losses[i]) / std::abs(one.losses[i]));
     }
-    std::printf("%s: largest relative loss difference to one process %.3g\n", what.c_str(), worst);
+    // The global gradient norm (clipped at 1.0), the tied table counted once.
+    ASSERT_EQ(r.grad_norms.size(), one.grad_norms.size()) << what;
+    for (size_t i = 0; i < r.grad_norms.size(); ++i) {
+      EXPECT_NEAR(r.grad_norms[i], one.grad_norms[i], 1e-5 * one.grad_norms[i])
+          << what << ": step " << i + 1;
+      worst_norm =
+          std::max(worst_norm, std::abs(r.grad_norms[i] - one.grad_norms[i]) / one.grad_norms[i]);
+    }
+    std::printf("%s: largest relative loss difference to one process %.3g, gradient norm %.3g\n",
+                what.c_str(), worst, worst_norm);
+    for (int p = 0; p < c.layout.pipeline; ++p) {
+      const StageMemory m = stage_memory(r.outs[0], p);
+      std::printf("%s: stage %d: %lld slot(s) of %lld bytes, backend peak %lld bytes\n",
+                  what.c_str(), p, m.slots, m.slot_bytes, m.peak);
+    }
     std::fflush(stdout);  // before the next run forks
   }
 }
@@ -726,9 +767,11 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostTheStagesActivationsGpipeEveryMicroBatch
 }
 
 // Stopped after 3 steps and resumed: pipeline 2 on pipeline 2 and on one process (the tied table
-// was saved by both ends of the pipeline, whose copies must hold the same bits to load), and one
-// process on pipeline 4: steps 4-6 are the uninterrupted run's. Sampling reads the pipelined
-// checkpoint.
+// was saved by both ends of the pipeline, whose copies must hold the same bits to load), one
+// process on pipeline 4, pipeline 2 x fsdp 2 (each end's fsdp ranks saved their shards of the
+// table) on one process and back, and interleaved pipeline 2 of 2 chunks (the layers saved from
+// stage 0 are h.0 and h.2) on itself and on one process, which ignores the chunks: steps 4-6 are
+// the uninterrupted run's. Sampling reads the pipelined checkpoint.
 TEST(PipelineCheckpoint, ResumesOnTheSameAndOnOtherPipelineLayouts) {
   std::vector<std::string> o = pipeline_overrides("tiny-gpt", "1f1b");
   o.push_back("train.max_steps=6");
@@ -736,20 +779,43 @@ TEST(PipelineCheckpoint, ResumesOnTheSameAndOnOtherPipelineLayouts) {
   const std::string root = data::testing::temp_dir("pipeline-resume");
   RunResult reference = run_ranks(config, {1, 1, 1}, root + "/reference");
   ASSERT_EQ(reference.losses.size(), 6u) << reference.errs[0];
-  const std::vector<std::pair<Layout, Layout>> moves = {
-      {{1, 1, 1, 2}, {1, 1, 1, 2}}, {{1, 1, 1, 2}, {1, 1, 1}}, {{1, 1, 1}, {1, 1, 1, 4}}};
-  for (const auto& [from, to] : moves) {
-    const std::string what = from.name() + " to " + to.name();
-    const std::string dir = root + "/" + from.name() + "_to_" + to.name();
+  const std::vector<std::pair<Layout, Layout>> moves = {{{1, 1, 1, 2}, {1, 1, 1, 2}},
+                                                        {{1, 1, 1, 2}, {1, 1, 1}},
+                                                        {{1, 1, 1}, {1, 1, 1, 4}},
+                                                        {{1, 2, 1, 2}, {1, 1, 1}},
+                                                        {{1, 1, 1}, {1, 2, 1, 2}}};
+  std::vector<std::string> oi = pipeline_overrides("tiny-gpt", "interleaved", 4, 2);
+  oi.push_back("train.max_steps=6");
+  const Config interleaved = corpus_config("tiny-gpt", oi);
+  struct Move {
+    Layout from, to;
+    const Config* config;
+  };
+  std::vector<Move> all;
+  for (const auto& [from, to] : moves) all.push_back({from, to, &config});
+  all.push_back({{1, 1, 1, 2}, {1, 1, 1, 2}, &interleaved});
+  all.push_back({{1, 1, 1, 2}, {1, 1, 1}, &interleaved});
+  for (const auto& [from, to, run_config] : all) {
+    const std::string tag = run_config == &config ? "" : "interleaved_";
+    const std::string what = tag + from.name() + " to " + to.name();
+    const std::string dir = root + "/" + tag + from.name() + "_to_" + to.name();
     Fault stop;
     stop.stop_after = 3;
-    RunResult a = run_ranks(config, from, dir, stop);
+    RunResult a = run_ranks(*run_config, from, dir, stop);
     ASSERT_EQ(a.losses.size(), 3u) << what << ": " << a.errs[0];
     ASSERT_TRUE(fs::exists(dir + "/checkpoints/step_00000003/COMMIT")) << what;
-    RunResult b = run_ranks(config, to, dir);
+    RunResult b = run_ranks(*run_config, to, dir);
     expect_all_ranks_ok(b, what);
     EXPECT_EQ(b.losses.size(), 3u) << what;
     expect_same_losses(b.losses, reference.losses, 3, "resumed " + what);
+    double worst = 0;
+    for (size_t i = 0; i < std::min<size_t>(b.losses.size(), 3); ++i) {
+      worst = std::max(worst, std::abs(b.losses[i] - reference.losses[3 + i]) /
+                                  std::abs(reference.losses[3 + i]));
+    }
+    std::printf("resumed %s: largest relative loss difference to the uninterrupted run %.3g\n",
+                what.c_str(), worst);
+    std::fflush(stdout);  // before the next run forks
   }
   // `ax-train sample` loads a pipelined run's checkpoint whole: greedy decoding continues the
   // prompt as the uninterrupted one-process run's checkpoint does.
@@ -785,12 +851,31 @@ TEST(PipelineRefusals, UnbuiltLayoutsAreRefusedInOneLine) {
   const std::vector<Case> cases = {
       {"tiny-t5", {}, {1, 1, 1, 2}, "not for model.family=t5 yet"},
       {"tiny-gpt", {"model.num_layers=2"}, {1, 1, 1, 4}, "stages need at least as many layers"},
-      {"tiny-gpt", {}, {1, 2, 1, 2}, "FSDP inside a pipeline stage is not built yet"}};
-  for (const Case& c : cases) {
+      {"tiny-gpt",
+       {"train.pipeline_schedule=interleaved", "train.pipeline_virtual_stages=2",
+        "model.num_layers=3", "train.num_microbatches=2"},
+       {1, 1, 1, 2},
+       "chunks need at least 4 layers, and model.num_layers=3"},
+      {"tiny-gpt",
+       {"train.pipeline_schedule=interleaved", "train.pipeline_virtual_stages=2",
+        "model.num_layers=4", "train.num_microbatches=4"},
+       {1, 1, 1, 4},
+       "chunks need at least 8 layers"},
+      {"tiny-gpt",
+       {"train.pipeline_schedule=interleaved", "train.pipeline_virtual_stages=2",
+        "model.num_layers=4", "train.num_microbatches=1"},
+       {1, 1, 1, 2},
+       "train.num_microbatches=1 is not a multiple of it"},
+      {"tiny-gpt",
+       {"train.pipeline_virtual_stages=2", "model.num_layers=4"},
+       {1, 1, 1, 2},
+       "train.pipeline_virtual_stages=2 is for the interleaved schedule"}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
     std::vector<std::string> o = base_overrides(c.experiment);
     o.insert(o.end(), c.overrides.begin(), c.overrides.end());
     RunResult r = run_ranks(corpus_config(c.experiment, o), c.layout,
-                            root + "/" + c.experiment + "_" + c.layout.name());
+                            root + "/" + std::to_string(i) + "_" + c.experiment);
     for (size_t k = 0; k < r.exit_codes.size(); ++k) {
       EXPECT_EQ(r.exit_codes[k], 1) << c.expected;
       EXPECT_NE(r.errs[k].find(c.expected), std::string::npos) << r.errs[k];

@@ -303,5 +303,39 @@ TEST(Plan, BadInputIsRefusedInOneLine) {
   EXPECT_EQ(p.status().message().find('\n'), std::string::npos);
 }
 
+// The driver's names (what the job scripts get from nvidia-smi) are the table's GPUs; a job's
+// own micro-batch count and recomputation are the only ones planned; CPU ranks take measured
+// rates at efficiency 1 (bench/plan_cpu_bench.sh).
+TEST(Plan, DriverNamesFixedChoicesAndCpuRanks) {
+  EXPECT_EQ(find_gpu("NVIDIA H100 80GB HBM3")->name, "H100-80GB");
+  EXPECT_EQ(find_gpu("NVIDIA H200")->name, "H200");
+  EXPECT_EQ(find_gpu("NVIDIA A100-SXM4-80GB")->name, "A100-80GB");
+  EXPECT_FALSE(find_gpu("NVIDIA A100-SXM4-40GB").ok());
+  PlanRequest r;
+  r.config = experiment("tiny-gpt");
+  r.config.train.global_batch = 16;
+  r.vocab = 512;
+  r.cluster = {1, 4, *find_gpu("H200")};
+  r.microbatches = 2;
+  r.recompute = true;
+  StatusOr<Plan> p = make_plan(r);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_FALSE(p->candidates.empty());
+  for (const Candidate& c : p->candidates) {
+    EXPECT_EQ(c.microbatches, 2);
+    EXPECT_TRUE(c.recompute);
+  }
+  StatusOr<Device> cpu = cpu_device("gemm=100,attention=20,memory=10,link=1,latency=5", 1e9);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  EXPECT_EQ(cpu->gpu.bf16_flops, 100e9);
+  EXPECT_EQ(cpu->constants.attention_bwd_flops, 20e9);
+  EXPECT_EQ(cpu->constants.gemm_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(cpu->constants.ici_latency_s, 5e-6);
+  EXPECT_EQ(cpu->constants.context_bytes, 0.0);
+  EXPECT_FALSE(cpu_device("gemm=100,attention=20,memory=10,link=1", 1e9).ok());
+  EXPECT_FALSE(cpu_device("gemm=100,gemm=2,attention=20,memory=10,link=1,latency=0", 1e9).ok());
+  EXPECT_FALSE(cpu_device("gemm=0,attention=20,memory=10,link=1,latency=0", 1e9).ok());
+}
+
 }  // namespace
 }  // namespace ax::train::plan

@@ -444,6 +444,35 @@ if [[ -n $axlaunch ]]; then
   secret_stays_private made
 fi
 
+# The pipeline's bubble (issue 25): two stages under ax-launch log pipeline_wait (their mean
+# waiting fraction) at each progress line and write the trace of step 3, which `ax-train
+# timeline` draws one stage per row and as SVG; a run without a trace is refused naming the key.
+if [[ -n $axlaunch ]]; then
+  pdir="$work/pipeline"
+  expect_status 0 "two pipeline stages" -- env AX_CPU_THREADS=1 "$axlaunch" --nproc 2 \
+    --mesh "ici=2,1,1,1,1;dcn=1,1,1,1,1" --run-dir "$pdir/launch" -- "$axtrain" "${common[@]}" \
+    --run-dir "$pdir/run" --max-steps 4 --set NUM_MICROBATCHES=4 --set train.log_every=1 \
+    --set train.checkpoint_every=0 --set train.pipeline_trace_step=3
+  expect_output "| bubble "
+  waits=$(grep -o '"pipeline_wait":[0-9.e-]*' "$pdir/run/metrics.jsonl" | cut -d: -f2)
+  [[ $(wc -w <<<"$waits") -eq 4 ]] || fail "metrics.jsonl has $(wc -w <<<"$waits") pipeline_wait records, want 4"
+  for w in $waits; do
+    awk -v w="$w" 'BEGIN { exit !(w > 0 && w < 1) }' || fail "pipeline_wait $w is not inside (0, 1)"
+  done
+  [[ -f $pdir/run/pipeline_trace/step_3/rank_0.txt && -f $pdir/run/pipeline_trace/step_3/rank_1.txt ]] ||
+    fail "no trace of step 3 for both ranks"
+  expect_status 0 "ax-train timeline" -- "$axtrain" timeline "$pdir/run" --width 40 --svg "$pdir/t.svg"
+  expect_output "^step 3, 2 stage(s)"
+  expect_output "^stage 0 (rank 0) |[0-9a-z. ]\{40\}| waiting [0-9.]* %$"
+  expect_output "^stage 1 (rank 1) |[0-9a-z. ]\{40\}| waiting [0-9.]* %$"
+  expect_output "^mean waiting: [0-9.]* % of the step$"
+  grep -q '<rect ' "$pdir/t.svg" || fail "the SVG timeline has no boxes"
+  expect_status 1 "timeline of a run without a trace" -- "$axtrain" timeline "$work/no-secret"
+  expect_output "a pipelined run writes one at step train.pipeline_trace_step"
+  expect_status 1 "timeline of a step not traced" -- "$axtrain" timeline "$pdir/run" --step 2
+  expect_output "no pipeline trace of step 2"
+fi
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2
   exit 1

@@ -138,10 +138,9 @@ TEST(ResolveMesh, FromTheLauncherOrTheConfig) {
   EXPECT_FALSE(resolve_mesh(ctx, mesh).ok());  // 4 ranks for a job of 8
 }
 
-// Issue 25: a pipeline axis gives every rank its stage (the slowest axis); issue 26: ax-train
-// has no sequence sharding yet, so a seq axis is refused in one line naming it, never run as data
-// parallel.
-TEST(ResolveMesh, PlacesPipelineStagesAndRefusesSeqAxes) {
+// Issue 25: a pipeline axis gives every rank its stage (the slowest axis); issue 26: a seq axis
+// gives every rank its slice (between fsdp and tensor).
+TEST(ResolveMesh, PlacesPipelineStagesAndSeqSlices) {
   job::JobContext ctx;
   ctx.world = 16;
   ctx.num_nodes = 2;
@@ -158,13 +157,46 @@ TEST(ResolveMesh, PlacesPipelineStagesAndRefusesSeqAxes) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(std::tuple(c->pipeline, c->data, c->fsdp, c->tensor), std::tuple(2, 1, 8, 1));
   EXPECT_EQ(std::tuple(c->p, c->f), std::tuple(1, 3));
-  ctx.ici_mesh = "1,1,4,2,1";
-  ctx.dcn_mesh = "1,2,1";
+  ctx.ici_mesh = "1,1,2,2,2";
+  ctx.dcn_mesh = "2,1,1";
+  ctx.rank = 13;  // d=1 f=1 s=0 t=1
   c = resolve_mesh(ctx, mesh);
-  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(c.status().message(),
-            "the mesh AX_ICI_MESH=1,1,4,2,1 AX_DCN_MESH=1,2,1 has a seq axis of 2, but ax-train's "
-            "sequence sharding is not built yet (issue 26): use a mesh with seq 1");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(std::tuple(c->data, c->fsdp, c->seq, c->tensor), std::tuple(2, 2, 2, 2));
+  EXPECT_EQ(std::tuple(c->d, c->f, c->s, c->t), std::tuple(1, 1, 0, 1));
+}
+
+// What a seq axis is not built for is refused in one line naming what to change, before any
+// communicator is built (setup_distributed calls it first).
+TEST(ResolveMesh, SeqLayoutsNotBuiltAreRefused) {
+  Config config = *make_experiment("tiny-llama");
+  config.train.seq_len = 64;
+  const comm::MeshCoords seq2 = comm::MeshCoords::of(0, 1, 2, 2, 1, /*seq=*/2);
+  EXPECT_TRUE(check_seq_layout(config, seq2).ok());
+  EXPECT_TRUE(check_seq_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 1, 4)).ok());
+  config.train.seq_len = 30;
+  Status s = check_seq_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 1, 4));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      s.message(),
+      "train.seq_len=30 does not split over the seq axis of 4 ranks: make it a multiple of 4");
+  EXPECT_TRUE(check_seq_layout(config, comm::MeshCoords::of(0, 1, 1, 1)).ok());  // seq 1
+  config.train.seq_len = 64;
+  s = check_seq_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 2, 2));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("pipeline stages over a seq axis are not built yet"),
+            std::string::npos)
+      << s.message();
+  config.model.dropout = 0.1;
+  s = check_seq_layout(config, seq2);
+  EXPECT_NE(s.message().find("dropout over a seq axis is not built yet"), std::string::npos)
+      << s.message();
+  config = *make_experiment("tiny-t5");
+  s = check_seq_layout(config, seq2);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "seq=2: sequence sharding is built for the decoder-only families (gpt, llama), not "
+            "for model.family=t5 yet (issue 26): train t5 with a mesh of seq 1");
 }
 
 // What pipeline stages are not built for is refused in one line naming what to change.
@@ -173,10 +205,9 @@ TEST(ResolveMesh, PipelineLayoutsNotBuiltAreRefused) {
   config.model.num_layers = 4;
   EXPECT_TRUE(check_pipeline_layout(config, comm::MeshCoords::of(0, 2, 1, 2, 4)).ok());
   EXPECT_TRUE(check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 2, 1, 1)).ok());
-  Status s = check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 2, 1, 2));
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("FSDP inside a pipeline stage is not built yet"), std::string::npos);
-  s = check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 8));
+  // FSDP inside a stage is built (sharded_train_test's PipelineEquivalence runs it).
+  EXPECT_TRUE(check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 2, 1, 2)).ok());
+  Status s = check_pipeline_layout(config, comm::MeshCoords::of(0, 1, 1, 1, 8));
   EXPECT_EQ(s.message(),
             "pipeline=8 stages need at least as many layers, and model.num_layers=4: use a smaller "
             "pipeline axis or more layers");

@@ -58,20 +58,19 @@ class LocalCommunicator : public Communicator {
   int64_t bytes_ = 0;
 };
 
+// The axes a group varies over.
+struct Vary {
+  bool d = false, f = false, t = false, p = false, s = false;
+};
+
 // Global ranks that agree with `c` on every axis not varied, sorted.
-std::vector<int> axis_group(const MeshCoords& c, bool vary_d, bool vary_f, bool vary_t,
-                            bool vary_p = false) {
+std::vector<int> axis_group(const MeshCoords& c, Vary vary) {
   std::vector<int> ranks;
-  for (int p = 0; p < c.pipeline; ++p) {
-    for (int d = 0; d < c.data; ++d) {
-      for (int f = 0; f < c.fsdp; ++f) {
-        for (int t = 0; t < c.tensor; ++t) {
-          if ((vary_p || p == c.p) && (vary_d || d == c.d) && (vary_f || f == c.f) &&
-              (vary_t || t == c.t)) {
-            ranks.push_back(((p * c.data + d) * c.fsdp + f) * c.tensor + t);
-          }
-        }
-      }
+  for (int r = 0; r < c.world(); ++r) {
+    const MeshCoords o = MeshCoords::of(r, c.data, c.fsdp, c.tensor, c.pipeline, c.seq);
+    if ((vary.p || o.p == c.p) && (vary.d || o.d == c.d) && (vary.f || o.f == c.f) &&
+        (vary.s || o.s == c.s) && (vary.t || o.t == c.t)) {
+      ranks.push_back(r);
     }
   }
   return ranks;
@@ -87,39 +86,44 @@ std::unique_ptr<Communicator> make_local_communicator(std::string_view backend,
 }
 }  // namespace internal
 
-MeshCoords MeshCoords::of(int rank, int data, int fsdp, int tensor, int pipeline) {
-  AX_CHECK(data > 0 && fsdp > 0 && tensor > 0 && pipeline > 0)
-      << "mesh axes pipeline=" << pipeline << " data=" << data << " fsdp=" << fsdp
+MeshCoords MeshCoords::of(int rank, int data, int fsdp, int tensor, int pipeline, int seq) {
+  AX_CHECK(data > 0 && fsdp > 0 && tensor > 0 && pipeline > 0 && seq > 0)
+      << "mesh axes pipeline=" << pipeline << " data=" << data << " fsdp=" << fsdp << " seq=" << seq
       << " tensor=" << tensor;
-  AX_CHECK(rank >= 0 && rank < pipeline * data * fsdp * tensor)
-      << "rank " << rank << " outside a mesh of " << pipeline * data * fsdp * tensor;
+  const int world = pipeline * data * fsdp * seq * tensor;
+  AX_CHECK(rank >= 0 && rank < world) << "rank " << rank << " outside a mesh of " << world;
   MeshCoords c;
   c.data = data;
   c.fsdp = fsdp;
   c.tensor = tensor;
   c.pipeline = pipeline;
+  c.seq = seq;
   c.t = rank % tensor;
-  c.f = (rank / tensor) % fsdp;
-  c.d = (rank / (tensor * fsdp)) % data;
-  c.p = rank / (tensor * fsdp * data);
+  c.s = (rank / tensor) % seq;
+  c.f = (rank / (tensor * seq)) % fsdp;
+  c.d = (rank / (tensor * seq * fsdp)) % data;
+  c.p = rank / (tensor * seq * fsdp * data);
   return c;
 }
 
-std::vector<int> MeshCoords::data_group() const { return axis_group(*this, true, false, false); }
-std::vector<int> MeshCoords::fsdp_group() const { return axis_group(*this, false, true, false); }
-std::vector<int> MeshCoords::tensor_group() const { return axis_group(*this, false, false, true); }
-std::vector<int> MeshCoords::replica_group() const { return axis_group(*this, true, true, false); }
-std::vector<int> MeshCoords::pipeline_group() const {
-  return axis_group(*this, false, false, false, true);
+std::vector<int> MeshCoords::data_group() const { return axis_group(*this, {.d = true}); }
+std::vector<int> MeshCoords::fsdp_group() const { return axis_group(*this, {.f = true}); }
+std::vector<int> MeshCoords::tensor_group() const { return axis_group(*this, {.t = true}); }
+std::vector<int> MeshCoords::replica_group() const {
+  return axis_group(*this, {.d = true, .f = true});
 }
+std::vector<int> MeshCoords::pipeline_group() const { return axis_group(*this, {.p = true}); }
+std::vector<int> MeshCoords::seq_group() const { return axis_group(*this, {.s = true}); }
 
 StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCoords& coords,
                                       CommBackend backend, const CommOptions& options) {
   const MeshCoords& c = coords;
-  if (c.data < 1 || c.fsdp < 1 || c.tensor < 1 || c.pipeline < 1 || c.d < 0 || c.d >= c.data ||
-      c.f < 0 || c.f >= c.fsdp || c.t < 0 || c.t >= c.tensor || c.p < 0 || c.p >= c.pipeline) {
-    return InvalidArgument("mesh coordinates (d=", c.d, ", f=", c.f, ", t=", c.t,
-                           ") outside the mesh data=", c.data, " fsdp=", c.fsdp,
+  if (c.data < 1 || c.fsdp < 1 || c.tensor < 1 || c.pipeline < 1 || c.seq < 1 || c.d < 0 ||
+      c.d >= c.data || c.f < 0 || c.f >= c.fsdp || c.t < 0 || c.t >= c.tensor || c.p < 0 ||
+      c.p >= c.pipeline || c.s < 0 || c.s >= c.seq) {
+    return InvalidArgument("mesh coordinates (p=", c.p, ", d=", c.d, ", f=", c.f, ", s=", c.s,
+                           ", t=", c.t, ") outside the mesh pipeline=", c.pipeline,
+                           " data=", c.data, " fsdp=", c.fsdp, " seq=", c.seq,
                            " tensor=", c.tensor);
   }
   auto make_with = [&](const CommOptions& o, const std::string& tag,
@@ -134,8 +138,10 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
   for (int r = 0; r < c.world(); ++r) world[static_cast<size_t>(r)] = r;
   // Tags carry the fixed coordinates, so groups of one axis never share store keys. Every rank
   // creates its groups in this order, so the members of each group meet.
-  // A pipelined mesh has one group of each axis per stage: its tags name the stage too.
-  const std::string p = c.pipeline > 1 ? str_cat("p=", c.p, ",") : std::string();
+  // A pipelined mesh has one group of each axis per stage, a seq axis one per slice: their tags
+  // name the stage and the slice too.
+  const std::string p = str_cat(c.pipeline > 1 ? str_cat("p=", c.p, ",") : std::string(),
+                                c.seq > 1 ? str_cat("s=", c.s, ",") : std::string());
   // Read only to name a failed rank's stage (describe_ranks); a store that cannot take it costs
   // the stage in that line.
   if (c.pipeline > 1) (void)store->set(str_cat(internal::kStageKeyPrefix, c.rank()), str_cat(c.p));
@@ -157,8 +163,15 @@ StatusOr<MeshGroups> make_mesh_groups(std::shared_ptr<Store> store, const MeshCo
         make_with(own, str_cat("fsdp-prefetch[", p, "d=", c.d, ",t=", c.t, "]"), c.fsdp_group()));
   }
   if (c.pipeline > 1) {
-    AX_ASSIGN_OR_RETURN(g.pipeline, make(str_cat("pipeline[d=", c.d, ",f=", c.f, ",t=", c.t, "]"),
-                                         c.pipeline_group()));
+    const std::string s = c.seq > 1 ? str_cat(",s=", c.s) : std::string();
+    AX_ASSIGN_OR_RETURN(
+        g.pipeline,
+        make(str_cat("pipeline[d=", c.d, ",f=", c.f, s, ",t=", c.t, "]"), c.pipeline_group()));
+  }
+  if (c.seq > 1) {
+    const std::string pp = c.pipeline > 1 ? str_cat("p=", c.p, ",") : std::string();
+    AX_ASSIGN_OR_RETURN(
+        g.seq, make(str_cat("seq[", pp, "d=", c.d, ",f=", c.f, ",t=", c.t, "]"), c.seq_group()));
   }
   return g;
 }

@@ -183,9 +183,20 @@ std::vector<KeyDef> build_key_table() {
       {"train.recompute", K::kEnum, AX_FIELD(train.recompute), B::kAny, {"none", "layer"},
        "activation recomputation: layer = keep only each layer's output, recompute the rest"},
       {"train.pipeline_schedule", K::kEnum, AX_FIELD(train.pipeline_schedule), B::kAny,
-       {"gpipe", "1f1b"},
+       {"gpipe", "1f1b", "interleaved"},
        "pipeline parallelism: gpipe = every forward then every backward (activations of all "
-       "micro-batches alive); 1f1b = one forward one backward (at most pipeline of them)"},
+       "micro-batches alive); 1f1b = one forward one backward (at most pipeline of them); "
+       "interleaved = 1f1b over train.pipeline_virtual_stages chunks per stage (a smaller bubble, "
+       "micro-batches a multiple of pipeline)"},
+      {"train.pipeline_virtual_stages", K::kInt, AX_FIELD(train.pipeline_virtual_stages),
+       B::kPositive, {},
+       "interleaved pipeline schedule: model chunks per stage (Megatron's virtual stages; layers "
+       "cut into pipeline x this many chunks, chunk c on stage c mod pipeline); no effect "
+       "without a pipeline axis"},
+      {"train.pipeline_trace_step", K::kInt, AX_FIELD(train.pipeline_trace_step),
+       B::kNonNegative, {},
+       "pipelined run: at this step (0 = none) every rank writes its stage's passes and waits to "
+       "RUN_DIR/pipeline_trace/step_N/, drawn by `ax-train timeline RUN_DIR`"},
       {"train.fsdp_prefetch", K::kBool, AX_FIELD(train.fsdp_prefetch), B::kAny, {},
        "FSDP: gather the next layer on a second communicator while the current one computes"},
       {"train.comm_timeout_s", K::kFloat, AX_FIELD(train.comm_timeout_s), B::kPositive, {},

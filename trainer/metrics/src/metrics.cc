@@ -126,6 +126,7 @@ std::string format_progress(const StepMetrics& m) {
       step, " | loss ", printf_string("%.4f", m.loss), " | lr ", printf_string("%.2e", m.lr),
       " | gnorm ", printf_string("%.3f", m.grad_norm), " | ", step_time(m.step_time_s), " | ",
       rate_with_suffix(m.tokens_per_s), " tok/s | ", mfu, " | ETA ", human_duration(m.eta_s));
+  if (m.pipeline_wait) line += printf_string(" | bubble %.1f%%", 100.0 * *m.pipeline_wait);
   if (m.ranks && m.ranks->straggler >= 0) {
     line +=
         str_cat(" | straggler: rank ", m.ranks->straggler,
@@ -219,6 +220,10 @@ Status MetricsLogger::log_train(const StepMetrics& m) {
   record["step"] = m.step;
   for (const auto& [name, value] : scalars) record[name] = value;
   std::vector<std::pair<std::string, double>> rank_scalars;
+  if (m.pipeline_wait) {
+    record["pipeline_wait"] = *m.pipeline_wait;
+    rank_scalars.push_back({"train/pipeline_wait", *m.pipeline_wait});
+  }
   if (m.ranks) {
     const RankSpread& r = *m.ranks;
     Json ranks;

@@ -2,8 +2,11 @@
 // DecoderLayers, a final norm and the LM head (tied to wte or its own lm_head), with the
 // parameter layout (unit 0: embeddings, final norm, head; unit 1 + i: layer i) and the
 // activation plan. A pipeline stage holds a contiguous range of the layers (the first stage the
-// embeddings, the last the final norm and the head) and one activation slot per micro-batch in
-// flight (docs/sharding.md "Pipeline parallelism").
+// embeddings, the last the final norm and the head), or one range per model chunk with the
+// interleaved schedule, and one activation slot per (micro-batch, chunk) pass in flight
+// (docs/sharding.md "Pipeline parallelism"). With a seq axis each rank holds a contiguous
+// slice of every row's positions and attention gathers the rest (docs/sharding.md "Sequence
+// parallelism").
 #include <algorithm>
 #include <cmath>
 
@@ -23,14 +26,16 @@ class DecoderLm final : public Model {
             Backend* backend)
       : Model(config, vocab, batch, seq_len, backend) {}
   std::vector<float> logits(int64_t b, int64_t t) const override;
+  // The whole row's, also when this rank holds a slice of it.
   double flops_per_row() const override {
-    return static_cast<double>(T) * flops_per_token(whole_matmul_parameters, config.num_layers,
-                                                    config.num_heads, config.head_dim(), T,
-                                                    /*causal=*/true);
+    const int64_t row = T * seq_size();
+    return static_cast<double>(row) * flops_per_token(whole_matmul_parameters, config.num_layers,
+                                                      config.num_heads, config.head_dim(), row,
+                                                      /*causal=*/true);
   }
-  double forward_impl(const Batch& batch) override { return stage_forward_impl(batch, 0); }
+  double forward_impl(const Batch& batch) override { return stage_forward_impl(batch, 0, 0); }
   void backward_impl(float dloss) override { stage_backward_impl(0, dloss); }
-  double stage_forward_impl(const Batch& batch, int slot) override;
+  double stage_forward_impl(const Batch& batch, int slot, int chunk) override;
   void stage_backward_impl(int slot, float dloss) override;
   void plan_slot(Arena* arena, int slot) override {
     if (static_cast<size_t>(slot) >= acts.size()) acts.resize(static_cast<size_t>(slot) + 1);
@@ -38,9 +43,14 @@ class DecoderLm final : public Model {
   }
   Tensor stage_input(int slot) const override { return acts[static_cast<size_t>(slot)].encoded; }
   Tensor stage_output(int slot) const override {
-    return residual_into(acts[static_cast<size_t>(slot)], blocks.size());
+    const MicroActs& a = acts[static_cast<size_t>(slot)];
+    return residual_into(a, static_cast<size_t>(chunk_layers(a.chunk)));
   }
   Tensor stage_gradient() const override { return dres; }
+  int stage_chunks() const override { return chunks; }
+  Tensor stage_gradient_in(int slot) const override {
+    return chunks == 1 ? dres : acts[static_cast<size_t>(slot)].dout;
+  }
 
   // The store over the declared layout, the views, and the activations planned and allocated.
   Status build() {
@@ -57,10 +67,27 @@ class DecoderLm final : public Model {
   layers::TensorGroup tp;
   layers::VocabShard vocab;  // this rank's rows of the padded table
   layers::LmLoss loss;       // configured; each slot plans its own copy
-  // This stage's layers [layer_begin, layer_end) of config.num_layers; the whole model's matmul
-  // parameters (for flops_per_row, which counts the whole model on every stage).
-  int layer_begin = 0, layer_end = 0;
-  bool first = true, last = true;
+  // This stage's layers of config.num_layers, by their global indices, chunk after chunk: chunk
+  // v's are blocks [chunk_begin[v], chunk_begin[v + 1]). The whole model's matmul parameters
+  // (for flops_per_row, which counts the whole model on every stage).
+  std::vector<int> layer_ids;
+  std::vector<int> chunk_begin;
+  int chunks = 1;
+  bool first = true, last = true;  // holds the model's first chunk (and embeds), its last
+  // Sequence parallelism: the T positions are [first_position, first_position + T) of each row.
+  int64_t first_position = 0;
+  int seq_size() const { return std::max(1, par.seq_size); }
+  comm::Communicator* seq_group() const { return seq_size() > 1 ? par.seq : nullptr; }
+  layers::LayerContext layer_context(const Tensor& segments) const {
+    return {.segments = segments, .seq = seq_group(), .first_position = first_position};
+  }
+  // Rows [first_position, first_position + T) of the learned position table (or its gradient).
+  Tensor position_rows(const Tensor& table) const {
+    if (table.empty()) return table;
+    return Tensor(static_cast<char*>(table.data) +
+                      static_cast<size_t>(first_position * C) * dtype_size(table.dtype),
+                  table.dtype, {T, C});
+  }
   int64_t whole_matmul_parameters = 0;
 
   // Blocks.
@@ -68,7 +95,12 @@ class DecoderLm final : public Model {
   std::vector<layers::DecoderLayer> blocks;
   layers::Norm lnf;
 
-  // Activations of one micro-batch (a slot; slot 0 is planned with the model).
+  int chunk_layers(int v) const {
+    return chunk_begin[static_cast<size_t>(v) + 1] - chunk_begin[static_cast<size_t>(v)];
+  }
+
+  // Activations of one micro-batch's pass through one chunk (a slot; slot 0 is planned with the
+  // model), sized for the stage's largest chunk.
   struct MicroActs {
     Tensor tokens;   // (B, T) i32 (with a split vocabulary: this shard's ids, -1 elsewhere)
     Tensor encoded;  // (N, C) embedding output (a later stage: its input) = residual into layer 0
@@ -78,6 +110,8 @@ class DecoderLm final : public Model {
     layers::LmLoss loss;
     Tensor segments;  // (B, T) i32, the batch's segment ids (when it has them)
     bool use_segments = false;
+    int chunk = 0;  // of the last forward pass in this slot
+    Tensor dout;    // (N, C) with chunks: d(output) received for the backward pass
   };
   std::vector<MicroActs> acts;
   // Shared by every slot.
@@ -85,10 +119,10 @@ class DecoderLm final : public Model {
   Tensor dres;     // (N, C) gradient of the residual stream
   layers::DecoderLayer::Scratch scratch;
 
-  // The parameters of layers [begin, end) and of the ends this stage holds, unit by unit: 0 =
+  // The parameters of layers `ids` and of the ends this stage holds, unit by unit: 0 =
   // embeddings, final norm and head; 1 + i = the stage's i-th layer. Names are the whole model's
   // (h.<global index>), so checkpoints do not depend on the pipeline layout.
-  ParamLayout declare(int begin, int end, bool with_embedding, bool with_head,
+  ParamLayout declare(const std::vector<int>& ids, bool with_embedding, bool with_head,
                       std::vector<layers::DecoderLayer>* stack, layers::Norm* norm) {
     ParamLayout layout;
     const bool learned = config.position == PositionKind::kLearned;
@@ -109,11 +143,11 @@ class DecoderLm final : public Model {
       pos.init_std = config.init_std;
       layout.add(pos);
     }
-    stack->resize(static_cast<size_t>(end - begin));
+    stack->resize(ids.size());
     const layers::BlockOptions block = layers::BlockOptions::of(config);
     for (size_t i = 0; i < stack->size(); ++i) {
       layout.set_unit(static_cast<int>(i) + 1);
-      (*stack)[i].declare(&layout, "h." + std::to_string(begin + static_cast<int>(i)), block, tp);
+      (*stack)[i].declare(&layout, "h." + std::to_string(ids[i]), block, tp);
     }
     layout.set_unit(0);
     if (with_head) {
@@ -127,9 +161,10 @@ class DecoderLm final : public Model {
   ParamLayout declare() {
     std::vector<layers::DecoderLayer> all;
     layers::Norm norm;
-    whole_matmul_parameters = logical_matmul_parameters(
-        declare(0, static_cast<int>(config.num_layers), true, true, &all, &norm));
-    return declare(layer_begin, layer_end, first, last, &blocks, &lnf);
+    std::vector<int> every(static_cast<size_t>(config.num_layers));
+    for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<int>(i);
+    whole_matmul_parameters = logical_matmul_parameters(declare(every, true, true, &all, &norm));
+    return declare(layer_ids, first, last, &blocks, &lnf);
   }
 
   void bind() {
@@ -158,8 +193,11 @@ class DecoderLm final : public Model {
     a->tokens = arena->take(DType::kI32, {B, T});
     a->segments = arena->take(DType::kI32, {B, T});
     a->encoded = arena->take(dt, {N, C});
-    a->blocks.resize(blocks.size());
-    for (size_t i = 0; i < blocks.size(); ++i) {
+    if (chunks > 1) a->dout = arena->take(dt, {N, C});
+    int largest = 0;
+    for (int v = 0; v < chunks; ++v) largest = std::max(largest, chunk_layers(v));
+    a->blocks.resize(static_cast<size_t>(largest));  // layers are uniform: any layer's plan fits
+    for (size_t i = 0; i < a->blocks.size(); ++i) {
       if (options.recompute_layers && i > 0) {
         // Recomputation: every layer shares layer 0's activations except its output, which is
         // the next layer's input and stays.
@@ -187,23 +225,35 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
                                                  int64_t batch, int64_t seq_len, Backend* backend,
                                                  const ModelParallel& parallel,
                                                  const ModelOptions& options) {
-  if (config.position == PositionKind::kLearned && seq_len > config.max_seq_len) {
-    return InvalidArgument("train.seq_len=", seq_len,
+  // With a seq axis, seq_len is this rank's slice of rows seq_size times as long.
+  const int64_t row_len = seq_len * std::max(1, parallel.seq_size);
+  if (config.position == PositionKind::kLearned && row_len > config.max_seq_len) {
+    return InvalidArgument("train.seq_len=", row_len,
                            " is longer than model.max_seq_len=", config.max_seq_len,
                            " (the learned position table)");
   }
   const int tp = std::max(1, parallel.tensor_size);
   const int stages = std::max(1, parallel.pipeline_size);
-  if (stages > config.num_layers) {
-    return InvalidArgument("a pipeline of ", stages, " stages needs at least as many layers; ",
+  const int chunks = stages > 1 ? std::max(1, options.pipeline_chunks) : 1;
+  if (stages * chunks > config.num_layers) {
+    return InvalidArgument("a pipeline of ", stages, " stages of ", chunks,
+                           " chunk(s) needs at least as many layers as chunks; ",
                            "model.num_layers=", config.num_layers,
-                           ": use fewer stages or more layers");
+                           ": use fewer stages or chunks, or more layers");
   }
   auto m = std::make_unique<DecoderLm>(config, vocab, batch, seq_len, backend);
-  // Layers are uniform: stage s holds layers [s·L/P, (s+1)·L/P), counts differing by one at most.
-  const int64_t L = config.num_layers, s = parallel.pipeline_rank;
-  m->layer_begin = static_cast<int>(s * L / stages);
-  m->layer_end = static_cast<int>((s + 1) * L / stages);
+  // Layers are uniform: chunk c of the model's P·V holds layers [c·L/(P·V), (c+1)·L/(P·V)),
+  // counts differing by one at most, and stage s holds chunks s, s + P, ... (one chunk: the
+  // stage's range [s·L/P, (s+1)·L/P)).
+  const int64_t L = config.num_layers, s = parallel.pipeline_rank, n = stages * chunks;
+  m->chunks = chunks;
+  for (int v = 0; v < chunks; ++v) {
+    const int64_t c = v * stages + s;
+    m->chunk_begin.push_back(static_cast<int>(m->layer_ids.size()));
+    for (int64_t l = c * L / n; l < (c + 1) * L / n; ++l)
+      m->layer_ids.push_back(static_cast<int>(l));
+  }
+  m->chunk_begin.push_back(static_cast<int>(m->layer_ids.size()));
   m->first = s == 0;
   m->last = s == stages - 1;
   m->be = backend;
@@ -212,6 +262,7 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
   m->T = seq_len;
   m->C = config.model_dim;
   m->par = parallel;
+  m->first_position = parallel.seq_rank * seq_len;
   m->options = options;
   m->tp = {parallel.tensor_rank, tp, parallel.tensor};
   m->vocab = layers::VocabShard::of(vocab, config.vocab_size, m->tp);
@@ -222,60 +273,75 @@ StatusOr<std::unique_ptr<Model>> make_decoder_lm(const ModelConfig& config, int6
   return std::unique_ptr<Model>(std::move(m));
 }
 
-double DecoderLm::stage_forward_impl(const Batch& batch, int slot) {
+double DecoderLm::stage_forward_impl(const Batch& batch, int slot, int chunk) {
+  AX_CHECK(chunk >= 0 && chunk < chunks);
   MicroActs& a = acts[static_cast<size_t>(slot)];
+  a.chunk = chunk;
+  const int begin = chunk_begin[static_cast<size_t>(chunk)], n = chunk_layers(chunk);
   ParamStore& ps = *store_;
   ps.gather(0);
   a.use_segments = !batch.segment_ids.empty();
   if (a.use_segments) be->copy_from_host(a.segments, batch.segment_ids.data());
   const Tensor seg = a.use_segments ? a.segments : Tensor();
-  if (first) {
+  if (first && chunk == 0) {
     vocab.upload_ids(*be, a.tokens, batch.tokens);
     // With a split vocabulary each rank looks up its rows (zeros elsewhere) and the sum over the
     // group is the embedding; rank 0 alone adds the positions.
     be->embedding_forward(a.encoded.view({B, T, C}), a.tokens, wte.w,
-                          tp.rank == 0 ? wpe.w : Tensor());
+                          tp.rank == 0 ? position_rows(wpe.w) : Tensor());
     tp.all_reduce(a.encoded);
-  }  // a later stage's input was received into a.encoded
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const int unit = static_cast<int>(i) + 1;
+  }  // a later chunk's input was received into a.encoded
+  for (int j = 0; j < n; ++j) {
+    const int unit = begin + j + 1;
+    const size_t i = static_cast<size_t>(j);
     ps.gather(unit);
     ps.prefetch(unit + 1);
-    blocks[i].forward(*be, residual_into(a, i), a.blocks[i], scratch, {.segments = seg});
+    blocks[static_cast<size_t>(begin + j)].forward(*be, residual_into(a, i), a.blocks[i], scratch,
+                                                   layer_context(seg));
   }
-  if (!last) return 0;
-  lnf.forward(*be, a.lnf, residual_into(a, blocks.size()));
+  if (!last || chunk != chunks - 1) return 0;
+  lnf.forward(*be, a.lnf, residual_into(a, static_cast<size_t>(n)));
   be->matmul_forward(a.logits, a.lnf.out, lm_head.w, Tensor());
   if (batch.targets.empty()) return 0;
   return a.loss.forward(*be, a.logits, batch.targets);
 }
 
 void DecoderLm::stage_backward_impl(int slot, float dloss) {
-  const MicroActs& a = acts[static_cast<size_t>(slot)];
+  MicroActs& a = acts[static_cast<size_t>(slot)];
+  const int begin = chunk_begin[static_cast<size_t>(a.chunk)], n = chunk_layers(a.chunk);
   const Tensor seg = a.use_segments ? a.segments : Tensor();
-  if (last) {
+  if (last && a.chunk == chunks - 1) {
     a.loss.backward(*be, a.logits, dloss);  // dlogits overwrite the logits in place
     Tensor dlnf = scratch.dln;
     be->zero(dlnf);
     be->matmul_backward(dlnf, lm_head.dw, Tensor(), a.logits, a.lnf.out, lm_head.w);
     tp.all_reduce(dlnf);  // each vocabulary shard contributes to the hidden state's gradient
     be->zero(dres);
-    lnf.backward(*be, dres, dlnf, residual_into(a, blocks.size()), a.lnf);
-  }  // an earlier stage's d(output) was received into dres
+    lnf.backward(*be, dres, dlnf, residual_into(a, static_cast<size_t>(n)), a.lnf);
+  } else if (chunks > 1) {
+    // The received d(output) becomes the running gradient, and the slot keeps the other
+    // buffer for its next receive: no copy, and no buffer is both sent and received at once.
+    std::swap(dres, a.dout);
+  }  // one chunk: an earlier stage's d(output) was received into dres
   ParamStore& ps = *store_;
-  for (size_t i = blocks.size(); i-- > 0;) {
-    const int unit = static_cast<int>(i) + 1;
+  for (int j = n; j-- > 0;) {
+    const int unit = begin + j + 1;
+    const size_t i = static_cast<size_t>(j);
+    layers::DecoderLayer& block = blocks[static_cast<size_t>(begin + j)];
     ps.gather(unit);
     ps.prefetch(unit - 1);
-    // The shared activations hold the last layer's after the forward pass; any other layer runs
-    // its forward pass again from its kept input (the same ops on the same values: bit-equal).
-    if (options.recompute_layers && i + 1 < blocks.size()) {
-      blocks[i].forward(*be, residual_into(a, i), a.blocks[i], scratch, {.segments = seg});
+    // The shared activations hold the chunk's last layer's after the forward pass; any other
+    // layer runs its forward pass again from its kept input (the same ops on the same values:
+    // bit-equal).
+    if (options.recompute_layers && j + 1 < n) {
+      block.forward(*be, residual_into(a, i), a.blocks[i], scratch, layer_context(seg));
     }
-    blocks[i].backward(*be, dres, residual_into(a, i), a.blocks[i], scratch, {.segments = seg});
+    block.backward(*be, dres, residual_into(a, i), a.blocks[i], scratch, layer_context(seg));
     ps.release(unit);
   }
-  if (first) be->embedding_backward(wte.dw, wpe.dw, dres.view({B, T, C}), a.tokens);
+  if (first && a.chunk == 0) {
+    be->embedding_backward(wte.dw, position_rows(wpe.dw), dres.view({B, T, C}), a.tokens);
+  }
   ps.release(0);
 }
 

@@ -281,6 +281,10 @@ StatusOr<std::unique_ptr<Model>> make_encoder_decoder(const ModelConfig& config,
   if (options.recompute_layers) {
     return InvalidArgument("train.recompute=layer is not implemented for model.family=t5");
   }
+  if (parallel.seq_size > 1) {
+    return Unimplemented("seq=", parallel.seq_size, ": sequence sharding is built for gpt and ",
+                         "llama, not for model.family=t5 yet (issue 26): use a mesh of seq 1");
+  }
   const int tp = std::max(1, parallel.tensor_size);
   auto m = std::make_unique<EncoderDecoder>(config, vocab, batch, seq_len, backend);
   m->be = backend;

@@ -5,6 +5,7 @@
 #include "ax/common/rng.h"
 #include "ax/trainer/backend/dropout_mask.h"
 #include "ax/trainer/comm/communicator.h"
+#include "ax/trainer/parallel/seq_attention.h"
 #include "position_buckets.h"
 
 namespace ax::train::layers {
@@ -209,11 +210,18 @@ void SelfAttention::forward(Backend& be, Tensor out, Tensor inp, const Acts& act
                             const Scratch& scratch, const LayerContext& ctx) const {
   if (rope) {
     qkv.forward(be, scratch.qkv_pre, inp);
-    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_spec, 0);
+    be.rope_forward(acts.qkv, scratch.qkv_pre, num_heads, num_kv_heads, rope_spec,
+                    ctx.first_position);
   } else {
     qkv.forward(be, acts.qkv, inp);
   }
-  be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec(ctx));
+  if (ctx.seq != nullptr) {
+    comm::collective_or_die(
+        seq_attention_forward(be, *ctx.seq, acts.out, acts.lse, acts.qkv, acts.qkv, spec(ctx)),
+        "the seq group's attention (forward)");
+  } else {
+    be.attention_forward(acts.out, acts.lse, acts.qkv, acts.qkv, spec(ctx));
+  }
   proj.forward(be, out, acts.out);
 }
 
@@ -222,12 +230,20 @@ void SelfAttention::backward(Backend& be, Tensor dinp, Tensor dout, Tensor inp, 
   be.zero(scratch.dout);
   proj.backward(be, scratch.dout, dout, acts.out);
   be.zero(scratch.dqkv);
-  be.attention_backward(scratch.dqkv, scratch.dqkv, ctx.dbias, scratch.dout, acts.out, acts.lse,
-                        acts.qkv, acts.qkv, spec(ctx));
+  if (ctx.seq != nullptr) {
+    comm::collective_or_die(
+        seq_attention_backward(be, *ctx.seq, scratch.dqkv, scratch.dqkv, ctx.dbias, scratch.dout,
+                               acts.out, acts.lse, acts.qkv, acts.qkv, spec(ctx)),
+        "the seq group's attention (backward)");
+  } else {
+    be.attention_backward(scratch.dqkv, scratch.dqkv, ctx.dbias, scratch.dout, acts.out, acts.lse,
+                          acts.qkv, acts.qkv, spec(ctx));
+  }
   Tensor dqkv = scratch.dqkv;
   if (rope) {
     be.zero(scratch.dqkv_pre);
-    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_spec, 0);
+    be.rope_backward(scratch.dqkv_pre, scratch.dqkv, num_heads, num_kv_heads, rope_spec,
+                     ctx.first_position);
     dqkv = scratch.dqkv_pre;
   }
   qkv.backward(be, dinp, dqkv, inp);

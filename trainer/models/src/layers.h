@@ -84,6 +84,12 @@ struct LayerContext {
   Tensor memory_segments{};  // (B, Te) i32: segments of the memory's rows
   const Dropout* dropout = nullptr;  // none, or the model's (active or not)
   Tensor dropout_keys{};             // (B·T) i32: the rows' keys, the same at every position
+  // Sequence parallelism (docs/sharding.md "Sequence parallelism"): the T positions are the
+  // slice [first_position, first_position + T) of longer rows, whose other slices the ranks of
+  // `seq` hold; self-attention gathers the whole row's keys and values over it
+  // (seq_attention.h), RoPE turns by the true positions. Null: whole rows.
+  comm::Communicator* seq = nullptr;
+  int64_t first_position = 0;
 };
 
 // How a Linear is split over the tensor group (Megatron): kColumn splits the output features

@@ -83,7 +83,11 @@ Tensor Model::stage_gradient() const {
   refuse_pipeline_stages(config_);
   return {};
 }
-double Model::stage_forward_impl(const Batch&, int) {
+Tensor Model::stage_gradient_in(int) const {
+  refuse_pipeline_stages(config_);
+  return {};
+}
+double Model::stage_forward_impl(const Batch&, int, int) {
   refuse_pipeline_stages(config_);
   return 0;
 }
@@ -187,7 +191,7 @@ StatusOr<std::unique_ptr<Model>> Model::create_or_plan(const ModelConfig& config
 
 float Model::forward(const Batch& batch) { return forward_stage(batch, 0); }
 
-float Model::forward_stage(const Batch& batch, int slot) {
+float Model::forward_stage(const Batch& batch, int slot, int chunk) {
   AX_CHECK(slot >= 0 && slot < slots_allocated());
   const int64_t N = batch_ * seq_len_;
   AX_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), N);
@@ -211,7 +215,8 @@ float Model::forward_stage(const Batch& batch, int slot) {
     num_targets_ += t >= 0 ? 1 : 0;
   }
   slot_targets_[static_cast<size_t>(slot)] = num_targets_;
-  const double sum = slot == 0 ? forward_impl(batch) : stage_forward_impl(batch, slot);
+  const double sum =
+      slot == 0 && chunk == 0 ? forward_impl(batch) : stage_forward_impl(batch, slot, chunk);
   logits_valid_ = slot == 0;
   has_targets_ = !batch.targets.empty();
   return num_targets_ == 0 ? 0.f : static_cast<float>(sum / static_cast<double>(num_targets_));
@@ -220,8 +225,13 @@ float Model::forward_stage(const Batch& batch, int slot) {
 void Model::backward(float scale) {
   AX_CHECK(logits_valid_ && has_targets_) << "backward() needs a forward() with targets first";
   logits_valid_ = false;
-  if (num_targets_ == 0) return;
-  backward_impl(scale / static_cast<float>(num_targets_));
+  if (num_targets_ > 0) {
+    backward_impl(scale / static_cast<float>(num_targets_));
+  } else if (parallel().seq_size > 1) {
+    // The other slices of these rows may hold targets: their attention's backward pass needs
+    // this slice's part of the seq group's collectives (a zero gradient from here).
+    backward_impl(0.f);
+  }
 }
 
 void Model::backward_stage(int slot, float scale) {

@@ -9,23 +9,6 @@
 #include "ax/trainer/comm/communicator.h"
 
 namespace ax::train {
-namespace {
-
-// The seq axis exists in the mesh (the launcher, the plugin and the job scripts place it) but
-// ax-train does not build sequence sharding yet (issue 26): a mesh that asks for it is refused
-// rather than trained as data parallelism. Pipeline stages are checked against the config by
-// check_pipeline_layout.
-Status check_axes_built(const topo::MeshShape& global, const std::string& where) {
-  if (global.seq > 1) {
-    return Unimplemented(where, " has a seq axis of ", global.seq,
-                         ", but ax-train's sequence sharding is not built yet (issue 26): use a "
-                         "mesh with seq 1");
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
 StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshConfig& mesh) {
   topo::MeshShape global;
   if (!ctx.ici_mesh.empty() && !ctx.dcn_mesh.empty()) {
@@ -68,17 +51,20 @@ StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshCo
     if (!derived.ok()) return derived.status().with_context("mesh.ici/mesh.dcn");
     global = derived->global();
   }
-  const std::string where =
-      ctx.ici_mesh.empty()
-          ? str_cat("the mesh (mesh.ici=", mesh.ici, " mesh.dcn=", mesh.dcn, ")")
-          : str_cat("the mesh AX_ICI_MESH=", ctx.ici_mesh, " AX_DCN_MESH=", ctx.dcn_mesh);
-  // A plain return: the message is the user's, without a source location.
-  if (Status s = check_axes_built(global, where); !s.ok()) return s;
-  return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor, global.pipeline);
+  return comm::MeshCoords::of(ctx.rank, global.data, global.fsdp, global.tensor, global.pipeline,
+                              global.seq);
 }
 
 Status check_pipeline_layout(const Config& config, const comm::MeshCoords& coords) {
   const int P = coords.pipeline;
+  // Like the schedule, the chunks mean nothing without a pipeline: a one-process resume of an
+  // interleaved run keeps its config.
+  const int64_t V = config.train.pipeline_virtual_stages;
+  if (V > 1 && config.train.pipeline_schedule != "interleaved") {
+    return InvalidArgument("train.pipeline_virtual_stages=", V, " is for the interleaved ",
+                           "schedule, and train.pipeline_schedule=", config.train.pipeline_schedule,
+                           ": set train.pipeline_schedule=interleaved, or the virtual stages to 1");
+  }
   if (P == 1) return Status::Ok();
   const ModelConfig& m = config.model;
   if (m.family == ModelFamily::kT5) {
@@ -86,15 +72,48 @@ Status check_pipeline_layout(const Config& config, const comm::MeshCoords& coord
                          "families (gpt, llama), not for model.family=t5 yet (issue 25): train ",
                          "t5 with a mesh of pipeline 1 (data, fsdp and tensor parallelism)");
   }
-  if (coords.fsdp > 1) {
-    return Unimplemented("pipeline=", P, " with fsdp=", coords.fsdp, ": FSDP inside a pipeline ",
-                         "stage is not built yet (issue 25): use fsdp 1 (pipeline composes with ",
-                         "data and tensor parallelism)");
-  }
   if (m.num_layers < P) {
     return InvalidArgument("pipeline=", P, " stages need at least as many layers, and ",
                            "model.num_layers=", m.num_layers,
                            ": use a smaller pipeline axis or more layers");
+  }
+  if (m.num_layers < P * V) {
+    return InvalidArgument("pipeline=", P, " stages of train.pipeline_virtual_stages=", V,
+                           " chunks need at least ", P * V,
+                           " layers, and model.num_layers=", m.num_layers,
+                           ": use fewer virtual stages or more layers");
+  }
+  const int64_t micro_batches = config.train.num_microbatches;
+  if (config.train.pipeline_schedule == "interleaved" && micro_batches % P != 0) {
+    return InvalidArgument("train.pipeline_schedule=interleaved runs micro-batches in rounds of ",
+                           "pipeline=", P, ", and train.num_microbatches=", micro_batches,
+                           " is not a multiple of it: use a multiple of ", P,
+                           " micro-batches, or train.pipeline_schedule=1f1b");
+  }
+  return Status::Ok();
+}
+
+Status check_seq_layout(const Config& config, const comm::MeshCoords& coords) {
+  const int S = coords.seq;
+  if (S == 1) return Status::Ok();
+  if (config.model.family == ModelFamily::kT5) {
+    return Unimplemented("seq=", S, ": sequence sharding is built for the decoder-only families ",
+                         "(gpt, llama), not for model.family=t5 yet (issue 26): train t5 with a ",
+                         "mesh of seq 1");
+  }
+  if (coords.pipeline > 1) {
+    return Unimplemented("seq=", S, " with pipeline=", coords.pipeline, ": pipeline stages over ",
+                         "a seq axis are not built yet (issue 26): use seq 1 or pipeline 1 (seq ",
+                         "composes with data, fsdp and tensor parallelism)");
+  }
+  if (config.model.dropout > 0) {
+    return Unimplemented("seq=", S, " with model.dropout=", config.model.dropout,
+                         ": dropout over a seq axis is not built yet (issue 26): set ",
+                         "model.dropout=0 or use seq 1");
+  }
+  if (config.train.seq_len % S != 0) {
+    return InvalidArgument("train.seq_len=", config.train.seq_len, " does not split over the seq ",
+                           "axis of ", S, " ranks: make it a multiple of ", S);
   }
   return Status::Ok();
 }
@@ -116,6 +135,9 @@ ModelParallel Distributed::model_parallel() const {
   p.pipeline_rank = coords.p;
   p.pipeline_size = coords.pipeline;
   p.pipeline = groups.pipeline.get();
+  p.seq_rank = coords.s;
+  p.seq_size = coords.seq;
+  p.seq = groups.seq.get();
   return p;
 }
 
@@ -184,6 +206,7 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   AX_ASSIGN_OR_RETURN(d->coords, resolve_mesh(ctx, config.mesh));
   // A plain return: the message is the user's, without a source location.
   if (Status s = check_pipeline_layout(config, d->coords); !s.ok()) return s;
+  if (Status s = check_seq_layout(config, d->coords); !s.ok()) return s;
   AX_ASSIGN_OR_RETURN(d->scratch, backend->alloc(64));
   if (!d->multi()) return d;
   AX_ASSIGN_OR_RETURN(d->store, connect_job_store(ctx, d->timeout));
@@ -230,9 +253,13 @@ StatusOr<std::unique_ptr<Distributed>> setup_distributed(const Config& config,
   d->reporter = std::make_unique<comm::ActivityReporter>(d->store, ctx.rank, d->timeout);
   log << "job: " << job::describe(ctx) << "; mesh "
       << (d->coords.pipeline > 1 ? str_cat("pipeline=", d->coords.pipeline, " ") : std::string())
-      << "data=" << d->coords.data << " fsdp=" << d->coords.fsdp << " tensor=" << d->coords.tensor
-      << " (this rank " << (d->coords.pipeline > 1 ? str_cat("p", d->coords.p, " ") : std::string())
-      << "d" << d->coords.d << " f" << d->coords.f << " t" << d->coords.t << ")\n";
+      << "data=" << d->coords.data << " fsdp=" << d->coords.fsdp
+      << (d->coords.seq > 1 ? str_cat(" seq=", d->coords.seq) : std::string())
+      << " tensor=" << d->coords.tensor << " (this rank "
+      << (d->coords.pipeline > 1 ? str_cat("p", d->coords.p, " ") : std::string()) << "d"
+      << d->coords.d << " f" << d->coords.f
+      << (d->coords.seq > 1 ? str_cat(" s", d->coords.s) : std::string()) << " t" << d->coords.t
+      << ")\n";
   return d;
 }
 

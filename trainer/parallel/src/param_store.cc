@@ -48,11 +48,20 @@ void ParamLayout::finalize(int shards) {
   }
   for (int u = 0; u < num_units(); ++u) {
     Unit unit{offset, 0};
-    for (ParamSpec& spec : specs_) {
-      if (spec.unit != u) continue;
-      spec.offset = offset;
-      offset = align_up(offset + spec.numel, kAlignElements);
+    // A pipeline's tied tables first, as a head sharded on its own: the first and the last stage
+    // lay it out alike, whatever else their unit holds. Without them the order is unchanged.
+    for (bool shared : {true, false}) {
+      for (ParamSpec& spec : specs_) {
+        if (spec.unit != u || spec.pipeline_shared != shared) continue;
+        spec.offset = offset;
+        offset = align_up(offset + spec.numel, kAlignElements);
+      }
+      if (shared && offset > unit.begin) {
+        offset = unit.begin + align_up(offset - unit.begin, kAlignElements * shards);
+        unit.head = offset - unit.begin;
+      }
     }
+    AX_CHECK(u == 0 || unit.head == 0) << "a pipeline-shared parameter outside unit 0";
     unit.size = align_up(offset - unit.begin, kAlignElements * shards);
     offset = unit.begin + unit.size;
     units_.push_back(unit);
@@ -234,6 +243,7 @@ class ParamStore::Impl {
     for (const ParamSpec& spec : layout.specs()) {
       if (spec.pipeline_shared && pipeline_end()) shared = std::max(shared, spec.numel);
     }
+    if (F > 1 && pipeline_end()) shared = std::max(shared, layout.units()[0].head / F);
     if (shared > 0) {
       AX_ASSIGN_OR_RETURN(shared_tmp, be->alloc(static_cast<size_t>(shared) * sizeof(float)));
     }
@@ -278,14 +288,18 @@ class ParamStore::Impl {
   }
   int64_t units() const { return static_cast<int64_t>(layout.units().size()); }
 
-  // FSDP: unit u's part of this rank's shard buffers, and the full unit.
-  int64_t unit_shard_offset(int u) const {
-    return layout.units()[static_cast<size_t>(u)].begin / F;
+  // FSDP: the parts of unit u sharded each on its own, as {begin, size}: its head (a pipeline's
+  // tied tables) if any, then the rest; none when the unit is empty (a middle stage's unit 0).
+  std::vector<ParamLayout::Unit> blocks(int u) const {
+    const ParamLayout::Unit& unit = layout.units()[static_cast<size_t>(u)];
+    std::vector<ParamLayout::Unit> out;
+    if (unit.head > 0) out.push_back({unit.begin, unit.head});
+    if (unit.size > unit.head) out.push_back({unit.begin + unit.head, unit.size - unit.head});
+    return out;
   }
-  int64_t unit_shard_size(int u) const { return layout.units()[static_cast<size_t>(u)].size / F; }
-  Tensor shard_part(void* base, int u) const {
-    return Tensor(static_cast<float*>(base) + unit_shard_offset(u), DType::kF32,
-                  {unit_shard_size(u)});
+  // A block's part of this rank's shard buffer `base`.
+  Tensor shard_part(void* base, const ParamLayout::Unit& block) const {
+    return Tensor(static_cast<float*>(base) + block.begin / F, DType::kF32, {block.size / F});
   }
   // Unit u's buffer: unit 0's own, else the slot the unit alternates into.
   void* unit_base(int u, bool grad) const {
@@ -294,13 +308,13 @@ class ParamStore::Impl {
     return grad ? slot_g[slot] : slot_w[slot];
   }
 
-  // Unit u's part of this rank's weights in the compute dtype (cast into `cast_buffer` when
-  // that is not f32), and the full unit at `dst`.
-  Tensor gather_input(int u, void* cast_buffer) {
+  // A block's part of this rank's weights in the compute dtype (cast into `cast_buffer` when
+  // that is not f32), and the full unit u at `dst`.
+  Tensor gather_input(const ParamLayout::Unit& block, void* cast_buffer) {
     const DType dt = be->compute_dtype();
-    Tensor mine = shard_part(params, u);
+    Tensor mine = shard_part(params, block);
     if (dt == DType::kF32) return mine;
-    Tensor cast(cast_buffer, dt, {unit_shard_size(u)});
+    Tensor cast(cast_buffer, dt, {block.size / F});
     be->copy(cast, mine);
     return cast;
   }
@@ -308,11 +322,16 @@ class ParamStore::Impl {
     return Tensor(dst, be->compute_dtype(), {layout.units()[static_cast<size_t>(u)].size});
   }
 
-  // Gathers unit u's weights into `dst` (compute dtype) from every rank's shard.
+  // Gathers unit u's weights into `dst` (compute dtype) from every rank's shard, block by block.
   void gather_unit(int u, void* dst) {
-    comm::collective_or_die(
-        par.fsdp->all_gather(unit_tensor(u, dst), gather_input(u, shard_compute)),
-        "gathering FSDP unit");
+    const int64_t begin = layout.units()[static_cast<size_t>(u)].begin;
+    const size_t ds = dtype_size(be->compute_dtype());
+    for (const ParamLayout::Unit& b : blocks(u)) {
+      Tensor out(static_cast<char*>(dst) + static_cast<size_t>(b.begin - begin) * ds,
+                 be->compute_dtype(), {b.size});
+      comm::collective_or_die(par.fsdp->all_gather(out, gather_input(b, shard_compute)),
+                              "gathering FSDP unit");
+    }
   }
 
   // Waits for the prefetch in flight, if any; its slot then holds its unit.
@@ -353,12 +372,10 @@ StatusOr<std::unique_ptr<ParamStore>> ParamStore::create(ParamLayout layout, Bac
                            ", fsdp rank ", parallel.fsdp_rank, " of ", fsdp);
   }
   if ((tp > 1 && parallel.tensor == nullptr) || (fsdp > 1 && parallel.fsdp == nullptr) ||
-      (parallel.pipeline_size > 1 && parallel.pipeline == nullptr)) {
-    return InvalidArgument("model parallelism needs the tensor, fsdp and pipeline communicators");
-  }
-  if (parallel.pipeline_size > 1 && fsdp > 1) {
-    return Unimplemented("FSDP inside a pipeline stage is not built yet (issue 25): use ",
-                         "mesh fsdp 1 with pipeline > 1 (data and tensor parallelism compose)");
+      (parallel.pipeline_size > 1 && parallel.pipeline == nullptr) ||
+      (parallel.seq_size > 1 && parallel.seq == nullptr)) {
+    return InvalidArgument(
+        "model parallelism needs the tensor, fsdp, pipeline and seq communicators");
   }
   auto impl = std::make_unique<Impl>();
   impl->layout = std::move(layout);
@@ -419,21 +436,27 @@ void ParamStore::prefetch(int unit) {
   if (m.slot_unit[slot] == unit || m.pending_unit == unit) return;
   m.finish_prefetch();
   m.slot_unit[slot] = -1;
-  m.prefetcher->submit(m.unit_tensor(unit, m.slot_w[slot]),
-                       m.gather_input(unit, m.prefetch_compute));
+  // Only unit 0 has a head: a layer is one block.
+  m.prefetcher->submit(
+      m.unit_tensor(unit, m.slot_w[slot]),
+      m.gather_input(m.layout.units()[static_cast<size_t>(unit)], m.prefetch_compute));
   m.pending_unit = unit;
 }
 
 void ParamStore::release(int unit) {
   Impl& m = *impl_;
   if (m.F == 1) return;
-  const int64_t full = m.layout.units()[static_cast<size_t>(unit)].size;
-  Tensor in(m.unit_base(unit, true), DType::kF32, {full});
-  Tensor tmp(m.scatter_tmp, DType::kF32, {m.unit_shard_size(unit)});
-  comm::collective_or_die(m.par.fsdp->reduce_scatter(tmp, in), "reduce-scattering FSDP gradients");
-  Tensor mine = m.shard_part(m.grads, unit);
-  m.be->add_forward(mine, mine, tmp);
-  m.be->zero(in);
+  const ParamLayout::Unit& u = m.layout.units()[static_cast<size_t>(unit)];
+  float* base = static_cast<float*>(m.unit_base(unit, true));
+  for (const ParamLayout::Unit& b : m.blocks(unit)) {
+    Tensor in(base + (b.begin - u.begin), DType::kF32, {b.size});
+    Tensor tmp(m.scatter_tmp, DType::kF32, {b.size / m.F});
+    comm::collective_or_die(m.par.fsdp->reduce_scatter(tmp, in),
+                            "reduce-scattering FSDP gradients");
+    Tensor mine = m.shard_part(m.grads, b);
+    m.be->add_forward(mine, mine, tmp);
+  }
+  if (u.size > 0) m.be->zero(Tensor(base, DType::kF32, {u.size}));
 }
 
 std::vector<OwnedRange> ParamStore::owned() const {
@@ -444,14 +467,17 @@ std::vector<OwnedRange> ParamStore::owned() const {
       out.push_back({&spec, 0, spec.offset, spec.numel});
       continue;
     }
+    // The block the parameter lies in: its unit's head (a pipeline's tied tables) or the rest.
     const ParamLayout::Unit& unit = m.layout.units()[static_cast<size_t>(spec.unit)];
-    const int64_t size = unit.size / m.F;
-    const int64_t own_begin = unit.begin + m.par.fsdp_rank * size;
+    const bool in_head = spec.offset < unit.begin + unit.head;
+    const int64_t block_begin = in_head ? unit.begin : unit.begin + unit.head;
+    const int64_t size = (in_head ? unit.head : unit.size - unit.head) / m.F;
+    const int64_t own_begin = block_begin + m.par.fsdp_rank * size;
     const int64_t begin = std::max(spec.offset, own_begin);
     const int64_t end = std::min(spec.offset + spec.numel, own_begin + size);
     if (begin >= end) continue;
     out.push_back(
-        {&spec, begin - spec.offset, unit.begin / m.F + (begin - own_begin), end - begin});
+        {&spec, begin - spec.offset, block_begin / m.F + (begin - own_begin), end - begin});
   }
   return out;
 }
@@ -489,10 +515,27 @@ void ParamStore::reduce_gradients() {
     comm::collective_or_die(m.par.data->all_reduce(grads(), comm::ReduceOp::kSum),
                             "data-parallel gradient all-reduce");
   }
+  if (m.par.seq != nullptr && m.par.seq->size() > 1) {
+    comm::collective_or_die(m.par.seq->all_reduce(grads(), comm::ReduceOp::kSum),
+                            "seq-parallel gradient all-reduce");
+  }
   if (!m.pipeline_end()) return;
   // Megatron's embedding group: the first and the last stage swap their parts of a tied table's
   // gradient and both add the other's (a + b == b + a bit for bit: the copies stay identical).
+  // The pipeline group joins the ranks of the same (d, f, t): with FSDP, fsdp rank f of each end
+  // owns the same elements of unit 0's head, the tied tables, so the two swap that shard.
   const int peer = m.par.pipeline_rank == 0 ? m.par.pipeline_size - 1 : 0;
+  if (m.F > 1) {
+    const ParamLayout::Unit& root = m.layout.units()[0];
+    if (root.head == 0) return;
+    Tensor mine = m.shard_part(m.grads, {root.begin, root.head});
+    Tensor theirs(m.shared_tmp, DType::kF32, {root.head / m.F});
+    comm::collective_or_die(
+        m.par.pipeline->exchange({comm::P2POp::send(mine, peer), comm::P2POp::recv(theirs, peer)}),
+        "summing a tied table's gradient shard between the first and the last pipeline stage");
+    m.be->add_forward(mine, mine, theirs);
+    return;
+  }
   for (const ParamSpec& spec : m.layout.specs()) {
     if (!spec.pipeline_shared) continue;
     Tensor mine = param_view(spec, m.grads).view({spec.numel});
@@ -530,10 +573,12 @@ void ParamStore::init(uint64_t seed) {
     m.be->copy_from_host(params(), host.data());
   } else {
     std::vector<float> mine(static_cast<size_t>(m.layout.total() / m.F));
-    for (const ParamLayout::Unit& unit : m.layout.units()) {
-      const int64_t size = unit.size / m.F;
-      std::copy_n(host.begin() + unit.begin + m.par.fsdp_rank * size, size,
-                  mine.begin() + unit.begin / m.F);
+    for (int u = 0; u < m.units(); ++u) {
+      for (const ParamLayout::Unit& b : m.blocks(u)) {
+        const int64_t size = b.size / m.F;
+        std::copy_n(host.begin() + b.begin + m.par.fsdp_rank * size, size,
+                    mine.begin() + b.begin / m.F);
+      }
     }
     m.be->copy_from_host(params(), mine.data());
   }

@@ -44,33 +44,40 @@ std::optional<double> header_value(const std::vector<std::string>& words, std::s
 
 void PipelineRecorder::begin(double now) {
   start_ = now;
+  end_ = now;
   spans_.clear();
 }
+
+void PipelineRecorder::end(double now) { end_ = std::max(start_, now); }
 
 void PipelineRecorder::add(Kind kind, int micro_batch, int chunk, double start, double end) {
   spans_.push_back({kind, kind == Kind::kWait ? -1 : micro_batch, chunk, start - start_,
                     std::max(start, end) - start_});
 }
 
-StageTimeline PipelineRecorder::finish(double now, int64_t step, int rank, int stage,
-                                       int stages) const {
+StageTimeline PipelineRecorder::timeline(int64_t step, int rank, int stage, int stages) const {
   StageTimeline t;
   t.step = step;
   t.rank = rank;
   t.stage = stage;
   t.stages = stages;
-  t.seconds = std::max(0.0, now - start_);
+  t.seconds = end_ - start_;
   t.spans = spans_;
   return t;
 }
 
-double waiting_fraction(const StageTimeline& timeline) {
-  if (timeline.seconds <= 0) return 0;
-  double wait = 0;
+double busy_seconds(const StageTimeline& timeline) {
+  double busy = 0;
   for (const PipelineSpan& s : timeline.spans) {
-    if (s.kind == Kind::kWait) wait += s.end - s.start;
+    if (s.kind != Kind::kWait) busy += s.end - s.start;
   }
-  return std::clamp(wait / timeline.seconds, 0.0, 1.0);
+  return busy;
+}
+
+double waiting_fraction(const StageTimeline& timeline, double span) {
+  if (span <= 0) span = timeline.seconds;
+  if (span <= 0) return 0;
+  return std::clamp(1.0 - busy_seconds(timeline) / span, 0.0, 1.0);
 }
 
 std::string format_stage_timeline(const StageTimeline& t) {
@@ -158,7 +165,7 @@ std::string draw_timeline_text(const std::vector<StageTimeline>& stages, int wid
       }
       row[static_cast<size_t>(c)] = pick;
     }
-    const double wait = waiting_fraction(t);
+    const double wait = waiting_fraction(t, longest);
     mean_wait += wait;
     out += str_cat("stage ", t.stage, " (rank ", t.rank, ") |", row, "| waiting ",
                    fixed(100 * wait, 1), " %\n");
@@ -188,7 +195,7 @@ std::string draw_timeline_svg(const std::vector<StageTimeline>& stages) {
     const StageTimeline& t = stages[row];
     const double y = kTop + kRow * static_cast<double>(row);
     out += str_cat("<text x=\"4\" y=\"", fixed(y + 17, 1), "\">stage ", t.stage, " ",
-                   fixed(100 * waiting_fraction(t), 1), "%</text>\n");
+                   fixed(100 * waiting_fraction(t, longest), 1), "%</text>\n");
     for (const PipelineSpan& s : t.spans) {
       const double x = kLeft + s.start * scale, w = std::max(0.5, (s.end - s.start) * scale);
       const char* fill = s.kind == Kind::kForward    ? "#4e79a7"

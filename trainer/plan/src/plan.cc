@@ -247,12 +247,93 @@ const std::vector<GpuSpec>& gpu_table() {
 }
 
 StatusOr<GpuSpec> find_gpu(std::string_view name) {
+  // The driver's names (nvidia-smi, NVML, hwloc's GPUModel) of the table's GPUs.
+  const auto has = [&](std::string_view part) { return name.find(part) != name.npos; };
+  std::string_view table_name = name;
+  if (has("NVIDIA H100") && has("80GB")) table_name = "H100-80GB";
+  if (has("NVIDIA H200")) table_name = "H200";
+  if (has("NVIDIA A100") && has("80GB")) table_name = "A100-80GB";
   std::string known;
   for (const GpuSpec& g : gpu_table()) {
-    if (g.name == name) return g;
+    if (g.name == table_name) return g;
     known += str_cat(known.empty() ? "" : ", ", g.name);
   }
   return NotFound("unknown GPU '", name, "': the table has ", known);
+}
+
+StatusOr<Device> cpu_device(std::string_view rates, double memory_bytes) {
+  std::map<std::string, double> v = {
+      {"gemm", 0}, {"attention", 0}, {"memory", 0}, {"link", 0}, {"latency", 0}};
+  std::string s(rates);
+  size_t at = 0;
+  int seen = 0;
+  while (at < s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string part = s.substr(at, comma - at);
+    const size_t eq = part.find('=');
+    auto it = v.find(part.substr(0, eq));
+    char* end = nullptr;
+    const double x = eq == part.npos ? 0 : std::strtod(part.c_str() + eq + 1, &end);
+    if (it == v.end() || eq == part.npos || end == part.c_str() + eq + 1 || *end != '\0' ||
+        !(x > 0 || (x == 0 && it->first == "latency")) || it->second != 0) {
+      return InvalidArgument("--cpu ", rates,
+                             ": expected gemm=GFLOP/s,attention=GFLOP/s,memory=GB/s,link=GB/s,"
+                             "latency=us, each once and above 0 (latency may be 0)");
+    }
+    it->second = x;
+    ++seen;
+    at = comma + 1;
+  }
+  if (seen != 5) {
+    return InvalidArgument("--cpu ", rates, ": all of gemm, attention, memory, link, latency");
+  }
+  Device d;
+  d.gpu = {"CPU",           memory_bytes,   v["gemm"] * 1e9, v["memory"] * 1e9,
+           v["link"] * 1e9, v["link"] * 1e9};
+  CostConstants& k = d.constants;
+  k.gemm_efficiency = k.hbm_efficiency = k.link_efficiency = 1;
+  k.attention_fwd_flops = k.attention_bwd_flops = v["attention"] * 1e9;
+  k.ici_latency_s = k.dcn_latency_s = v["latency"] * 1e-6;
+  k.context_bytes = k.comm_buffer_bytes = k.workspace_bytes = 0;
+  return d;
+}
+
+StatusOr<Cluster> cluster_from_topology(const topo::Topology& topology, int nodes,
+                                        std::string_view gpu, std::string* summary) {
+  const std::vector<topo::Gpu>& gpus = topology.gpus;
+  if (gpus.empty()) {
+    return InvalidArgument("the topology (", topology.source, ") has no GPU");
+  }
+  for (const topo::Gpu& g : gpus) {
+    if (g.name != gpus.front().name) {
+      return InvalidArgument("the topology mixes GPU kinds ('", gpus.front().name, "', '", g.name,
+                             "'): plan one kind per node");
+    }
+  }
+  std::string_view kind = gpu.empty() ? std::string_view(gpus.front().name) : gpu;
+  if (kind.empty()) {
+    return InvalidArgument("the topology does not name its GPUs: give --gpu");
+  }
+  StatusOr<GpuSpec> spec = find_gpu(kind);
+  if (!spec.ok()) return spec.status();
+  Cluster cl{nodes, static_cast<int>(gpus.size()), *spec};
+  const size_t island = topology.nvlink_islands().front().size();
+  if (island < gpus.size()) cl.gpu.nvlink_bytes_per_s = kPcieBytesPerS;
+  const double nics_per_gpu =
+      std::min(1.0, static_cast<double>(topology.nics.size()) / static_cast<double>(gpus.size()));
+  cl.gpu.network_bytes_per_s *= nics_per_gpu;
+  if (summary != nullptr) {
+    *summary = str_cat(
+        "topology: ", gpus.size(), " x ", gpus.front().name.empty() ? "GPU" : gpus.front().name,
+        " (", cl.gpu.name, "), ",
+        island == gpus.size()
+            ? std::string("one NVLink domain")
+            : str_cat("largest NVLink island ", island, ": inside a node at PCIe's ",
+                      fixed(kPcieBytesPerS / 1e9, 0), " GB/s"),
+        ", ", topology.nics.size(), " NIC(s): network ", fixed(cl.gpu.network_bytes_per_s / 1e9, 1),
+        " GB/s per GPU (", topology.source, ")\n");
+  }
+  return cl;
 }
 
 std::string Layout::ici_string() const { return str_cat(ici[0], ",", ici[1], ",", ici[2]); }
@@ -362,8 +443,8 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
     note(str_cat("tensor ", tensor, ": ", status.message()));
   };
   note(
-      "pipeline and seq axes are not planned yet (ax-train trains pipeline stages of gpt and "
-      "llama, and refuses seq)");
+      "pipeline and seq axes are not planned yet (ax-train trains pipeline stages and seq "
+      "slices of gpt and llama)");
   if (is_t5(c)) {
     note("recomputation is not planned for t5 (train.recompute=layer is not built for it)");
   }
@@ -398,8 +479,10 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
       const Model& model = *store->second;
       const int64_t rows = plan.global_batch / replicas;
       for (int64_t mbs : divisors(rows)) {
+        if (request.microbatches && mbs != *request.microbatches) continue;
         for (bool recompute : {false, true}) {
           if (recompute && is_t5(c)) continue;
+          if (request.recompute && recompute != *request.recompute) continue;
           const int64_t micro = rows / mbs;
           auto arena = arenas.find({lay.tensor(), micro, recompute});
           if (arena == arenas.end()) {
@@ -510,6 +593,15 @@ std::string format_table(const Plan& plan, size_t rows) {
         pad(str_cat(fixed(100 * c.mfu, 1), "%"), 8, true), "\n");
   }
   for (const std::string& n : plan.notes) out += str_cat("note: ", n, "\n");
+  if (cl.gpu.name == "CPU") {
+    out += str_cat("constants: CPU ranks measured here (--cpu): GEMM ",
+                   fixed(cl.gpu.bf16_flops / 1e9, 1), " GFLOP/s, attention ",
+                   fixed(k.attention_fwd_flops / 1e9, 1), " GFLOP/s, memory ",
+                   fixed(cl.gpu.hbm_bytes_per_s / 1e9, 2), " GB/s, link ",
+                   fixed(cl.gpu.nvlink_bytes_per_s / 1e9, 3), " GB/s, latency ",
+                   fixed(k.ici_latency_s * 1e6, 0), " us per rank (docs/plan.md)\n");
+    return out;
+  }
   out +=
       str_cat("constants: ", cl.gpu.name, " ", fixed(cl.gpu.bf16_flops / 1e12, 1),
               " TFLOP/s bf16 dense x GEMM efficiency ", fixed(k.gemm_efficiency, 2), "; attention ",
@@ -551,6 +643,14 @@ std::string format_choice(const Plan& plan, const Candidate& c) {
       " ICI_MESH_SHAPE=[", c.layout.ici_string(), "] DCN_MESH_SHAPE=[", c.layout.dcn_string(),
       "] AX_TRAIN_ARGS=\"", args, "\" sbatch -N ", plan.cluster.nodes, " ...\n",
       "srun: --ax-mesh='ici=", c.layout.ici_string(), ";dcn=", c.layout.dcn_string(), "'\n");
+}
+
+std::string summary_line(const Plan& plan, const Candidate& c) {
+  return str_cat(c.layout.name(), " (ICI_MESH_SHAPE=[", c.layout.ici_string(), "] DCN_MESH_SHAPE=[",
+                 c.layout.dcn_string(), "]), ", c.microbatches, " micro-batch(es) of ",
+                 c.micro_batch, ", recompute ", c.recompute ? "layer" : "none", ": ",
+                 gib(c.memory.total()), " of ", gib(plan.cluster.gpu.memory_bytes), " per ",
+                 plan.cluster.gpu.name, ", predicted step ", fixed(c.time.total_s, 3), " s");
 }
 
 }  // namespace ax::train::plan

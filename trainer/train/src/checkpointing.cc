@@ -45,8 +45,8 @@ Status Trainer::save_checkpoint() {
       capture_state(config_, model_->store(), *optimizer_, progress_, std::move(spare_state_));
   spare_state_ = CheckpointState();
   const auto copied = CkptClock::now();
-  // Data-parallel replicas hold the same values: the first replica writes them.
-  if (dist_->coords.d != 0) state.tensors.clear();
+  // Data-parallel replicas and the slices of a seq group hold the same values: the first writes.
+  if (dist_->coords.d != 0 || dist_->coords.s != 0) state.tensors.clear();
   const auto context = [&](const Status& s) {
     return s.with_context(
         str_cat("checkpoint of step ", progress_.step, " (the previous checkpoints are intact)"));

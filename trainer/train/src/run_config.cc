@@ -203,9 +203,10 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const std::string& device, int t
   return cpu;
 }
 
-double forward_backward(Model* model, const StepRows& rows, PipelineSchedule schedule) {
+double forward_backward(Model* model, const StepRows& rows, PipelineSchedule schedule,
+                        PipelineRecorder* recorder) {
   if (model->parallel().pipeline_size > 1) {
-    return pipeline_forward_backward(model, rows, schedule);
+    return pipeline_forward_backward(model, rows, schedule, recorder);
   }
   // The phases a stuck rank is reported in (comm/activity.h).
   comm::set_phase(comm::Phase::kForward);

@@ -31,6 +31,32 @@ Batch StepRows::micro_batch(int64_t first, int64_t count) const {
   return b;
 }
 
+StepRows seq_slice_rows(StepRows whole, int rank, int size) {
+  if (size == 1) return whole;
+  AX_CHECK(whole.encoder_length == 0) << "a seq axis slices decoder-only rows";
+  AX_CHECK(rank >= 0 && rank < size && whole.length % size == 0)
+      << "rows of " << whole.length << " over a seq axis of " << size;
+  const int64_t T = whole.length, Tl = T / size, first = rank * Tl;
+  const auto slice = [&](const std::vector<int32_t>& v) {
+    std::vector<int32_t> out;
+    if (v.empty()) return out;
+    out.reserve(static_cast<size_t>(whole.rows * Tl));
+    for (int64_t row = 0; row < whole.rows; ++row) {
+      const auto at = v.begin() + row * T + first;
+      out.insert(out.end(), at, at + Tl);
+    }
+    return out;
+  };
+  StepRows r = std::move(whole);
+  r.tokens = slice(r.tokens);
+  r.targets = slice(r.targets);
+  r.segment_ids = slice(r.segment_ids);
+  r.length = Tl;
+  r.num_targets = 0;
+  for (int32_t t : r.targets) r.num_targets += t >= 0 ? 1 : 0;
+  return r;
+}
+
 StepRows lm_rows(std::span<const uint32_t> windows, int64_t rows, int64_t length) {
   AX_CHECK_EQ(static_cast<int64_t>(windows.size()), rows * (length + 1));
   StepRows r;

@@ -198,7 +198,7 @@ StatusOr<StepRows> Trainer::next_rows() {
   if (packer_) {
     AX_RETURN_IF_ERROR(packer_->next(&rows));
     progress_.loader = packer_->state();
-    return rows;
+    return seq_slice_rows(std::move(rows), dist_->coords.s, dist_->coords.seq);
   }
   AX_RETURN_IF_ERROR(loader_->next(&batch_));
   AX_RETURN_IF_ERROR(check_tokens(batch_));
@@ -207,7 +207,8 @@ StatusOr<StepRows> Trainer::next_rows() {
   rows.global_targets = rows.num_targets * dist_->replicas();
   if (config_.model.dropout > 0) rows.row_ids = batch_.sample_ids;
   progress_.loader = loader_->state();
-  return rows;
+  // With a seq axis every rank of a seq group reads the same rows and keeps its slice.
+  return seq_slice_rows(std::move(rows), dist_->coords.s, dist_->coords.seq);
 }
 
 Status Trainer::check_tokens(const data::TokenBatch& batch) const {

@@ -3,6 +3,7 @@
 // wiring (loaders, the rows of a step, validation data) is in train_data.cc.
 #include "ax/trainer/train/train_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "ax/common/rng.h"
 #include "ax/common/strings.h"
 #include "ax/trainer/comm/store.h"
+#include "ax/trainer/train/pipeline_trace.h"
 #include "trainer.h"
 
 namespace ax::train {
@@ -129,12 +131,15 @@ Status Trainer::setup() {
     AX_ASSIGN_OR_RETURN(timing_, RankTiming::create(*dist_, backend_.get(), ctx_));
   }
   AX_RETURN_IF_ERROR(open_data());
-  AX_ASSIGN_OR_RETURN(model_,
-                      Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
-                                    config_.train.seq_len, backend_.get(), dist_->model_parallel(),
-                                    {.recompute_layers = config_.train.recompute == "layer",
-                                     .encoder_seq_len = config_.train.encoder_seq_len,
-                                     .z_loss = static_cast<float>(config_.train.z_loss)}));
+  AX_ASSIGN_OR_RETURN(
+      model_,
+      Model::create(config_.model, tokenizer_->vocab_size(), micro_batch_,
+                    config_.train.seq_len / dist_->coords.seq, backend_.get(),
+                    dist_->model_parallel(),
+                    {.recompute_layers = config_.train.recompute == "layer",
+                     .encoder_seq_len = config_.train.encoder_seq_len,
+                     .z_loss = static_cast<float>(config_.train.z_loss),
+                     .pipeline_chunks = static_cast<int>(config_.train.pipeline_virtual_stages)}));
   AX_ASSIGN_OR_RETURN(optimizer_,
                       AdamW::create(config_.optim, config_.train.max_steps, &model_->store()));
   AX_RETURN_IF_ERROR(resume());
@@ -178,7 +183,12 @@ void Trainer::print_summary() const {
   if (dist_->coords.pipeline > 1) {
     out_ << "pipeline: stage " << dist_->coords.p << " of " << dist_->coords.pipeline << ", "
          << config_.train.pipeline_schedule << " schedule over " << config_.train.num_microbatches
-         << " micro-batch(es) per step\n";
+         << " micro-batch(es) per step"
+         << (model_->stage_chunks() > 1
+                 ? str_cat(", ", model_->stage_chunks(), " model chunks per stage (a slot below: ",
+                           "one micro-batch through one chunk)")
+                 : std::string())
+         << "\n";
   }
   if (config_.train.eval_every > 0) {
     out_ << (val_set_ ? "validation: " + val_dir_
@@ -220,11 +230,24 @@ Status Trainer::step(int64_t step, StepResult* result) {
   }
   AX_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
                       parse_pipeline_schedule(config_.train.pipeline_schedule));
-  double loss =
-      dist_->all_reduce(dist_->groups.replica.get(), forward_backward(model_.get(), rows, schedule),
-                        comm::ReduceOp::kSum);
-  // A pipeline's loss is its last stage's (0 on the others): the sum tells every stage.
+  const bool pipelined = dist_->coords.pipeline > 1;
+  double loss = dist_->all_reduce(
+      dist_->groups.replica.get(),
+      forward_backward(model_.get(), rows, schedule, pipelined ? &pipeline_recorder_ : nullptr),
+      comm::ReduceOp::kSum);
+  if (pipelined) {
+    const StageTimeline timeline =
+        pipeline_recorder_.timeline(step, ctx_.rank, dist_->coords.p, dist_->coords.pipeline);
+    window_busy_s_ += busy_seconds(timeline);
+    window_schedule_s_ += timeline.seconds;
+    if (step == config_.train.pipeline_trace_step) {
+      AX_RETURN_IF_ERROR(write_pipeline_trace(run_dir_, timeline));
+    }
+  }
+  // A pipeline's loss is its last stage's (0 on the others): the sum tells every stage. Each
+  // slice of a seq group holds its share of its rows' loss.
   loss = dist_->all_reduce(dist_->groups.pipeline.get(), loss, comm::ReduceOp::kSum);
+  loss = dist_->all_reduce(dist_->groups.seq.get(), loss, comm::ReduceOp::kSum);
   if (!std::isfinite(loss)) return non_finite("loss", loss, step);
   comm::set_phase(comm::Phase::kOptimizer);
   const double norm = optimizer_->grad_norm();
@@ -266,8 +289,15 @@ Status Trainer::evaluate(int64_t step) {
       AX_RETURN_IF_ERROR(check_tokens(batch));
       AX_ASSIGN_OR_RETURN(rows, rows_of(batch));
     }
+    rows = seq_slice_rows(std::move(rows), dist_->coords.s, dist_->coords.seq);
     sum += evaluate_loss(model_.get(), rows) * static_cast<double>(rows.num_targets);
     targets += rows.num_targets;
+  }
+  if (dist_->coords.seq > 1) {
+    // The slices' sums over the whole rows (a count < 2^24 stays exact as f32).
+    sum = dist_->all_reduce(dist_->groups.seq.get(), sum, comm::ReduceOp::kSum);
+    targets = static_cast<int64_t>(std::llround(dist_->all_reduce(
+        dist_->groups.seq.get(), static_cast<double>(targets), comm::ReduceOp::kSum)));
   }
   const double val_loss = dist_->all_reduce(
       dist_->groups.pipeline.get(), sum / static_cast<double>(std::max<int64_t>(1, targets)),
@@ -280,10 +310,12 @@ Status Trainer::evaluate(int64_t step) {
 Status Trainer::open_task_eval() {
   const TrainConfig& t = config_.train;
   if (t.eval_task == "none" || t.eval_every == 0) return Status::Ok();
-  if (model_->sharded()) {
+  if (model_->sharded() || dist_->coords.seq > 1) {
     return FailedPrecondition(
         "train.eval_task=", t.eval_task, " evaluates the whole model on each rank, and this mesh ",
-        "shards it (fsdp=", dist_->coords.fsdp, ", tensor=", dist_->coords.tensor,
+        "shards it (fsdp=", dist_->coords.fsdp,
+        dist_->coords.seq > 1 ? str_cat(", seq=", dist_->coords.seq) : std::string(),
+        ", tensor=", dist_->coords.tensor,
         "): train with a data-parallel mesh (mesh.ici=-1,1,1 mesh.dcn=-1,1,1), or set ",
         "train.eval_task=none and run `ax-train eval` on the checkpoints, which loads them whole");
   }
@@ -361,6 +393,18 @@ Status Trainer::log_step(const StepResult& r, double step_time_s) {
   }
   m.eta_s = mean_time * static_cast<double>(config_.train.max_steps - r.step);
   m.ranks = ranks;
+  if (dist_->coords.pipeline > 1) {
+    // Every rank logs at the same steps. The bubble over the window: the part of the P stages'
+    // time the longest stage's schedule took that they did not compute (a stage done early waits
+    // for the others in the loss's reduction, outside its own schedule).
+    comm::Communicator* stages = dist_->groups.pipeline.get();
+    const double busy = dist_->all_reduce(stages, window_busy_s_, comm::ReduceOp::kSum);
+    const double span = dist_->all_reduce(stages, window_schedule_s_, comm::ReduceOp::kMax);
+    const double P = static_cast<double>(dist_->coords.pipeline);
+    m.pipeline_wait = span > 0 ? std::clamp(1.0 - busy / (P * span), 0.0, 1.0) : 0.0;
+    window_busy_s_ = 0;
+    window_schedule_s_ = 0;
+  }
   if (leader() && ranks && ranks->straggler >= 0) {
     m.straggler_where = timing_->where(ranks->straggler);  // host, local rank, GPU or cores
   }

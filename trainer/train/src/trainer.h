@@ -125,6 +125,11 @@ class Trainer {
   // Step times since the last progress line.
   double window_time_s_ = 0;
   int64_t window_steps_ = 0;
+  // A pipelined run: the stage's passes and transfers of the current step, and since the last
+  // progress line the seconds it computed and its schedules' seconds (metrics' pipeline_wait).
+  PipelineRecorder pipeline_recorder_;
+  double window_busy_s_ = 0;
+  double window_schedule_s_ = 0;
   // Several ranks: each one's data, compute and collective times per step, gathered at every
   // progress line to name a straggler (rank_timing.h, docs/reliability.md "Stragglers").
   std::unique_ptr<RankTiming> timing_;

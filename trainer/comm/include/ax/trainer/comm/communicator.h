@@ -121,23 +121,29 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(std::shared_ptr<S
                                                                int global_rank,
                                                                const CommOptions& options);
 
-// The mesh axes of docs/architecture.md, global rank = ((p · data + d) · fsdp + f) · tensor + t
-// (tensor fastest, then fsdp, then data, then pipeline: the order derive_mesh places ranks in).
+// The mesh axes of docs/architecture.md in AXLearn's order pipeline, data, fsdp, seq, tensor:
+// global rank = (((p · data + d) · fsdp + f) · seq + s) · tensor + t (tensor fastest, then seq,
+// fsdp, data, and pipeline slowest: the order derive_mesh places ranks in).
 struct MeshCoords {
   int data = 1, fsdp = 1, tensor = 1;  // axis sizes (global = ICI × DCN per axis)
   int d = 0, f = 0, t = 0;             // this rank's coordinates
   // The pipeline axis, slowest of all (AXLearn's order): stage p of `pipeline`.
   int pipeline = 1, p = 0;
-  int world() const { return pipeline * data * fsdp * tensor; }
-  int rank() const { return ((p * data + d) * fsdp + f) * tensor + t; }
-  static MeshCoords of(int rank, int data, int fsdp, int tensor, int pipeline = 1);
+  // The seq axis (context parallelism, docs/sharding.md "Sequence parallelism"): slice s of
+  // `seq` of every row.
+  int seq = 1, s = 0;
+  int world() const { return pipeline * data * fsdp * seq * tensor; }
+  int rank() const { return (((p * data + d) * fsdp + f) * seq + s) * tensor + t; }
+  static MeshCoords of(int rank, int data, int fsdp, int tensor, int pipeline = 1, int seq = 1);
   // Global ranks of each group this rank belongs to, sorted. All but the pipeline group lie
-  // inside this rank's stage.
-  std::vector<int> data_group() const;     // same p, f, t
-  std::vector<int> fsdp_group() const;     // same p, d, t
-  std::vector<int> tensor_group() const;   // same p, d, f
-  std::vector<int> replica_group() const;  // data × fsdp: same p, t (ranks that see different data)
-  std::vector<int> pipeline_group() const;  // same d, f, t: the stages in order
+  // inside this rank's stage; all but the seq group inside this rank's slice of the rows.
+  std::vector<int> data_group() const;    // same p, f, s, t
+  std::vector<int> fsdp_group() const;    // same p, d, s, t
+  std::vector<int> tensor_group() const;  // same p, d, f, s
+  std::vector<int> replica_group()
+      const;  // data × fsdp: same p, s, t (ranks that see different data)
+  std::vector<int> pipeline_group() const;  // same d, f, s, t: the stages in order
+  std::vector<int> seq_group() const;       // same p, d, f, t: the slices of a row in order
 };
 
 // The communicators of one rank, passed explicitly to the model, optimizer, loader and
@@ -153,6 +159,9 @@ struct MeshGroups {
   // their gradients go to the neighbours with exchange(), the loss and the gradient norm are
   // summed over it.
   std::unique_ptr<Communicator> pipeline;
+  // The slices of this rank's rows (seq > 1 only; null otherwise): attention gathers the keys
+  // and values of the whole row over it, and gradients and the loss are summed over it.
+  std::unique_ptr<Communicator> seq;
   // A second communicator over the fsdp group (fsdp > 1 only): FSDP prefetch gathers the next
   // layer on it while the current one computes and reduce-scatters on `fsdp` (Gloo: on a thread
   // of its own; NCCL: issued by the training thread onto a stream of its own, own_stream).

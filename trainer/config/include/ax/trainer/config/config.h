@@ -92,9 +92,15 @@ struct TrainConfig {
   // mantissas; PyTorch's allow_tf32). Off: f32 GEMMs multiply in full f32.
   bool allow_tf32 = false;
   std::string recompute = "none";  // none | layer: activation recomputation per layer
-  // Pipeline parallelism (a mesh with pipeline > 1): gpipe | 1f1b, over the step's
+  // Pipeline parallelism (a mesh with pipeline > 1): gpipe | 1f1b | interleaved, over the step's
   // num_microbatches micro-batches (docs/sharding.md "Pipeline parallelism").
   std::string pipeline_schedule = "1f1b";
+  // interleaved: model chunks per stage (Megatron's virtual pipeline stages); 1 otherwise.
+  int64_t pipeline_virtual_stages = 1;
+  // A pipelined run: every rank writes its stage's timeline of this step (0: none) to
+  // RUN_DIR/pipeline_trace/step_<N>/ for `ax-train timeline` (docs/sharding.md "Seeing the
+  // bubble").
+  int64_t pipeline_trace_step = 0;
   int64_t seq_len = 256;        // decoder tokens per sequence (T5x's DEC_SL for t5)
   int64_t encoder_seq_len = 0;  // t5: encoder tokens per sequence (ENC_SL)
   double z_loss = 0;            // T5x's z-loss: z_loss · (log Σ exp logits)² per token

@@ -71,6 +71,10 @@ struct StepMetrics {
   // and for one rank), and where the straggler runs ("host n1, local rank 2, cuda:2 ...").
   std::optional<RankSpread> ranks;
   std::string straggler_where;
+  // A pipelined run: the measured bubble since the previous line — the part of the stages' time
+  // over the longest stage's schedule (its forward and backward passes and the transfers between
+  // them) in which they did not compute: waiting on a neighbour, or done before the others.
+  std::optional<double> pipeline_wait;
 };
 
 // "step   120/2000 | loss 4.1234 | lr 5.99e-04 | gnorm 0.812 | 412 ms | 9.9k tok/s |

@@ -32,6 +32,10 @@ struct ModelOptions {
   // T5x's auxiliary z-loss (train.z_loss): z_loss · lse² per token is added to the loss, lse =
   // log Σ exp of the token's logits. 0 skips the term: the loss has the bits it had without it.
   float z_loss = 0;
+  // Pipeline stages (parallel.pipeline_size > 1): model chunks per stage, the interleaved
+  // schedule's virtual stages. The layers are cut into P·V contiguous chunks, chunk c on stage
+  // c mod P; the first chunk also embeds, the last holds the head and the loss.
+  int pipeline_chunks = 1;
   // Model::plan only (no backend to ask): the compute dtype activations are sized in.
   DType planned_dtype = DType::kF32;
 };
@@ -109,32 +113,39 @@ class Model {
 
   // ---- Pipeline stages (docs/sharding.md "Pipeline parallelism") ----
   // With parallel.pipeline_size P > 1 the network is stage parallel.pipeline_rank of P: a
-  // contiguous range of layers; the first stage also embeds the tokens, the last holds the final
-  // norm, the head and the loss. Each micro-batch in flight holds an activation slot: slot 0 is
+  // contiguous range of layers (with options.pipeline_chunks V > 1, V such ranges, its chunks
+  // 0..V-1); the first stage also embeds the tokens, the last holds the final norm, the head and
+  // the loss. Each micro-batch in flight holds an activation slot: slot 0 is
   // planned with the model (forward() and backward() use it), further ones are allocated when a
   // schedule first needs them (so the backend's allocation counter shows the schedule's peak)
   // and reused once released. A family without stages (t5) is refused before it gets here.
   bool first_stage() const { return parallel().pipeline_rank == 0; }
   bool last_stage() const { return parallel().pipeline_rank == parallel().pipeline_size - 1; }
+  virtual int stage_chunks() const { return 1; }  // options.pipeline_chunks on a pipeline
   int acquire_slot();
   void release_slot(int slot);
   int slots_allocated() const { return static_cast<int>(slot_busy_.size()); }
   size_t slot_bytes() const { return slot_bytes_; }  // of each slot after the first (0: none)
-  // The forward pass of this stage over `batch` in `slot`: the first stage reads the tokens, the
-  // others their input from stage_input(slot), which the caller fills. Returns the mean loss on
-  // the last stage (0 elsewhere, and without targets); every stage counts the targets.
-  float forward_stage(const Batch& batch, int slot);
+  // The forward pass of this stage's `chunk` over `batch` in `slot`: the first chunk of the
+  // model reads the tokens, the others their input from stage_input(slot), which the caller
+  // fills. Returns the mean loss on the model's last chunk (0 elsewhere, and without targets);
+  // every chunk counts the targets. The slot remembers its chunk for the backward pass.
+  float forward_stage(const Batch& batch, int slot, int chunk = 0);
   int64_t slot_targets(int slot) const { return slot_targets_[static_cast<size_t>(slot)]; }
-  // The backward pass of the micro-batch in `slot`, scaled as backward(scale). A stage other
-  // than the last reads d(its output) from stage_gradient(), which the caller fills; a stage
-  // other than the first leaves d(its input) there. Nothing to do (and nothing to send) when the
-  // micro-batch has no targets.
+  // The backward pass of the micro-batch in `slot`, scaled as backward(scale). A chunk other
+  // than the model's last reads d(its output) from stage_gradient_in(slot), which the caller
+  // fills; a chunk other than the first leaves d(its input) in stage_gradient(). Nothing to do
+  // (and nothing to send) when the micro-batch has no targets.
   void backward_stage(int slot, float scale);
   // (B·T, C) in the compute dtype: a stage's input (the previous stage's output) in `slot`, its
-  // output in `slot`, and the gradient of the residual stream (one buffer for every slot).
+  // output in `slot`, and the gradient of the residual stream (one buffer for every slot). With
+  // chunks the interleaved schedule receives a gradient while another is sent, or ahead of its
+  // backward pass, so each slot has its own d(output) buffer; with one chunk it is
+  // stage_gradient().
   virtual Tensor stage_input(int slot) const;
   virtual Tensor stage_output(int slot) const;
   virtual Tensor stage_gradient() const;
+  virtual Tensor stage_gradient_in(int slot) const;
   // The FLOPs of a forward and backward pass over one row of a batch (the whole model, however
   // it is split over ranks), as MFU counts them (models/flops.h flops_per_token).
   virtual double flops_per_row() const = 0;
@@ -169,7 +180,7 @@ class Model {
   virtual void backward_impl(float dloss) = 0;
   // Pipeline stages: the passes over one slot, and the plan of a new slot's activations (called
   // twice, as `plan` in build()).
-  virtual double stage_forward_impl(const Batch& batch, int slot);
+  virtual double stage_forward_impl(const Batch& batch, int slot, int chunk);
   virtual void stage_backward_impl(int slot, float dloss);
   virtual void plan_slot(Arena* arena, int slot);
   // A family's build: the store over `layout` (on `parallel`), `bind` to take the parameters'

@@ -61,12 +61,17 @@ struct ParamSpec {
 // zero in every buffer). Unsharded (shards = 1): parameters with weight decay come first, then
 // those without, so each optimizer group is one contiguous range. FSDP (shards > 1): unit by
 // unit, each unit padded to a multiple of 16 × shards elements so that it splits evenly; rank f
-// of the fsdp group owns the f-th 1/shards of every unit.
+// of the fsdp group owns the f-th 1/shards of every unit (of its head and of the rest, when the
+// unit has pipeline_shared parameters, which come first as its head).
 class ParamLayout {
  public:
   struct Unit {
     int64_t begin = 0;  // elements
     int64_t size = 0;   // a multiple of 16 × shards
+    // The unit's first `head` elements (a multiple of 16 × shards; 0 = none) are sharded apart
+    // from the rest: a pipeline's tied tables, so that fsdp rank f of the first and of the last
+    // stage own the same elements of them although their other unit-0 parameters differ.
+    int64_t head = 0;
   };
   // Appends a parameter in declaration order, in the current unit; finalize() assigns the offsets.
   void add(ParamSpec spec);
@@ -107,6 +112,11 @@ struct ModelParallel {
   // gradient norm and the loss are summed over it.
   int pipeline_rank = 0, pipeline_size = 1;
   comm::Communicator* pipeline = nullptr;
+  // Sequence parallelism: this rank holds slice seq_rank of seq_size of every row; `seq`
+  // (required when seq_size > 1) joins the slices: attention gathers keys and values over it,
+  // and gradients are summed over it as over `data` (parameters are replicated across it).
+  int seq_rank = 0, seq_size = 1;
+  comm::Communicator* seq = nullptr;
   comm::Communicator* tensor = nullptr;  // required when tensor_size > 1
   comm::Communicator* fsdp = nullptr;    // required when fsdp_size > 1
   comm::Communicator* data = nullptr;    // optional: gradients are summed over it
@@ -190,7 +200,7 @@ class ParamStore {
   // Σ g² over the whole model (every shard and stage, a replicated parameter and a tied table
   // counted once): collective over the tensor, fsdp and pipeline groups.
   double grad_sum_squares() const;
-  // After the last micro-batch of a step: sums the gradients over the data group, and a
+  // After the last micro-batch of a step: sums the gradients over the data and seq groups, and a
   // pipeline_shared parameter's between the first and the last stage.
   void reduce_gradients();
   void zero_grad();

@@ -39,21 +39,28 @@ struct StageTimeline {
   bool operator==(const StageTimeline&) const = default;
 };
 
-// Records the spans of one step; `now` is the seconds of a steady clock.
+// Records the spans of one step's schedule: begin(), add() for each pass and transfer, end();
+// times are the seconds of a steady clock.
 class PipelineRecorder {
  public:
   void begin(double now);
   void add(PipelineSpan::Kind kind, int micro_batch, int chunk, double start, double end);
-  // The step's timeline; `seconds` ends at `now`.
-  StageTimeline finish(double now, int64_t step, int rank, int stage, int stages) const;
+  void end(double now);
+  // The recorded schedule as a timeline whose `seconds` run from begin() to end().
+  StageTimeline timeline(int64_t step, int rank, int stage, int stages) const;
 
  private:
   double start_ = 0;
+  double end_ = 0;
   std::vector<PipelineSpan> spans_;
 };
 
-// The part of the step spent in transfers (waiting spans over `seconds`; 0 for an empty step).
-double waiting_fraction(const StageTimeline& timeline);
+// The seconds of the stage's forward and backward passes.
+double busy_seconds(const StageTimeline& timeline);
+// The part of `span` seconds (default: the timeline's own) the stage was not computing: waiting
+// on a neighbour in a transfer, or done while another stage still ran (0 for an empty span). Over
+// the longest stage's span this is the schedule's bubble as (p - 1) / (m + p - 1) counts it.
+double waiting_fraction(const StageTimeline& timeline, double span = 0);
 
 // The trace file of one rank's step (pipeline_trace/step_<N>/rank_<R>.txt): a header line
 // "ax-pipeline-trace 1 step=N rank=R stage=S stages=P seconds=T", then one line per span,
@@ -64,7 +71,8 @@ StatusOr<StageTimeline> parse_stage_timeline(std::string_view text);
 // The stages one row each, `width` columns for the longest step: a forward pass of micro-batch i
 // drawn as the digit i mod 10, its backward pass as the letter 'a' + i mod 26, waiting as '.',
 // nothing (the step already over) as ' '; each row ends with the stage's waiting fraction. Then
-// the stages' mean waiting fraction. A column shows what filled most of its time.
+// the stages' mean waiting fraction, both over the longest stage's span. A column shows what
+// filled most of its time.
 std::string draw_timeline_text(const std::vector<StageTimeline>& stages, int width = 100);
 // The same as an SVG picture: a bar per stage, forward passes blue, backward passes orange,
 // waiting grey, each pass labelled with its micro-batch.

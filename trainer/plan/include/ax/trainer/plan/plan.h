@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ax/common/status.h"
+#include "ax/topology/topology.h"
 #include "ax/trainer/backend/tensor.h"
 #include "ax/trainer/config/config.h"
 
@@ -27,7 +28,8 @@ struct GpuSpec {
   double network_bytes_per_s = 0;  // the GPU's NIC, one direction (one NIC per GPU)
 };
 const std::vector<GpuSpec>& gpu_table();
-// NotFound naming the table's GPUs.
+// The table's name ("H100-80GB") or the name the driver reports ("NVIDIA H100 80GB HBM3",
+// "NVIDIA H200", "NVIDIA A100-SXM4-80GB"); NotFound naming the table's GPUs.
 StatusOr<GpuSpec> find_gpu(std::string_view name);
 
 struct Cluster {
@@ -36,6 +38,16 @@ struct Cluster {
   GpuSpec gpu;
   int gpus() const { return nodes * gpus_per_node; }
 };
+
+// A cluster of `nodes` nodes like the one `topology` describes (an hwloc XML or JSON dump of a
+// node, topo::load_topology): its GPU count; its GPU kind from the GPUs' names unless `gpu`
+// names one; NVLink only when every GPU is in one NVLink island (else the node's GPUs talk over
+// PCIe: kPcieBytesPerS); the network per GPU scaled by the node's NICs per GPU (at most one).
+// `summary` gets one line saying what was read. InvalidArgument for a node without GPUs or
+// with GPUs of different kinds.
+inline constexpr double kPcieBytesPerS = 32e9;  // PCIe 4.0 x16, one direction
+StatusOr<Cluster> cluster_from_topology(const topo::Topology& topology, int nodes,
+                                        std::string_view gpu, std::string* summary);
 
 // The cost model's constants (docs/plan.md "The cost model"); every prediction prints them.
 struct CostConstants {
@@ -50,6 +62,18 @@ struct CostConstants {
   double comm_buffer_bytes = 256.0 * (1 << 20);  // per NCCL communicator of more than one rank
   double workspace_bytes = 32.0 * (1 << 20);     // cuBLASLt workspace
 };
+
+// CPU ranks on one machine, for comparing the cost model with CPU runs (bench/plan_cpu_bench.sh):
+// `rates` is "gemm=G,attention=A,memory=M,link=L,latency=U", each measured on the machine: GEMM
+// and attention rates of one rank in GFLOP/s, memory bandwidth of one rank in GB/s, the ranks'
+// collective bandwidth (Gloo over loopback TCP) in GB/s and its latency per collective in µs.
+// Every efficiency is 1 (the rates are what was reached, not peaks) and a CPU rank has no
+// context, NCCL buffers or workspace; memory per rank is `memory_bytes`.
+struct Device {
+  GpuSpec gpu;
+  CostConstants constants;
+};
+StatusOr<Device> cpu_device(std::string_view rates, double memory_bytes);
 
 // data, fsdp, tensor inside a node (ICI) and across nodes (DCN); DCN tensor is always 1.
 struct Layout {
@@ -108,6 +132,9 @@ struct PlanRequest {
   CostConstants constants;
   // Plan this layout only (an explicit ICI_MESH_SHAPE / DCN_MESH_SHAPE); none: every layout.
   std::optional<Layout> only;
+  // Set when the job fixes them (NUM_MICROBATCHES, train.recompute given): plan that choice only.
+  std::optional<int64_t> microbatches;
+  std::optional<bool> recompute;
 };
 
 struct Plan {
@@ -151,5 +178,7 @@ std::string format_table(const Plan& plan, size_t rows);
 std::string format_best(const Plan& plan);
 // The same for any candidate of `plan`.
 std::string format_choice(const Plan& plan, const Candidate& c);
+// One line for the job scripts' log: the candidate's layout, micro-batches, memory and step.
+std::string summary_line(const Plan& plan, const Candidate& c);
 
 }  // namespace ax::train::plan

@@ -34,6 +34,13 @@ struct StepRows {
   Batch micro_batch(int64_t first, int64_t count) const;
 };
 
+// Sequence parallelism (docs/sharding.md "Sequence parallelism"): rank `rank` of a seq group of
+// `size` keeps positions [rank·T/size, (rank+1)·T/size) of every row of `whole` (tokens, targets,
+// segment ids; T must be a multiple of size); num_targets counts the slice's targets,
+// global_targets stays the whole batch's, row ids and the seed stay. `whole` itself when size is
+// 1. Decoder-only rows only.
+StepRows seq_slice_rows(StepRows whole, int rank, int size);
+
 // Decoder-only rows from `rows` windows of length + 1 tokens: inputs [0, T), targets [1, T].
 StepRows lm_rows(std::span<const uint32_t> windows, int64_t rows, int64_t length);
 

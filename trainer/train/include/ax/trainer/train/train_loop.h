@@ -19,6 +19,7 @@
 #include "ax/trainer/config/config.h"
 #include "ax/trainer/models/model.h"
 #include "ax/trainer/parallel/pipeline_schedule.h"
+#include "ax/trainer/parallel/pipeline_timeline.h"
 #include "ax/trainer/train/step_rows.h"
 
 namespace ax::train {
@@ -109,12 +110,15 @@ double evaluate_loss(Model* model, std::span<const uint32_t> windows, int64_t ro
 // forward_backward the gradients of the mean over rows.global_targets and this rank's share.
 // A pipeline stage (model->parallel().pipeline_size > 1) runs its part of `schedule` over the
 // micro-batches, trading activations and gradients with its neighbours (pipeline_step.cc); the
-// loss is the last stage's, 0 on the others (the sum over the pipeline group is the loss).
+// loss is the last stage's, 0 on the others (the sum over the pipeline group is the loss). With a
+// `recorder`, the stage's passes and transfers are recorded (pipeline_timeline.h).
 double forward_backward(Model* model, const StepRows& rows,
-                        PipelineSchedule schedule = PipelineSchedule::k1F1B);
+                        PipelineSchedule schedule = PipelineSchedule::k1F1B,
+                        PipelineRecorder* recorder = nullptr);
 double evaluate_loss(Model* model, const StepRows& rows);
 // The pipelined passes behind the two above (the micro-batches are rows.rows / model->batch()).
-double pipeline_forward_backward(Model* model, const StepRows& rows, PipelineSchedule schedule);
+double pipeline_forward_backward(Model* model, const StepRows& rows, PipelineSchedule schedule,
+                                 PipelineRecorder* recorder = nullptr);
 double pipeline_evaluate_loss(Model* model, const StepRows& rows);
 
 // SIGTERM, SIGINT and SIGUSR1 ask the loop to stop at the next step boundary (a second SIGINT
