@@ -17,6 +17,7 @@
 
 #include "ax/trainer/train/train_loop.h"
 #include "model_test_util.h"
+#include "rank_runner.h"
 #include "test_files.h"
 #include "test_util.h"
 
@@ -27,98 +28,19 @@ namespace fs = std::filesystem;
 using testing::corpus_config;
 using testing::seq2seq_config;
 
-struct Layout {
-  int data = 1, fsdp = 1, seq = 1, tensor = 1;
-  int world() const { return data * fsdp * seq * tensor; }
-  std::string name() const {
-    return "data" + std::to_string(data) + "_fsdp" + std::to_string(fsdp) + "_seq" +
-           std::to_string(seq) + "_tensor" + std::to_string(tensor);
-  }
-  // AX_ICI_MESH in five numbers: pipeline,data,fsdp,seq,tensor.
-  std::string ici() const {
-    return "1," + std::to_string(data) + "," + std::to_string(fsdp) + "," + std::to_string(seq) +
-           "," + std::to_string(tensor);
-  }
-};
+using testing::Fault;
+using testing::Layout;
+using testing::run_ranks;
+using testing::RunResult;
 
-struct RunResult {
-  std::vector<double> losses;     // rank 0's, by step
-  std::vector<int> exit_codes;    // by rank
-  std::vector<std::string> errs;  // stderr by rank
-  std::vector<std::string> outs;  // what the train loop printed, by rank
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Trains `config` in run_dir on layout.world() forked ranks (sharded_train_test's harness, with
-// a seq axis); rank 0 writes each step's loss. stop_after > 0: every rank asks to stop after
-// that step (a checkpoint is written).
-RunResult run_ranks(const Config& config, const Layout& layout, const std::string& run_dir,
-                    int64_t stop_after = 0) {
-  const std::string coordinator = "127.0.0.1:" + std::to_string(ax::testing::free_port());
-  const std::string losses_path = run_dir + ".losses";
-  fs::create_directories(fs::path(run_dir).parent_path());
-  fs::remove(losses_path);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    const std::string err_path = run_dir + ".rank" + std::to_string(rank) + ".err";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      std::freopen(err_path.c_str(), "w", stderr);
-      std::freopen("/dev/null", "w", stdout);
-      job::JobContext ctx;
-      ctx.source = job::ContextSource::kAx;
-      ctx.rank = rank;
-      ctx.world = layout.world();
-      ctx.local_rank = rank;
-      ctx.local_world = layout.world();
-      ctx.ici_mesh = layout.ici();
-      ctx.dcn_mesh = "1,1,1";
-      ctx.device = "cpu";
-      ctx.coordinator = coordinator;
-      ctx.secret = "seq-train-test-secret-0123456789";
-      std::ostringstream out;
-      TrainOptions options;
-      options.device = "cpu";
-      options.threads = 1;
-      options.out = &out;
-      options.context = ctx;
-      options.after_step = [&](const StepResult& r) {
-        if (rank == 0) {
-          std::FILE* f = std::fopen(losses_path.c_str(), "a");
-          std::fprintf(f, "%lld %.17g\n", static_cast<long long>(r.step), r.loss);
-          std::fclose(f);
-        }
-        return r.step != stop_after;
-      };
-      StatusOr<TrainOutcome> outcome = train(config, run_dir, options);
-      if (!outcome.ok()) std::fprintf(stderr, "train: %s\n", outcome.status().to_string().c_str());
-      std::ofstream(run_dir + ".rank" + std::to_string(rank) + ".out") << out.str();
-      std::fflush(nullptr);
-      ::_exit(outcome.ok() ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  RunResult result;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    result.exit_codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
-  }
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    result.errs.push_back(slurp(run_dir + ".rank" + std::to_string(rank) + ".err"));
-    result.outs.push_back(slurp(run_dir + ".rank" + std::to_string(rank) + ".out"));
-  }
-  std::ifstream f(losses_path);
-  long long step = 0;
-  double loss = 0;
-  while (f >> step >> loss) result.losses.push_back(loss);
-  return result;
+// A layout in the order the seq tests think in: data, fsdp, seq, tensor.
+Layout seq_layout(int data, int fsdp, int seq, int tensor) {
+  Layout l;
+  l.data = data;
+  l.fsdp = fsdp;
+  l.seq = seq;
+  l.tensor = tensor;
+  return l;
 }
 
 void expect_all_ranks_ok(const RunResult& r, const std::string& what) {
@@ -179,7 +101,8 @@ TEST_P(SeqEquivalence, SlicesTrainTheLossesOfOneProcess) {
   expect_all_ranks_ok(one, "one process");
   ASSERT_EQ(one.losses.size(), 50u);
   for (const Layout& layout :
-       std::vector<Layout>{{1, 1, 2, 1}, {1, 1, 4, 1}, {1, 1, 2, 2}, {1, 2, 2, 1}, {2, 1, 2, 1}}) {
+       {seq_layout(1, 1, 2, 1), seq_layout(1, 1, 4, 1), seq_layout(1, 1, 2, 2),
+        seq_layout(1, 2, 2, 1), seq_layout(2, 1, 2, 1)}) {
     const std::string what = experiment + " " + layout.name();
     RunResult r = run_ranks(config, layout, root + "/" + layout.name());
     expect_all_ranks_ok(r, what);
@@ -213,7 +136,8 @@ TEST(SeqFineTuning, PackedRowsWithSegmentsTrainTheLossesOfOneProcess) {
   RunResult one = run_ranks(config, {}, root + "/one");
   expect_all_ranks_ok(one, "one process");
   ASSERT_EQ(one.losses.size(), 5u);
-  for (const Layout& layout : std::vector<Layout>{{1, 1, 2, 1}, {1, 1, 4, 1}, {2, 1, 2, 1}}) {
+  for (const Layout& layout :
+       {seq_layout(1, 1, 2, 1), seq_layout(1, 1, 4, 1), seq_layout(2, 1, 2, 1)}) {
     const std::string what = "tiny-llama fine-tuning " + layout.name();
     RunResult r = run_ranks(config, layout, root + "/" + layout.name());
     expect_all_ranks_ok(r, what);
@@ -232,11 +156,13 @@ TEST(SeqCheckpoint, ResumesAcrossSeqLayoutsWithTheSameLosses) {
   RunResult reference = run_ranks(config, {}, root + "/reference");
   ASSERT_EQ(reference.losses.size(), 6u) << reference.errs[0];
   const std::vector<std::pair<Layout, Layout>> moves = {
-      {{1, 1, 2, 1}, {}}, {{}, {1, 1, 2, 1}}, {{1, 1, 2, 1}, {1, 1, 2, 2}}};
+      {seq_layout(1, 1, 2, 1), {}},
+      {{}, seq_layout(1, 1, 2, 1)},
+      {seq_layout(1, 1, 2, 1), seq_layout(1, 1, 2, 2)}};
   for (const auto& [from, to] : moves) {
     const std::string what = from.name() + " to " + to.name();
     const std::string dir = root + "/" + from.name() + "_to_" + to.name();
-    RunResult a = run_ranks(config, from, dir, /*stop_after=*/3);
+    RunResult a = run_ranks(config, from, dir, Fault{.stop_after = 3});
     ASSERT_EQ(a.losses.size(), 3u) << what << ": " << a.errs[0];
     ASSERT_TRUE(fs::exists(dir + "/checkpoints/step_00000003/COMMIT")) << what;
     RunResult b = run_ranks(config, to, dir);
@@ -271,7 +197,7 @@ TEST(SeqMemory, ActivationPeakOfALongRowFallsWithTheSeqAxis) {
   std::vector<double> activations, peaks;
   std::vector<double> losses;
   for (int S : {1, 2, 4}) {
-    const Layout layout{1, 1, S, 1};
+    const Layout layout = seq_layout(1, 1, S, 1);
     RunResult r = run_ranks(config, layout, root + "/" + layout.name());
     expect_all_ranks_ok(r, layout.name());
     ASSERT_EQ(r.losses.size(), 2u) << r.errs[0];
@@ -308,12 +234,10 @@ TEST(SeqRefusals, UnbuiltLayoutsAreRefusedInOneLine) {
   std::vector<std::string> o = seq_overrides("tiny-gpt");
   o.push_back("train.seq_len=62");
   const std::vector<Case> cases = {
-      {corpus_config("tiny-t5", seq_overrides("tiny-t5")),
-       {1, 1, 2, 1},
+      {corpus_config("tiny-t5", seq_overrides("tiny-t5")), seq_layout(1, 1, 2, 1),
        ": seq=2: sequence sharding is built for the decoder-only families (gpt, llama), not "
        "for model.family=t5 yet (issue 26): train t5 with a mesh of seq 1"},
-      {corpus_config("tiny-gpt", o),
-       {1, 1, 4, 1},
+      {corpus_config("tiny-gpt", o), seq_layout(1, 1, 4, 1),
        ": train.seq_len=62 does not split over the seq axis of 4 ranks: make it a multiple "
        "of 4"}};
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -25,6 +25,7 @@
 #include "ax/trainer/train/sampler.h"
 #include "ax/trainer/train/train_loop.h"
 #include "model_test_util.h"
+#include "rank_runner.h"
 #include "store_stranger.h"
 #include "test_files.h"
 #include "test_util.h"
@@ -36,132 +37,11 @@ namespace fs = std::filesystem;
 using testing::corpus_config;
 using testing::seq2seq_config;
 
-struct Layout {
-  int data = 1, fsdp = 1, tensor = 1, pipeline = 1;
-  int world() const { return pipeline * data * fsdp * tensor; }
-  std::string name() const {
-    return (pipeline > 1 ? "pipeline" + std::to_string(pipeline) + "_" : std::string()) + "data" +
-           std::to_string(data) + "_fsdp" + std::to_string(fsdp) + "_tensor" +
-           std::to_string(tensor);
-  }
-  // AX_ICI_MESH: data,fsdp,tensor, or pipeline,data,fsdp,seq,tensor.
-  std::string ici() const {
-    const std::string dft =
-        std::to_string(data) + "," + std::to_string(fsdp) + "," + std::to_string(tensor);
-    if (pipeline == 1) return dft;
-    return std::to_string(pipeline) + "," + std::to_string(data) + "," + std::to_string(fsdp) +
-           ",1," + std::to_string(tensor);
-  }
-};
-
-// What to do to one rank mid-run.
-struct Fault {
-  int rank = -1;
-  int64_t after_step = 0;
-  int signal = 0;          // SIGKILL or SIGSTOP
-  int64_t stop_after = 0;  // > 0: every rank asks to stop after this step (a preemption)
-  bool stranger = false;   // a process without the job secret hammers the store's port throughout
-};
-
-struct RunResult {
-  std::vector<double> losses;      // rank 0's, by step
-  std::vector<double> grad_norms;  // rank 0's, by step
-  std::vector<int> exit_codes;     // by rank (-signal when killed)
-  std::vector<std::string> errs;   // stderr by rank
-  std::vector<std::string> outs;   // what the train loop printed, by rank
-  double seconds = 0;
-  comm::testing::Stranger::Tally stranger;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Trains `config` in run_dir on layout.world() forked ranks; rank 0 writes each step's loss.
-RunResult run_ranks(const Config& config, const Layout& layout, const std::string& run_dir,
-                    const Fault& fault = {}, const std::string& device = "cpu") {
-  const std::string coordinator = "127.0.0.1:" + std::to_string(ax::testing::free_port());
-  const std::string losses_path = run_dir + ".losses";
-  fs::create_directories(fs::path(run_dir).parent_path());
-  fs::remove(losses_path);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    const std::string err_path = run_dir + ".rank" + std::to_string(rank) + ".err";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      std::freopen(err_path.c_str(), "w", stderr);
-      std::freopen("/dev/null", "w", stdout);
-      job::JobContext ctx;
-      ctx.source = job::ContextSource::kAx;
-      ctx.rank = rank;
-      ctx.world = layout.world();
-      ctx.local_rank = rank;
-      ctx.local_world = layout.world();
-      ctx.ici_mesh = layout.ici();
-      ctx.dcn_mesh = "1,1,1";
-      ctx.device = "cpu";
-      ctx.coordinator = coordinator;
-      ctx.secret = "sharded-train-test-secret-0123456789";
-      std::ostringstream out;
-      TrainOptions options;
-      options.device = device;
-      options.threads = 1;
-      options.out = &out;
-      options.context = ctx;
-      options.after_step = [&](const StepResult& r) {
-        if (rank == 0) {
-          std::FILE* f = std::fopen(losses_path.c_str(), "a");
-          std::fprintf(f, "%lld %.17g %.17g\n", static_cast<long long>(r.step), r.loss,
-                       r.grad_norm);
-          std::fclose(f);
-        }
-        if (rank == fault.rank && r.step == fault.after_step) ::raise(fault.signal);
-        return r.step != fault.stop_after;
-      };
-      StatusOr<TrainOutcome> outcome = train(config, run_dir, options);
-      if (!outcome.ok()) std::fprintf(stderr, "train: %s\n", outcome.status().to_string().c_str());
-      std::ofstream(run_dir + ".rank" + std::to_string(rank) + ".out") << out.str();
-      std::fflush(nullptr);
-      ::_exit(outcome.ok() ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  std::optional<comm::testing::Stranger> stranger;
-  if (fault.stranger)
-    stranger.emplace(std::stoi(coordinator.substr(coordinator.rfind(':') + 1)), 2);
-  RunResult result;
-  result.exit_codes.assign(pids.size(), 0);
-  for (size_t r = 0; r < pids.size(); ++r) {
-    if (fault.signal == SIGSTOP && static_cast<int>(r) == fault.rank) continue;
-    int status = 0;
-    ::waitpid(pids[r], &status, 0);
-    result.exit_codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (stranger) result.stranger = stranger->stop();
-  if (fault.signal == SIGSTOP && fault.rank >= 0) {  // the stopped rank: end it
-    ::kill(pids[static_cast<size_t>(fault.rank)], SIGKILL);
-    int status = 0;
-    ::waitpid(pids[static_cast<size_t>(fault.rank)], &status, 0);
-    result.exit_codes[static_cast<size_t>(fault.rank)] = -SIGSTOP;
-  }
-  for (int rank = 0; rank < layout.world(); ++rank) {
-    result.errs.push_back(slurp(run_dir + ".rank" + std::to_string(rank) + ".err"));
-    result.outs.push_back(slurp(run_dir + ".rank" + std::to_string(rank) + ".out"));
-  }
-  std::ifstream f(losses_path);
-  long long step = 0;
-  double loss = 0, grad_norm = 0;
-  while (f >> step >> loss >> grad_norm) {
-    result.losses.push_back(loss);
-    result.grad_norms.push_back(grad_norm);
-  }
-  return result;
-}
+using testing::Fault;
+using testing::Layout;
+using testing::run_ranks;
+using testing::RunResult;
+using testing::slurp;
 
 void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want,
                         size_t first_step, const std::string& what, double tolerance = 1e-5) {
