@@ -9,6 +9,8 @@
 # its stage. Between them the Pax script (example_pile.sub) with its NUM_STAGES=2 and 4
 # micro-batches (ICI_MESH_SHAPE=[1,2,1,1,1] DCN_MESH_SHAPE=[2,1,1,1,1]): uninterrupted, then
 # preempted and resumed, the same losses.
+# Also the seq axis (issue 26): ICI_SQP=2 DCN_DP=2 (each row split over a node's two ranks),
+# uninterrupted, then preempted and resumed, the same losses.
 #   sbatch_fuji_pp.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -46,6 +48,30 @@ loss_falls "DCN_PP=2" "$ws/logs/reference"
 fuji_env logs/preempted
 preempt_resume srun "$steps" "$ref" "$ws/logs/preempted" "$ws/output/output-%j-0-0.txt" \
   "$dir/preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
+
+# --- the seq axis (issue 26): ICI_SQP=2, each row's positions split over a node's two ranks ------
+seq_env() {
+  fuji_env "$1"
+  vars=("${vars[@]/DCN_PP=2/ICI_SQP=2}")
+  vars=("${vars[@]/ICI_TP=2/DCN_DP=2}")
+}
+seq_env logs/sqp-reference
+id="$(submit_sub "$dir/sqp-reference.out" -N 2 "$SUB_DIR/example_fuji.sub")"
+end_job "$id" 120
+out="$ws/output/output-$id-0-0.txt"
+if job_completed "ICI_SQP=2, uninterrupted" "$id" "$dir/sqp-reference.out" "$out"; then
+  if grep -q 'seq=2' "$out"; then
+    ok "ICI_SQP=2 reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
+  else
+    bad "the ICI_SQP=2 job's mesh line does not show seq=2"
+    grep -E 'mesh' "$out" | sed 's/^/  | /'
+  fi
+  sqp_ref="$(step_losses "$ws/logs/sqp-reference")"
+  loss_falls "ICI_SQP=2" "$ws/logs/sqp-reference"
+  seq_env logs/sqp-preempted
+  preempt_resume "ICI_SQP=2" "$steps" "$sqp_ref" "$ws/logs/sqp-preempted" \
+    "$ws/output/output-%j-0-0.txt" "$dir/sqp-preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
+fi
 
 # --- the Pax script's NUM_STAGES=2 (tiny-gpt, tied embeddings: a stage per node, data 2 inside) --
 pax_args="--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0 --set=train.num_microbatches=4"
