@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034  # `vars` is read by submit_sub (sbatch_lib.sh)
-# sbatch/example_fuji.sub with AXLearn's DCN_PP=2 (issue 25): tiny-llama's two pipeline stages on
-# two nodes, tensor parallel inside each (ICI_TP=2), 1F1B over GA=4 micro-batches. An
-# uninterrupted job, then the same job preempted (USR1 to the batch script) → every rank
-# checkpoints at one step → requeued → restart 1 resumes and logs exactly the uninterrupted
-# job's losses (CPU ranks are bit-exact). Then four stages (ICI_PP=2 x DCN_PP=2, 4 layers) with the
-# middle stage on the second node (rank 2) killed -9: the job fails within seconds, naming it and
-# its stage. Between them the Pax script (example_pile.sub) with its NUM_STAGES=2 and 4
-# micro-batches (ICI_MESH_SHAPE=[1,2,1,1,1] DCN_MESH_SHAPE=[2,1,1,1,1]): uninterrupted, then
-# preempted and resumed, the same losses.
-# Also the seq axis (issue 26): ICI_SQP=2 DCN_DP=2 (each row split over a node's two ranks),
-# uninterrupted, then preempted and resumed, the same losses.
+# Pipeline stages and the seq axis through the job scripts. Three jobs, each uninterrupted, then
+# the same job preempted (USR1 to the batch script) → every rank checkpoints at one step →
+# requeued → restart 1 resumes and logs exactly the uninterrupted job's losses (CPU ranks are
+# bit-exact): example_fuji.sub with AXLearn's DCN_PP=2 (issue 25: tiny-llama's two stages on two
+# nodes, ICI_TP=2 inside each, 1F1B over GA=4 micro-batches); with ICI_SQP=2 DCN_DP=2 (issue 26:
+# each row split over a node's two ranks); example_pile.sub with the Pax script's NUM_STAGES=2.
+# Then four stages (ICI_PP=2 x DCN_PP=2, 4 layers) with the middle stage on the second node
+# (rank 2) killed -9: the job fails within seconds, naming the rank, its host and its stage.
 #   sbatch_fuji_pp.sh BUILD_DIR REPO_DIR
 source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/train_lib.sh"
@@ -28,76 +25,51 @@ fuji_env() {
     "TRAINER_DIR=$1" "AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0")
 }
 
-fuji_env logs/reference
-id="$(submit_sub "$dir/reference.out" -N 2 "$SUB_DIR/example_fuji.sub")"
-end_job "$id" 120
-out="$ws/output/output-$id-0-0.txt"
-if ! job_completed "DCN_PP=2, uninterrupted" "$id" "$dir/reference.out" "$out"; then
-  finish
-  exit
-fi
-if grep -q 'pipeline 2' "$out" || grep -q 'pipeline=2' "$out"; then
-  ok "DCN_PP=2 reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
-else
-  bad "the trainer's mesh line does not show pipeline 2"
-  grep -E 'mesh' "$out" | sed 's/^/  | /'
-fi
-ref="$(step_losses "$ws/logs/reference")"
-loss_falls "DCN_PP=2" "$ws/logs/reference"
-
-fuji_env logs/preempted
-preempt_resume srun "$steps" "$ref" "$ws/logs/preempted" "$ws/output/output-%j-0-0.txt" \
-  "$dir/preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
-
-# --- the seq axis (issue 26): ICI_SQP=2, each row's positions split over a node's two ranks ------
+# seq_env TRAINER_DIR: the fuji job with ICI_SQP=2 DCN_DP=2 instead (issue 26): each row's
+# positions split over a node's two ranks.
 seq_env() {
   fuji_env "$1"
   vars=("${vars[@]/DCN_PP=2/ICI_SQP=2}")
   vars=("${vars[@]/ICI_TP=2/DCN_DP=2}")
 }
-seq_env logs/sqp-reference
-id="$(submit_sub "$dir/sqp-reference.out" -N 2 "$SUB_DIR/example_fuji.sub")"
-end_job "$id" 120
-out="$ws/output/output-$id-0-0.txt"
-if job_completed "ICI_SQP=2, uninterrupted" "$id" "$dir/sqp-reference.out" "$out"; then
-  if grep -q 'seq=2' "$out"; then
-    ok "ICI_SQP=2 reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
-  else
-    bad "the ICI_SQP=2 job's mesh line does not show seq=2"
-    grep -E 'mesh' "$out" | sed 's/^/  | /'
-  fi
-  sqp_ref="$(step_losses "$ws/logs/sqp-reference")"
-  loss_falls "ICI_SQP=2" "$ws/logs/sqp-reference"
-  seq_env logs/sqp-preempted
-  preempt_resume "ICI_SQP=2" "$steps" "$sqp_ref" "$ws/logs/sqp-preempted" \
-    "$ws/output/output-%j-0-0.txt" "$dir/sqp-preempted.out" -N 2 "$SUB_DIR/example_fuji.sub"
-fi
+# pax_env TRAINER_DIR: example_pile.sub with the Pax script's NUM_STAGES=2 in Pax's form, both
+# shapes five-number with ICI[0] x DCN[0] = NUM_STAGES (tiny-gpt, tied embeddings: a stage per
+# node, data 2 inside; alone, NUM_STAGES would give auto:pp=2, FSDP inside the node), 4
+# micro-batches.
+pax_env() {
+  mapfile -t vars < <(sub_env "$dir" "$1" "MAX_STEPS=$steps" "ICI_MESH_SHAPE=[1,2,1,1,1]" \
+    "DCN_MESH_SHAPE=[2,1,1,1,1]" NUM_STAGES=2 "AX_TRAIN_ARGS=--device=cpu \
+--set=train.eval_every=0 --set=train.checkpoint_every=0 --set=train.num_microbatches=4")
+}
 
-# --- the Pax script's NUM_STAGES=2 (tiny-gpt, tied embeddings: a stage per node, data 2 inside) --
-pax_args="--device=cpu --set=train.eval_every=0 --set=train.checkpoint_every=0 --set=train.num_microbatches=4"
-# Pax's form: both shapes five-number with ICI[0] x DCN[0] = NUM_STAGES (alone, NUM_STAGES would
-# give auto:pp=2, FSDP inside the node).
-pax_mesh=("ICI_MESH_SHAPE=[1,2,1,1,1]" "DCN_MESH_SHAPE=[2,1,1,1,1]" NUM_STAGES=2)
-mapfile -t vars < <(sub_env "$dir" logs/pax-reference "MAX_STEPS=$steps" "${pax_mesh[@]}" \
-  "AX_TRAIN_ARGS=$pax_args")
-id="$(submit_sub "$dir/pax-reference.out" -N 2 "$SUB_DIR/example_pile.sub")"
-end_job "$id" 120
-out="$ws/output/output-$id-0-0.txt"
-if job_completed "NUM_STAGES=2 (example_pile.sub), uninterrupted" "$id" "$dir/pax-reference.out" \
-  "$out"; then
-  if grep -q 'pipeline=2 data=2' "$out"; then
-    ok "NUM_STAGES=2 reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
+# reference_and_preempted WHAT NAME ENV SCRIPT MESH: job SCRIPT with the variables ENV gives,
+# uninterrupted (logs/NAME-reference): it completes, its mesh line shows MESH and its loss falls;
+# then the same job preempted by USR1, requeued and resumed (logs/NAME-preempted) logs exactly
+# the uninterrupted job's losses.
+reference_and_preempted() {
+  local what="$1" name="$2" env="$3" script="$4" mesh="$5" id out ref
+  "$env" "logs/$name-reference"
+  id="$(submit_sub "$dir/$name-reference.out" -N 2 "$SUB_DIR/$script")"
+  end_job "$id" 120
+  out="$ws/output/output-$id-0-0.txt"
+  job_completed "$what, uninterrupted" "$id" "$dir/$name-reference.out" "$out" || return 0
+  if grep -q "$mesh" "$out"; then
+    ok "$what reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
   else
-    bad "the Pax job's mesh line does not show pipeline=2"
+    bad "the $what job's mesh line does not show $mesh"
     grep -E 'mesh' "$out" | sed 's/^/  | /'
   fi
-  pax_ref="$(step_losses "$ws/logs/pax-reference")"
-  loss_falls "NUM_STAGES=2" "$ws/logs/pax-reference"
-  mapfile -t vars < <(sub_env "$dir" logs/pax-preempted "MAX_STEPS=$steps" "${pax_mesh[@]}" \
-    "AX_TRAIN_ARGS=$pax_args")
-  preempt_resume "NUM_STAGES=2" "$steps" "$pax_ref" "$ws/logs/pax-preempted" \
-    "$ws/output/output-%j-0-0.txt" "$dir/pax-preempted.out" -N 2 "$SUB_DIR/example_pile.sub"
-fi
+  ref="$(step_losses "$ws/logs/$name-reference")"
+  loss_falls "$what" "$ws/logs/$name-reference"
+  "$env" "logs/$name-preempted"
+  preempt_resume "$what" "$steps" "$ref" "$ws/logs/$name-preempted" \
+    "$ws/output/output-%j-0-0.txt" "$dir/$name-preempted.out" -N 2 "$SUB_DIR/$script"
+}
+
+reference_and_preempted DCN_PP=2 pp fuji_env example_fuji.sub 'pipeline=2 data=1 fsdp=1 tensor=2'
+reference_and_preempted ICI_SQP=2 sqp seq_env example_fuji.sub 'data=2 fsdp=1 seq=2 tensor=1'
+reference_and_preempted "NUM_STAGES=2 (example_pile.sub)" pax pax_env example_pile.sub \
+  'pipeline=2 data=2 fsdp=1'
 
 # --- kill -9 of a middle stage --------------------------------------------------------------------
 run="$ws/logs/kill"
