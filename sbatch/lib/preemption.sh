@@ -48,6 +48,14 @@ ax_run_step() {
   trap 'ax_on_stop_signal USR1' USR1
   trap 'ax_on_stop_signal TERM' TERM
   trap 'ax_on_stop_signal INT' INT
+  # Where srun's own messages ("srun: error: n2: task 2: Killed") go from here: this script's
+  # output file, read from this offset on when the ranks' outputs name no cause (ax_srun_first_end).
+  AX_STEP_ERR_FILE="$(readlink "/proc/$BASHPID/fd/2" 2>/dev/null || true)"
+  if [[ -f "$AX_STEP_ERR_FILE" ]]; then
+    AX_STEP_ERR_FROM="$(stat -c %s "$AX_STEP_ERR_FILE" 2>/dev/null || echo 0)"
+  else
+    AX_STEP_ERR_FILE=""
+  fi
   "$@" &
   AX_STEP_PID=$!
   local rc=0
@@ -94,6 +102,36 @@ ax_failure_cause() {
     grep -ohE -m 1 "$first|the store host, rank 0, is gone" "$f" && return 0
   done
   return 0
+}
+
+# ax_srun_first_end [OUTPUT_FILE...]: when the ranks could not say why the step failed, the task
+# that srun saw end first, from srun's first "srun: error: HOST: task N: WHY" line since the step
+# started (ax_run_step). `srun --kill-on-bad-exit` SIGKILLs the other ranks as soon as one ends, so
+# a rank killed from outside (kill -9, the OOM killer) can take the others down before any of them
+# agreed on a cause and printed it. In srun mode task N is rank N; its pipeline stage, when the
+# mesh has stages, comes from the "mesh pipeline=P ..." line in the OUTPUT_FILEs (pipeline is the
+# outermost axis: stage = rank / (ranks / P)). In ax-launch mode task N is node N's ax-launch.
+# Nothing when there is no such line.
+ax_srun_first_end() {
+  [[ -n "${AX_STEP_ERR_FILE-}" && -f "$AX_STEP_ERR_FILE" ]] || return 0
+  local line re='^srun: error: ([^:]+): tasks? ([0-9]+)[0-9,-]*: (.*)$'
+  line="$(tail -c +"$((${AX_STEP_ERR_FROM:-0} + 1))" "$AX_STEP_ERR_FILE" 2>/dev/null |
+    grep -m 1 -E "$re")" || return 0
+  [[ "$line" =~ $re ]] || return 0
+  local host="${BASH_REMATCH[1]}" task="${BASH_REMATCH[2]}" why="${BASH_REMATCH[3]}"
+  if [[ "${AX_LAUNCH_MODE:-srun}" != srun ]]; then
+    echo "the ax-launch of node $task (host $host) ended first (srun: $why)"
+    return 0
+  fi
+  local where="host $host" mesh field world=1 stages=1
+  mesh="$(grep -h -m 1 -oE 'mesh( [a-z]+=[0-9]+)+' "$@" 2>/dev/null | head -n 1)"
+  for field in ${mesh#mesh}; do
+    world=$((world * ${field#*=}))
+    [[ "$field" == pipeline=* ]] && stages="${field#*=}"
+  done
+  ((stages > 1 && world % stages == 0)) &&
+    where+=", pipeline stage $((task / (world / stages)))"
+  echo "rank $task ($where) ended first (srun: $why), before the ranks agreed on a cause"
 }
 
 # ax_slurm_job_view: "STATE REASON RESTARTS" of this job as Slurm sees it now (`scontrol show
@@ -150,7 +188,8 @@ ax_should_requeue() {
 # checkpoint; after a preemption (ax_should_requeue), unless AX_REQUEUE=0, the job requeues itself
 # (same job id; the next run resumes from that checkpoint and SLURM_RESTART_COUNT counts the
 # restarts); after a cancel it ends with 75. Anything else: the job fails with that status, and
-# its last line names the rank that failed first when the ranks' outputs (OUTPUT_FILEs) do.
+# its last line names the rank that failed first when the ranks' outputs (OUTPUT_FILEs) do, else
+# the task srun saw end first (ax_srun_first_end).
 ax_finish() {
   local rc="$1" where="$2"
   shift 2
@@ -188,6 +227,7 @@ ax_finish() {
   fi
   local cause
   cause="$(ax_failure_cause "$@")"
+  [[ -n "$cause" ]] || cause="$(ax_srun_first_end "$@")"
   ax_log "error: the training step failed with status $rc${cause:+: $cause}; see $where"
   exit "$rc"
 }

@@ -415,6 +415,48 @@ if [[ "$cause" == "rank 3 (host n2) stopped answering first (peer closed the con
 else
   bad "ax_failure_cause: '$cause'"
 fi
+# When srun killed the ranks before they agreed, the task srun saw end first (its messages since
+# the step started, in the script's own output), with its stage from rank 0's mesh line.
+printf '%s\n' "srun: error: n1: task 0: Killed" "ax-job: restart 1" >"$dir/batch.out"
+from="$(stat -c %s "$dir/batch.out")"
+printf '%s\n' "srun: launch/slurm: _step_signal: Terminating StepId=7.0" \
+  "srun: error: n2: task 6: Killed" "srun: error: n1: tasks 0-1: Killed" >>"$dir/batch.out"
+printf '%s\n' "job: rank 0/8 (local 0/4, node 0/2); mesh pipeline=4 data=1 fsdp=2 tensor=1 (this rank p0 d0 f0 t0)" >"$dir/out-m.txt"
+first_end() {
+  (source "$SUB/ax_job.sh" && AX_STEP_ERR_FILE="$dir/batch.out" AX_STEP_ERR_FROM="$from" \
+    AX_LAUNCH_MODE="$1" ax_srun_first_end "${@:2}")
+}
+cause="$(first_end srun "$dir/out-0.txt" "$dir/out-m.txt")"
+want="rank 6 (host n2, pipeline stage 3) ended first (srun: Killed), before the ranks agreed on a cause"
+if [[ "$cause" == "$want" ]]; then
+  ok "ax_srun_first_end names srun's first ended task since the step started, with its stage"
+else
+  bad "ax_srun_first_end: '$cause', not '$want'"
+fi
+cause="$(first_end srun "$dir/out-0.txt")"
+if [[ "$cause" == "rank 6 (host n2) ended first (srun: Killed), before the ranks agreed on a cause" ]]; then
+  ok "ax_srun_first_end without a mesh line: rank and host"
+else
+  bad "ax_srun_first_end without a mesh line: '$cause'"
+fi
+# Through the script's own functions: the step's srun messages land in the script's output file
+# (here a file as under sbatch -o), and the last line names the first ended task.
+printf '%s\n' "srun: error: n3: task 1: Killed" >"$dir/job.out"
+(source "$SUB/ax_job.sh" && rc=0 && ax_run_step bash -c \
+  'echo "srun: error: n2: task 6: Killed" >&2; echo "srun: error: n1: task 0: Killed" >&2; exit 9' ||
+  rc=$? && ax_finish "$rc" "the outputs" "$dir/out-m.txt") >>"$dir/job.out" 2>&1
+want="ax-job: error: the training step failed with status 9: rank 6 (host n2, pipeline stage 3) ended first (srun: Killed), before the ranks agreed on a cause; see the outputs"
+if [[ "$(tail -n 1 "$dir/job.out")" == "$want" ]]; then
+  ok "ax_run_step + ax_finish: the last line names srun's first ended task of this step"
+else
+  bad "ax_run_step + ax_finish: '$(tail -n 1 "$dir/job.out")', not '$want'"
+fi
+cause="$(first_end ax-launch)"
+if [[ "$cause" == "the ax-launch of node 6 (host n2) ended first (srun: Killed)" ]]; then
+  ok "ax_srun_first_end in ax-launch mode names the node's ax-launch"
+else
+  bad "ax_srun_first_end in ax-launch mode: '$cause'"
+fi
 
 # After the ranks stopped at a checkpoint: a preemption or the time limit requeues, a cancel
 # does not (ax_should_requeue, sbatch/lib/preemption.sh). A stand-in scontrol says what Slurm
