@@ -127,6 +127,7 @@ Status Trainer::setup() {
   AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision,
                                              config_.train.allow_tf32));
   AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
+  AX_ASSIGN_OR_RETURN(schedule_, parse_pipeline_schedule(config_.train.pipeline_schedule));
   if (dist_->multi()) {
     AX_ASSIGN_OR_RETURN(timing_, RankTiming::create(*dist_, backend_.get(), ctx_));
   }
@@ -228,12 +229,10 @@ Status Trainer::step(int64_t step, StepResult* result) {
     rows.dropout_seed =
         mix64(config_.train.seed ^ mix64(kDropoutStream + static_cast<uint64_t>(step)));
   }
-  AX_ASSIGN_OR_RETURN(const PipelineSchedule schedule,
-                      parse_pipeline_schedule(config_.train.pipeline_schedule));
   const bool pipelined = dist_->coords.pipeline > 1;
   double loss = dist_->all_reduce(
       dist_->groups.replica.get(),
-      forward_backward(model_.get(), rows, schedule, pipelined ? &pipeline_recorder_ : nullptr),
+      forward_backward(model_.get(), rows, schedule_, pipelined ? &pipeline_recorder_ : nullptr),
       comm::ReduceOp::kSum);
   if (pipelined) {
     const StageTimeline timeline =

@@ -127,6 +127,7 @@ class Trainer {
   int64_t window_steps_ = 0;
   // A pipelined run: the stage's passes and transfers of the current step, and since the last
   // progress line the seconds it computed and its schedules' seconds (metrics' pipeline_wait).
+  PipelineSchedule schedule_ = PipelineSchedule::k1F1B;  // train.pipeline_schedule, set up once
   PipelineRecorder pipeline_recorder_;
   double window_busy_s_ = 0;
   double window_schedule_s_ = 0;
