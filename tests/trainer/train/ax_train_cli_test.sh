@@ -447,12 +447,16 @@ fi
 # The pipeline's bubble (issue 25): two stages under ax-launch log pipeline_wait (their mean
 # waiting fraction) at each progress line and write the trace of step 3, which `ax-train
 # timeline` draws one stage per row and as SVG; a run without a trace is refused naming the key.
+# (train.global_batch=8: what two ranks of PERCORE 4 make, stated so that the one-process run
+# below trains the same batches.)
+pipe_flags=(--max-steps 4 --set NUM_MICROBATCHES=4 --set train.global_batch=8
+  --set train.log_every=1 --set train.checkpoint_every=0)
+pipe_mesh=(--nproc 2 --mesh "ici=2,1,1,1,1;dcn=1,1,1,1,1")
 if [[ -n $axlaunch ]]; then
   pdir="$work/pipeline"
-  expect_status 0 "two pipeline stages" -- env AX_CPU_THREADS=1 "$axlaunch" --nproc 2 \
-    --mesh "ici=2,1,1,1,1;dcn=1,1,1,1,1" --run-dir "$pdir/launch" -- "$axtrain" "${common[@]}" \
-    --run-dir "$pdir/run" --max-steps 4 --set NUM_MICROBATCHES=4 --set train.log_every=1 \
-    --set train.checkpoint_every=0 --set train.pipeline_trace_step=3
+  expect_status 0 "two pipeline stages" -- env AX_CPU_THREADS=1 "$axlaunch" "${pipe_mesh[@]}" \
+    --run-dir "$pdir/launch" -- "$axtrain" "${common[@]}" --run-dir "$pdir/run" "${pipe_flags[@]}" \
+    --set train.pipeline_trace_step=3
   expect_output "| bubble "
   waits=$(grep -o '"pipeline_wait":[0-9.e-]*' "$pdir/run/metrics.jsonl" | cut -d: -f2)
   [[ $(wc -w <<<"$waits") -eq 4 ]] || fail "metrics.jsonl has $(wc -w <<<"$waits") pipeline_wait records, want 4"
@@ -471,6 +475,103 @@ if [[ -n $axlaunch ]]; then
   expect_output "a pipelined run writes one at step train.pipeline_trace_step"
   expect_status 1 "timeline of a step not traced" -- "$axtrain" timeline "$pdir/run" --step 2
   expect_output "no pipeline trace of step 2"
+fi
+
+# eval, sample and export on a pipelined run's checkpoint (issue 25): each stage saved its layers
+# under the whole model's names, and the subcommands load them whole by name. Against the same
+# commands on the checkpoint of one process trained with the same config, seed and data:
+#  - tiny-llama (untied, optim.grad_clip=0): bit for bit. A stage runs one process's layers and
+#    micro-batch order, so the weights are the same bits, the export byte for byte, the Lambada
+#    record and predictions the same and the samples the same text. (With clipping, the norm
+#    that scales the update is summed over the stages in f32, which may move a weight by an ulp.)
+#  - tiny-gpt (the run above; its tied table is on both ends): not bit for bit, since the two
+#    ends' gradients of the table are added after the step where one process adds them micro-batch
+#    by micro-batch, and the clip factor's norm is summed in f32 over the stages: weights differ
+#    by f32 ulps (an attention bias, whose key part has only rounding noise for a gradient, by up
+#    to 8e-5 of its rms, as Adam normalises that noise; every other tensor by 1.3e-7 at most).
+#    Held: the Lambada perplexities within 1e-6 relative (measured 6e-8), the same predictions,
+#    the same greedy and seeded samples, the export's header (names, dtypes, shapes, offsets),
+#    config.json and tokenizer byte for byte and every tensor's rms difference within 1e-3 of its
+#    rms (a tensor missing, zero or in another layer's place is 1 or more).
+# lambada_record RUN: the last Lambada record of the run's metrics.jsonl.
+lambada_record() { grep '"task":"lambada"' "$1/metrics.jsonl" | tail -n 1; }
+# subcommands_on TAG RUN: eval, samples and export of RUN's newest checkpoint into $pdir/TAG.*.
+subcommands_on() {
+  local tag=$1 run=$2
+  expect_status 0 "eval lambada on $tag" -- "$axtrain" eval --run-dir "$run" --task lambada \
+    --data "$work/lambada.jsonl" --predictions "$pdir/$tag.predictions.jsonl"
+  lambada_record "$run" >"$pdir/$tag.lambada"
+  { "$axtrain" sample --run-dir "$run" --prompt "The" --tokens 24 --temperature 0 &&
+    "$axtrain" sample --run-dir "$run" --prompt "The" --prompt "A" --tokens 24 --seed 3; } \
+    >"$pdir/$tag.samples" 2>"$pdir/$tag.sample-log" || fail "sample on $tag"
+  expect_status 0 "export $tag" -- "$axtrain" export --run-dir "$run" --output "$pdir/$tag.hf"
+}
+if [[ -n $axlaunch ]]; then
+  SECONDS=0
+  expect_status 0 "one process, the pipelined run's config" -- env AX_CPU_THREADS=1 "$axtrain" \
+    "${common[@]}" --run-dir "$pdir/one" "${pipe_flags[@]}"
+  subcommands_on gpt-pipelined "$pdir/run"
+  subcommands_on gpt-one "$pdir/one"
+  [[ -s $pdir/gpt-one.lambada ]] || fail "no Lambada record of the one-process run"
+  read -r ppl_p tok_p < <(sed 's/.*"ppl":\([^,]*\),"token_ppl":\([^,]*\),.*/\1 \2/' "$pdir/gpt-pipelined.lambada")
+  read -r ppl_1 tok_1 < <(sed 's/.*"ppl":\([^,]*\),"token_ppl":\([^,]*\),.*/\1 \2/' "$pdir/gpt-one.lambada")
+  awk -v a="$ppl_p" -v b="$ppl_1" -v c="$tok_p" -v d="$tok_1" 'function rel(x, y) {
+      return (x > y ? x - y : y - x) / y }
+    BEGIN { exit !(b > 0 && d > 0 && rel(a, b) <= 1e-6 && rel(c, d) <= 1e-6) }' ||
+    fail "Lambada on the pipelined checkpoint: ppl $ppl_p, per token $tok_p; one process: $ppl_1, $tok_1"
+  cmp -s <(sed 's/,"nll":[^}]*//' "$pdir/gpt-pipelined.predictions.jsonl") \
+    <(sed 's/,"nll":[^}]*//' "$pdir/gpt-one.predictions.jsonl") ||
+    fail "Lambada predictions differ between the pipelined and the one-process checkpoint"
+  grep -q '^The.' "$pdir/gpt-one.samples" || fail "sample: no continued prompt: $(cat "$pdir/gpt-one.samples")"
+  cmp -s "$pdir/gpt-pipelined.samples" "$pdir/gpt-one.samples" ||
+    fail "samples differ: $(cat "$pdir/gpt-pipelined.samples") / $(cat "$pdir/gpt-one.samples")"
+  for f in config.json tokenizer.model; do
+    cmp -s "$pdir/gpt-pipelined.hf/$f" "$pdir/gpt-one.hf/$f" || fail "export: $f differs"
+  done
+  python3 - "$pdir/gpt-pipelined.hf/model.safetensors" "$pdir/gpt-one.hf/model.safetensors" <<'PY' ||
+import array, json, math, struct, sys
+def load(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return b[8:8 + n], json.loads(b[8:8 + n]), b[8 + n:]
+raw_p, head, data_p = load(sys.argv[1])
+raw_1, _, data_1 = load(sys.argv[2])
+if raw_p != raw_1:
+    sys.exit("the headers differ")
+worst, name = 0.0, ""
+for k, v in head.items():
+    if k == "__metadata__":
+        continue
+    assert v["dtype"] == "F32", (k, v["dtype"])
+    s, e = v["data_offsets"]
+    p, o = array.array("f"), array.array("f")
+    p.frombytes(data_p[s:e])
+    o.frombytes(data_1[s:e])
+    rms = math.sqrt(sum(x * x for x in o) / len(o))
+    diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(p, o)) / len(o))
+    if rms == 0 or diff > 1e-3 * rms:
+        sys.exit("%s: rms difference %g, rms %g" % (k, diff, rms))
+    if diff / rms > worst:
+        worst, name = diff / rms, k
+print("export: largest rms difference %.3g of the tensor's rms (%s)" % (worst, name))
+PY
+    fail "export of the pipelined checkpoint: tensors not within 1e-3 of the one-process run's"
+
+  llama=(--experiment tiny-llama --data "$work/shards/train" --tokenizer "$work/spm.model"
+    "${pipe_flags[@]}" --set optim.grad_clip=0)
+  expect_status 0 "tiny-llama on two pipeline stages" -- env AX_CPU_THREADS=1 "$axlaunch" \
+    "${pipe_mesh[@]}" --run-dir "$pdir/llama-launch" -- "$axtrain" "${llama[@]}" \
+    --run-dir "$pdir/llama-run"
+  expect_status 0 "tiny-llama on one process" -- env AX_CPU_THREADS=1 "$axtrain" "${llama[@]}" \
+    --run-dir "$pdir/llama-one"
+  subcommands_on llama-pipelined "$pdir/llama-run"
+  subcommands_on llama-one "$pdir/llama-one"
+  [[ -s $pdir/llama-one.lambada ]] || fail "no Lambada record of the one-process tiny-llama run"
+  for f in lambada predictions.jsonl samples hf/model.safetensors hf/config.json; do
+    cmp -s "$pdir/llama-pipelined.$f" "$pdir/llama-one.$f" ||
+      fail "tiny-llama: $f of the pipelined checkpoint differs from one process's"
+  done
+  echo "eval, sample and export on pipelined checkpoints: ${SECONDS} s"
 fi
 
 if [[ $failures -gt 0 ]]; then
