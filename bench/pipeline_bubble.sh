@@ -14,13 +14,9 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$repo/build/cpu}" && pwd)"
 steps="${2:-10}"
+source "$repo/bench/lib.sh"
+bench_need "$build" trainer/ax-train launcher/ax-launch datasets/ax-data
 axt="$build/trainer/ax-train" axl="$build/launcher/ax-launch" axd="$build/datasets/ax-data"
-for b in "$axt" "$axl" "$axd"; do
-  [[ -x "$b" ]] || {
-    echo "no $b: cmake --build $build --target ax-train ax-launch ax-data" >&2
-    exit 2
-  }
-done
 work="$(mktemp -d /tmp/ax-pipeline-bubble.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 echo "load before: $(uptime)"

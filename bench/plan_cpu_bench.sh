@@ -21,14 +21,11 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$repo/build/cpu}" && pwd)"
 steps="${2:-8}"
+source "$repo/bench/lib.sh"
+bench_need "$build" trainer/ax-train launcher/ax-launch datasets/ax-data bench/ax-ops-bench \
+  bench/ax-shard-bench
 axt="$build/trainer/ax-train" axl="$build/launcher/ax-launch" axd="$build/datasets/ax-data"
 ops="$build/bench/ax-ops-bench" shard="$build/bench/ax-shard-bench"
-for b in "$axt" "$axl" "$axd" "$ops" "$shard"; do
-  [[ -x "$b" ]] || {
-    echo "no $b: cmake --build $build --target ax-train ax-launch ax-data ax-ops-bench ax-shard-bench" >&2
-    exit 2
-  }
-done
 work="$(mktemp -d /tmp/ax-plan-cpu-bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 cores="$(nproc)"
