@@ -36,12 +36,15 @@ ax_plan_mesh() {
     ax_log "mesh $mesh: not planned (ax-train is inside CONTAINER, not on the batch host)"
     return 0
   fi
-  if [[ "$mesh" != auto && ! "$mesh" =~ ^ici=(-?[0-9]+,-?[0-9]+,-?[0-9]+)\;dcn=(-?[0-9]+,-?[0-9]+,-?[0-9]+)$ ]]; then
-    ax_log "mesh $mesh: not planned (the plan has no pipeline or seq axes yet)"
+  # Three numbers data,fsdp,tensor or five pipeline,data,fsdp,seq,tensor (ICI_PP, ICI_SQP, ...);
+  # other specs (auto:pp=N, explicit rank lists) are the plugin's to place.
+  local shape='-?[0-9]+,-?[0-9]+,-?[0-9]+(,-?[0-9]+,-?[0-9]+)?'
+  if [[ "$mesh" != auto && ! "$mesh" =~ ^ici=($shape)\;dcn=($shape)$ ]]; then
+    ax_log "mesh $mesh: not planned (only ici=...;dcn=... shapes and auto are planned)"
     return 0
   fi
   local ici="" dcn=""
-  [[ "$mesh" != auto ]] && ici="${BASH_REMATCH[1]}" dcn="${BASH_REMATCH[2]}"
+  [[ "$mesh" != auto ]] && ici="${BASH_REMATCH[1]}" dcn="${BASH_REMATCH[3]}"
   gpu="$(ax_plan_gpu)"
   if [[ -z "$gpu" ]]; then
     ax_log "mesh $mesh: not planned (no GPU kind: no nvidia-smi answered on $(hostname);" \

@@ -531,6 +531,12 @@ if [[ -x "$AXTRAIN" ]]; then
     "mesh ici=1,8,1;dcn=-1,1,1 fits the plan: data 2 fsdp 8 tensor 1" \
     "--ax-mesh=ici=1,8,1;dcn=-1,1,1"
 
+  # A five-number mesh (pipeline stages across the nodes) is planned too: its stages fit.
+  last plan_five example_fuji.sub "${planned[@]}" DCN_PP=2 DCN_DP=1
+  expect "example_fuji.sub: a pipelined mesh is checked by the plan and kept" 0 \
+    "mesh ici=1,1,-1,1,1;dcn=2,1,1,1,1 fits the plan: data 1 fsdp 8 tensor 1 pipeline 2" \
+    "--ax-mesh=ici=1,1,-1,1,1;dcn=2,1,1,1,1"
+
   last plan_off example_fuji.sub "${planned[@]}" AX_PLAN=0
   expect "AX_PLAN=0: not planned, the plugin's auto mesh" 0 "mesh auto: not planned (AX_PLAN=0)" \
     "--ax-mesh=auto"

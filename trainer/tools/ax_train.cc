@@ -220,12 +220,13 @@ void add_plan_options(CLI::App& plan, PlanArgs* a) {
       ->type_name("table|env")
       ->check(CLI::IsMember({"table", "env"}));
   plan.add_option("--ici", a->ici,
-                  "plan this ICI_MESH_SHAPE only (data,fsdp,tensor; default with --dcn: 1,-1,1)")
-      ->type_name("D,F,T");
+                  "plan this ICI_MESH_SHAPE only (data,fsdp,tensor, or the five axes\n"
+                  "pipeline,data,fsdp,seq,tensor; default with --dcn: 1,-1,1)")
+      ->type_name("D,F,T|P,D,F,S,T");
   plan.add_option("--dcn", a->dcn,
                   "plan this DCN_MESH_SHAPE only (default with --ici: -1,1,1); exit 1 with\n"
                   "the smallest change that fits when it does not")
-      ->type_name("D,F,T");
+      ->type_name("D,F,T|P,D,F,S,T");
   plan.add_option("--top", a->rows, "rows of the table (default 20)")
       ->type_name("K")
       ->check(cli::in_range(1));

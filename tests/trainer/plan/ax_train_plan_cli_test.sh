@@ -34,11 +34,36 @@ one_line() {
 
 run 0 "GPT175B on 16 x 8 H100" --experiment GPT175B --nodes 16 --gpus-per-node 8 --gpu H100-80GB
 expect "plan: GPT175B on 16 x 8 H100-80GB"
-expect "ICI d,f,t"
+expect "ICI p,d,f,s,t"
 expect "job script: CONFIG=GPT175B GPUS_PER_NODE=8 PERCORE_BATCH_SIZE=6 ICI_MESH_SHAPE=\["
 expect "srun: --ax-mesh='ici="
 expect "constants: H100-80GB 989.4 TFLOP/s"
-expect "pipeline and seq axes are not planned"
+expect "pipeline: backward = 2.0 forward passes"
+grep -q "^[0-9]* *[0-9]*,[0-9]*,[0-9]*,[0-9]*,[0-9]* " "$out" ||
+  { fail "GPT175B: no five-number row"; cat "$out" >&2; }
+grep -q "^note: pipeline and seq axes are not planned" "$out" &&
+  { fail "GPT175B: the old note"; cat "$out" >&2; }
+
+# Pipeline stages and seq slices, given in five numbers: the job variables and --ax-mesh in the
+# same form; the heaviest stage named; a seq rank's K/V gathers; what ax-train refuses, refused.
+run 0 "GPT175B in 16 stages" --experiment GPT175B --nodes 16 --gpus-per-node 8 --gpu H100-80GB \
+  --ici 1,1,1,1,8 --dcn 16,1,1,1,1
+expect "over 1 pipeline x data x fsdp x seq x tensor layouts"
+expect "ICI_MESH_SHAPE=\[1,1,1,1,8\] DCN_MESH_SHAPE=\[16,1,1,1,1\]"
+expect "srun: --ax-mesh='ici=1,1,1,1,8;dcn=16,1,1,1,1'"
+expect "heaviest stage: 0 of 16, "
+expect ", bubble "
+run 0 "tiny-llama in seq slices" --experiment tiny-llama --nodes 1 --gpus-per-node 8 --gpu H200 \
+  --ici 1,2,1,4,1 --dcn 1,1,1,1,1
+expect "best: data 2 fsdp 1 tensor 1 seq 4, "
+expect ", K/V gathers "
+expect "--ax-mesh='ici=1,2,1,4,1;dcn=1,1,1,1,1'"
+run 1 "seq for t5" --experiment tiny-t5 --nodes 1 --gpus-per-node 8 --gpu H200 \
+  --ici 1,4,1,2,1 --dcn 1,1,1,1,1
+expect "^note: seq=2: sequence sharding is built for the decoder-only families"
+run 2 "four numbers" --experiment tiny-gpt --nodes 1 --gpus-per-node 8 --gpu H200 --ici 1,8,1,1
+one_line "four numbers"
+expect "expected three numbers data,fsdp,tensor or five pipeline,data,fsdp,seq,tensor"
 
 run 0 "tiny-gpt with an override" --experiment tiny-gpt --set NUM_MICROBATCHES=2 --nodes 1 \
   --gpus-per-node 4 --gpu A100-80GB --top 3
@@ -94,7 +119,7 @@ expect "plan: tiny-gpt on 1 x 8 H100-80GB"
 run 0 "env format" --experiment fuji-7B-v2 --nodes 2 --gpus-per-node 8 --gpu H100-80GB --format env
 [[ $(grep -c '^AX_PLAN_[A-Z_]*=' "$out") -eq 4 && $(wc -l <"$out") -eq 4 ]] ||
   { fail "env format: not the four AX_PLAN_ lines"; cat "$out" >&2; }
-expect "^AX_PLAN_ICI=[0-9]*,[0-9]*,[0-9]*$"
+expect "^AX_PLAN_ICI=[0-9]*,[0-9]*,[0-9]*\(,[0-9]*,[0-9]*\)\?$"
 expect "^AX_PLAN_TRAIN_ARGS=--set NUM_MICROBATCHES=[0-9]"
 expect "^AX_PLAN_LINE=data [0-9]* fsdp [0-9]* tensor [0-9]* (ICI_MESH_SHAPE="
 run 0 "env format, the job's micro-batches" --experiment fuji-7B-v2 --set NUM_MICROBATCHES=4 \

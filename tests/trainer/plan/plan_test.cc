@@ -19,6 +19,8 @@
 #include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/models/model.h"
 #include "ax/trainer/optim/optimizer.h"
+#include "ax/trainer/parallel/distributed.h"
+#include "ax/trainer/train/train_loop.h"
 
 namespace ax::train::plan {
 namespace {
@@ -99,12 +101,75 @@ size_t measured_peak(const Config& c, int64_t vocab, const Layout& layout, int64
   return be->peak_bytes_in_use();
 }
 
-Layout layout_of(int data, int fsdp, int tensor) {
+Layout layout_of(int data, int fsdp, int tensor, int pipeline = 1, int seq = 1) {
   Layout l;
   l.ici[0] = data;
   l.ici[1] = fsdp;
   l.ici[2] = tensor;
+  l.ici_pipeline = pipeline;
+  l.ici_seq = seq;
   return l;
+}
+
+// The backend's peak on stage `stage` of a pipelined `layout` (or on slice 0 of a seq layout)
+// after building the model and AdamW as the trainer does and training one step of `microbatches`
+// micro-batches of `micro_batch` rows: on a pipeline, ax-train's own pipeline step
+// (pipeline_forward_backward with the config's schedule, stand-in neighbours); on a seq axis the
+// rank's slice of each row through the seq group's attention (stand-in group).
+size_t measured_stage_peak(const Config& c, int64_t vocab, const Layout& layout, int stage,
+                           int64_t microbatches, int64_t micro_batch, bool recompute, bool bf16) {
+  std::unique_ptr<Backend> be = bf16 ? make_cpu_bf16_backend(1) : make_cpu_backend(1);
+  StandIn tensor(layout.tensor()), fsdp(layout.fsdp()), data(layout.data());
+  StandIn pipeline(layout.pipeline()), seq(layout.seq());
+  ModelParallel par;
+  par.tensor_size = layout.tensor();
+  par.fsdp_size = layout.fsdp();
+  par.pipeline_size = layout.pipeline();
+  par.pipeline_rank = stage;
+  par.seq_size = layout.seq();
+  if (layout.tensor() > 1) par.tensor = &tensor;
+  if (layout.fsdp() > 1) par.fsdp = &fsdp;
+  if (layout.data() > 1) par.data = &data;
+  if (layout.pipeline() > 1) par.pipeline = &pipeline;
+  if (layout.seq() > 1) par.seq = &seq;
+  const int64_t T = c.train.seq_len / layout.seq();
+  StatusOr<std::unique_ptr<Model>> model =
+      Model::create(c.model, vocab, micro_batch, T, be.get(), par,
+                    {.recompute_layers = recompute,
+                     .encoder_seq_len = c.train.encoder_seq_len,
+                     .z_loss = static_cast<float>(c.train.z_loss),
+                     .pipeline_chunks = c.train.pipeline_schedule == "interleaved"
+                                            ? static_cast<int>(c.train.pipeline_virtual_stages)
+                                            : 1});
+  AX_CHECK(model.ok()) << model.status().to_string();
+  StatusOr<std::unique_ptr<AdamW>> opt =
+      AdamW::create(c.optim, c.train.max_steps, &(*model)->store());
+  AX_CHECK(opt.ok()) << opt.status().to_string();
+  (*model)->init(1);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab) - 1);
+  StepRows rows;
+  rows.rows = microbatches * micro_batch;
+  rows.length = T;
+  for (int64_t i = 0; i < rows.rows * T; ++i) {
+    rows.tokens.push_back(id(rng));
+    rows.targets.push_back(id(rng));
+  }
+  rows.num_targets = rows.global_targets = rows.rows * T;
+  if (layout.pipeline() > 1) {
+    StatusOr<PipelineSchedule> schedule = parse_pipeline_schedule(c.train.pipeline_schedule);
+    AX_CHECK(schedule.ok());
+    pipeline_forward_backward(model->get(), rows, *schedule, nullptr);
+  } else {
+    (*model)->zero_grad();
+    for (int64_t m = 0; m < microbatches; ++m) {
+      (*model)->forward(rows.micro_batch(m * micro_batch, micro_batch));
+      (*model)->backward(1.0f / static_cast<float>(microbatches));
+    }
+    (*model)->reduce_gradients();
+  }
+  (*opt)->apply(1, (*opt)->grad_norm());
+  return be->peak_bytes_in_use();
 }
 
 struct MemoryCase {
@@ -147,6 +212,278 @@ TEST(Plan, MemoryMatchesTheAllocationCounterOfTheRealModel) {
     std::printf("%s: %d rank plans (layouts x recompute x f32/bf16), worst error %.3f%%\n",
                 mc.experiment, checked, 100 * worst);
   }
+}
+
+// Pipeline stages: every stage's predicted memory (its layers, the ends it holds, the slots the
+// schedule keeps: pipeline_slots) against what the trainer's own pipeline step allocates on it,
+// within 5 %; and the plan's heaviest stage is the heaviest measured.
+TEST(Plan, PipelineStageMemoryMatchesTheAllocationCounter) {
+  struct Case {
+    const char* experiment;
+    int64_t layers;  // model.num_layers (0: the experiment's)
+    Layout layout;
+    int64_t microbatches;
+    const char* schedule;
+  };
+  const CostConstants cpu{.context_bytes = 0, .comm_buffer_bytes = 0, .workspace_bytes = 0};
+  int checked = 0;
+  double worst = 0;
+  for (const Case& pc : {Case{"tiny-gpt", 0, layout_of(1, 1, 1, 2), 4, "1f1b"},
+                         Case{"tiny-llama", 0, layout_of(1, 2, 1, 2), 3, "1f1b"},
+                         Case{"tiny-llama", 0, layout_of(2, 1, 2, 2), 2, "1f1b"},
+                         Case{"tiny-gpt", 4, layout_of(1, 1, 1, 4), 6, "1f1b"},
+                         Case{"tiny-llama", 8, layout_of(1, 2, 1, 4), 8, "1f1b"},
+                         Case{"tiny-gpt", 4, layout_of(1, 1, 1, 4), 4, "gpipe"},
+                         Case{"tiny-llama", 8, layout_of(1, 1, 1, 2), 4, "interleaved"},
+                         Case{"tiny-gpt", 8, layout_of(1, 2, 1, 2), 6, "interleaved"}}) {
+    Config c = experiment(pc.experiment);
+    if (pc.layers > 0) c.model.num_layers = pc.layers;
+    c.train.pipeline_schedule = pc.schedule;
+    if (std::string(pc.schedule) == "interleaved") c.train.pipeline_virtual_stages = 2;
+    for (bool recompute : {false, true}) {
+      for (bool bf16 : {false, true}) {
+        const int64_t micro_batch = 2;
+        const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
+        double heaviest_measured = 0, heaviest_predicted = 0;
+        for (int s = 0; s < pc.layout.pipeline(); ++s) {
+          StatusOr<Memory> predicted = rank_memory(c, 512, pc.layout, micro_batch, recompute, dtype,
+                                                   cpu, pc.microbatches, s);
+          ASSERT_TRUE(predicted.ok()) << predicted.status().to_string();
+          const double measured = static_cast<double>(measured_stage_peak(
+              c, 512, pc.layout, s, pc.microbatches, micro_batch, recompute, bf16));
+          const double error = std::abs(predicted->total() - measured) / measured;
+          EXPECT_LT(error, 0.05) << pc.experiment << " " << pc.layout.name() << " " << pc.schedule
+                                 << " stage " << s << " recompute " << recompute << " bf16 " << bf16
+                                 << ": predicted " << predicted->total() << " bytes, measured "
+                                 << measured;
+          worst = std::max(worst, error);
+          heaviest_measured = std::max(heaviest_measured, measured);
+          heaviest_predicted = std::max(heaviest_predicted, predicted->total());
+          ++checked;
+        }
+        int stage = -1;
+        StatusOr<Memory> heaviest = rank_memory(c, 512, pc.layout, micro_batch, recompute, dtype,
+                                                cpu, pc.microbatches, -1, &stage);
+        ASSERT_TRUE(heaviest.ok());
+        EXPECT_EQ(heaviest->total(), heaviest_predicted) << "stage " << stage;
+        EXPECT_LT(std::abs(heaviest->total() - heaviest_measured) / heaviest_measured, 0.05);
+      }
+    }
+  }
+  EXPECT_GE(checked, 80);
+  std::printf(
+      "pipeline stages: %d stage plans (8 layouts x stages x recompute x f32/bf16), worst "
+      "error %.3f%%\n",
+      checked, 100 * worst);
+}
+
+// Seq slices: a rank's predicted memory (its slice of every row, the K/V gathers' buffers)
+// against what its forward and backward passes through the seq group's attention allocate,
+// within 5 %; activations fall with the seq size.
+TEST(Plan, SeqRankMemoryMatchesTheAllocationCounter) {
+  const CostConstants cpu{.context_bytes = 0, .comm_buffer_bytes = 0, .workspace_bytes = 0};
+  int checked = 0;
+  double worst = 0;
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    const Config c = experiment(name);
+    for (const Layout& lay :
+         {layout_of(1, 1, 1, 1, 2), layout_of(1, 1, 1, 1, 4), layout_of(1, 2, 1, 1, 2),
+          layout_of(1, 1, 2, 1, 2), layout_of(2, 1, 1, 1, 4)}) {
+      for (bool recompute : {false, true}) {
+        for (bool bf16 : {false, true}) {
+          const int64_t micro_batch = 4;
+          StatusOr<Memory> predicted = rank_memory(c, 512, lay, micro_batch, recompute,
+                                                   bf16 ? DType::kBF16 : DType::kF32, cpu);
+          ASSERT_TRUE(predicted.ok()) << predicted.status().to_string();
+          EXPECT_GT(predicted->transient, 0);
+          const double measured = static_cast<double>(
+              measured_stage_peak(c, 512, lay, 0, 2, micro_batch, recompute, bf16));
+          const double error = std::abs(predicted->total() - measured) / measured;
+          EXPECT_LT(error, 0.05) << name << " " << lay.name() << " recompute " << recompute
+                                 << " bf16 " << bf16 << ": predicted " << predicted->total()
+                                 << " bytes, measured " << measured;
+          worst = std::max(worst, error);
+          ++checked;
+        }
+      }
+    }
+    StatusOr<Memory> one = rank_memory(c, 512, layout_of(1, 1, 1), 4, false, DType::kF32, cpu);
+    StatusOr<Memory> two =
+        rank_memory(c, 512, layout_of(1, 1, 1, 1, 2), 4, false, DType::kF32, cpu);
+    StatusOr<Memory> four =
+        rank_memory(c, 512, layout_of(1, 1, 1, 1, 4), 4, false, DType::kF32, cpu);
+    ASSERT_TRUE(one.ok() && two.ok() && four.ok());
+    EXPECT_LT(two->activations, 0.6 * one->activations) << name;
+    EXPECT_LT(four->activations, 0.6 * two->activations) << name;
+    EXPECT_EQ(two->parameters, one->parameters) << name;
+    std::printf("%s activations per rank: seq 1 %.0f, seq 2 %.0f, seq 4 %.0f bytes (f32, 4 rows)\n",
+                name, one->activations, two->activations, four->activations);
+  }
+  // docs/benchmarks-sharding.md "Sequence parallelism": SeqMemory's forked CPU ranks (tiny-llama,
+  // rows of 1024 tokens, one micro-batch of 2 rows, f32), rank 0's backend peak in MB (1e6
+  // bytes): 29.71, 20.69, 13.56 on seq 1, 2, 4.
+  Config long_rows = experiment("tiny-llama");
+  long_rows.train.seq_len = 1024;
+  for (const auto& [seq, mb] : {std::pair{1, 29.71}, std::pair{2, 20.69}, std::pair{4, 13.56}}) {
+    StatusOr<Memory> p =
+        rank_memory(long_rows, 512, layout_of(1, 1, 1, 1, seq), 2, false, DType::kF32, cpu);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_NEAR(p->total() / 1e6, mb, 0.05 * mb) << "seq " << seq;
+    std::printf(
+        "tiny-llama rows of 1024, seq %d: predicted peak %.2f MB (activations %.2f, K/V "
+        "gathers %.2f), measured %.2f MB (%+.2f%%)\n",
+        seq, p->total() / 1e6, p->activations / 1e6, p->transient / 1e6, mb,
+        100 * (p->total() / 1e6 / mb - 1));
+  }
+  EXPECT_GE(checked, 40);
+  std::printf("seq ranks: %d rank plans (layouts x recompute x f32/bf16), worst error %.3f%%\n",
+              checked, 100 * worst);
+}
+
+// The plan lists pipeline and seq layouts for decoders and never one ax-train refuses: the
+// trainer's own checks pass on every plan, no more stages than layers, no pipeline with seq,
+// seq and tensor inside a node; none for t5, none with seq under dropout; 1F1B's bubble.
+TEST(Plan, PipelineAndSeqLayoutsAreListedAndNeverRefusedOnes) {
+  auto plan_of = [](Config c, int nodes, int gpus) {
+    PlanRequest r;
+    r.config = std::move(c);
+    r.vocab = 512;
+    r.cluster = {nodes, gpus, *find_gpu("H100-80GB")};
+    StatusOr<Plan> p = make_plan(r);
+    AX_CHECK(p.ok()) << p.status().to_string();
+    return *p;
+  };
+  auto check = [](const Plan& p, const Config& c) {
+    int pipelined = 0, sliced = 0;
+    for (const Candidate& cand : p.candidates) {
+      const Layout& l = cand.layout;
+      comm::MeshCoords coords;
+      coords.data = l.data();
+      coords.fsdp = l.fsdp();
+      coords.tensor = l.tensor();
+      coords.pipeline = l.pipeline();
+      coords.seq = l.seq();
+      Config probe = c;
+      probe.train.num_microbatches = cand.microbatches;
+      EXPECT_TRUE(check_pipeline_layout(probe, coords).ok()) << l.name();
+      EXPECT_TRUE(check_seq_layout(probe, coords).ok()) << l.name();
+      EXPECT_LE(l.pipeline(), c.model.num_layers) << l.name();
+      EXPECT_FALSE(l.pipeline() > 1 && l.seq() > 1) << l.name();
+      EXPECT_EQ(l.dcn[2], 1) << l.name();
+      EXPECT_EQ(l.dcn_seq, 1) << l.name();
+      EXPECT_EQ(c.train.seq_len % l.seq(), 0) << l.name();
+      if (l.pipeline() > 1) {
+        ++pipelined;
+        const double P = l.pipeline(), m = static_cast<double>(cand.microbatches);
+        if (c.train.pipeline_schedule == "1f1b") {
+          EXPECT_NEAR(cand.time.bubble, (P - 1) / (m + P - 1), 1e-9) << l.name();
+        }
+        EXPECT_GT(cand.time.pipeline_s, 0);
+      }
+      if (l.seq() > 1) {
+        ++sliced;
+        EXPECT_GT(cand.time.seq_s, 0);
+        EXPECT_GT(cand.memory.transient, 0);
+      }
+    }
+    return std::make_pair(pipelined, sliced);
+  };
+  // tiny-llama (2 layers, seq_len 64) on 2 x 4: stages across the nodes, slices inside one.
+  const Config llama = experiment("tiny-llama");
+  const Plan p = plan_of(llama, 2, 4);
+  const auto [pipelined, sliced] = check(p, llama);
+  EXPECT_GT(pipelined, 0);
+  EXPECT_GT(sliced, 0);
+  bool five_best = false;
+  for (const Candidate& cand : p.candidates) {
+    if (cand.layout.pipeline() == 2) {
+      EXPECT_EQ(cand.layout.dcn_pipeline, 2);
+    }
+    five_best = five_best || cand.layout.five();
+  }
+  EXPECT_TRUE(five_best);
+  EXPECT_NE(format_table(p, 5).find("ICI p,d,f,s,t"), std::string::npos);
+  // One node of 8: at most 2 stages for 2 layers (pipeline 4 and 8 refused with the trainer's
+  // line), seq 2, 4, 8 (64 positions split evenly).
+  const Plan one_node = plan_of(llama, 1, 8);
+  check(one_node, llama);
+  int most_stages = 0, most_slices = 0;
+  for (const Candidate& cand : one_node.candidates) {
+    most_stages = std::max(most_stages, cand.layout.pipeline());
+    most_slices = std::max(most_slices, cand.layout.seq());
+  }
+  EXPECT_EQ(most_stages, 2);
+  EXPECT_EQ(most_slices, 8);
+  bool refusal_noted = false;
+  for (const std::string& n : one_node.notes) {
+    refusal_noted = refusal_noted || n.find("pipeline=4 stages need at least") != std::string::npos;
+  }
+  EXPECT_TRUE(refusal_noted) << format_table(one_node, 0);
+  // A seq_len seq 8 does not divide: no seq 8.
+  Config odd = llama;
+  odd.train.seq_len = 60;
+  for (const Candidate& cand : plan_of(odd, 1, 8).candidates) {
+    EXPECT_NE(cand.layout.seq(), 8);
+    EXPECT_EQ(60 % cand.layout.seq(), 0);
+  }
+  // Dropout: no seq; interleaved: micro-batches a multiple of the stages.
+  Config dropout = experiment("tiny-gpt");
+  dropout.model.dropout = 0.1;
+  for (const Candidate& cand : plan_of(dropout, 1, 8).candidates) {
+    EXPECT_EQ(cand.layout.seq(), 1) << cand.layout.name();
+  }
+  Config interleaved = llama;
+  interleaved.model.num_layers = 8;
+  interleaved.train.pipeline_schedule = "interleaved";
+  interleaved.train.pipeline_virtual_stages = 2;
+  const Plan ip = plan_of(interleaved, 4, 2);
+  EXPECT_GT(check(ip, interleaved).first, 0);
+  for (const Candidate& cand : ip.candidates) {
+    EXPECT_EQ(cand.microbatches % cand.layout.pipeline(), 0) << cand.layout.name();
+  }
+  // T5: neither axis.
+  const Config t5 = experiment("tiny-t5");
+  const Plan tp = plan_of(t5, 2, 4);
+  EXPECT_FALSE(tp.candidates.empty());
+  for (const Candidate& cand : tp.candidates) EXPECT_FALSE(cand.layout.five());
+}
+
+// Five-number shapes: pipeline and seq from ICI_MESH_SHAPE / DCN_MESH_SHAPE, printed back in the
+// same form for the job scripts and --ax-mesh.
+TEST(Plan, FiveNumberMeshShapes) {
+  const Cluster cl{4, 8, *find_gpu("H100-80GB")};
+  StatusOr<Layout> l = parse_layout("[1,1,-1,2,1]", "4,1,1,1,1", cl);
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_EQ(l->seq(), 2);
+  EXPECT_EQ(l->pipeline(), 4);
+  EXPECT_EQ(l->fsdp(), 4);
+  EXPECT_EQ(l->ici_string(), "1,1,4,2,1");
+  EXPECT_EQ(l->dcn_string(), "4,1,1,1,1");
+  EXPECT_EQ(l->name(), "data 1 fsdp 4 tensor 1 pipeline 4 seq 2");
+  EXPECT_FALSE(parse_layout("1,1,8,2,1", "4,1,1,1,1", cl).ok());
+  EXPECT_FALSE(parse_layout("1,8,1,1", "4,1,1", cl).ok());
+  EXPECT_FALSE(parse_layout("1,8,1,1,1", "1,1,1,1,4", cl).ok());
+  StatusOr<Layout> three = parse_layout("1,8,1", "1,1,1,1,4", cl);
+  EXPECT_FALSE(three.ok());
+  PlanRequest r;
+  r.config = experiment("tiny-llama");
+  r.config.model.num_layers = 4;
+  r.vocab = 512;
+  r.cluster = {2, 4, cl.gpu};
+  r.only = *parse_layout("1,1,2,2,1", "2,1,1,1,1", r.cluster);
+  StatusOr<Plan> p = make_plan(r);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->layouts, 1);
+  EXPECT_TRUE(p->candidates.empty()) << "pipeline with seq is refused by ax-train";
+  r.only = *parse_layout("2,1,2,1,1", "2,1,1,1,1", r.cluster);
+  p = make_plan(r);
+  ASSERT_TRUE(p.ok());
+  ASSERT_FALSE(p->candidates.empty());
+  EXPECT_EQ(p->candidates.front().layout.pipeline(), 4);
+  const std::string best = format_choice(*p, p->candidates.front());
+  EXPECT_NE(best.find("ICI_MESH_SHAPE=[2,1,2,1,1] DCN_MESH_SHAPE=[2,1,1,1,1]"), std::string::npos)
+      << best;
+  EXPECT_NE(best.find("--ax-mesh='ici=2,1,2,1,1;dcn=2,1,1,1,1'"), std::string::npos) << best;
 }
 
 // The CUDA backend's own peak count on a lent H200 (docs/benchmarks-gpu.md, "Results": one GPU,

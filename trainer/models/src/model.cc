@@ -57,6 +57,12 @@ int Model::acquire_slot() {
   return slot;
 }
 
+size_t Model::next_slot_bytes() {
+  Arena dry_run;
+  plan_slot(&dry_run, slots_allocated());
+  return dry_run.used();
+}
+
 void Model::release_slot(int slot) {
   AX_CHECK(slot >= 0 && slot < slots_allocated() && slot_busy_[static_cast<size_t>(slot)]);
   slot_busy_[static_cast<size_t>(slot)] = false;

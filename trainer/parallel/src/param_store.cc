@@ -26,6 +26,7 @@ void ParamLayout::add(ParamSpec spec) {
   for (int64_t d : spec.shape) spec.numel *= d;
   if (spec.logical_shape.empty()) spec.logical_shape = spec.shape;
   spec.unit = unit_;
+  index_.emplace(spec.name, specs_.size());
   specs_.push_back(std::move(spec));
 }
 
@@ -77,10 +78,8 @@ int ParamLayout::num_units() const {
 }
 
 const ParamSpec* ParamLayout::find(const std::string& name) const {
-  for (const ParamSpec& spec : specs_) {
-    if (spec.name == name) return &spec;
-  }
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &specs_[it->second];
 }
 
 int64_t ParamLayout::num_parameters() const {
@@ -176,6 +175,14 @@ StoreBytes store_bytes(const ParamLayout& layout, DType dt) {
   b.master = shard_elems * sizeof(float);
   b.gradients = shard_elems * sizeof(float);
   b.scratch = 16 * sizeof(float);
+  // A pipeline end's tied tables (pipeline_shared): the neighbour's gradient lands in a buffer of
+  // the largest one (of its FSDP shard's head), as Impl::allocate sizes it.
+  int64_t shared = 0;
+  for (const ParamSpec& spec : layout.specs()) {
+    if (spec.pipeline_shared) shared = std::max(shared, spec.numel);
+  }
+  if (F > 1 && shared > 0) shared = std::max(shared, layout.units()[0].head / F);
+  b.scratch += static_cast<size_t>(shared) * sizeof(float);
   if (F == 1) {
     b.compute = dt == DType::kF32 ? 0 : shard_elems * ds;
     return b;

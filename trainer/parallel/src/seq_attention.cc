@@ -126,6 +126,21 @@ StatusOr<SeqSlice> seq_slice(int64_t row_length, int rank, int size) {
   return SeqSlice{rank * length, length};
 }
 
+size_t seq_attention_scratch_bytes(int64_t batch, int64_t slice, int64_t columns, int size,
+                                   DType dtype, bool segments) {
+  // gather_rows: the whole rows, and with several rows the blocks the all-gather writes first.
+  const auto gathered = [&](int64_t cols, DType dt) {
+    const int64_t rows = batch * size * slice * cols;
+    return static_cast<size_t>((batch > 1 ? 2 : 1) * rows) * dtype_size(dt);
+  };
+  size_t bytes = gathered(columns, dtype);
+  if (segments) bytes += gathered(1, DType::kI32);
+  // The backward pass: the whole rows' key/value gradient (and its blocks), this slice's sum.
+  bytes += gathered(columns, dtype);
+  bytes += static_cast<size_t>(batch * slice * columns) * dtype_size(dtype);
+  return bytes;
+}
+
 Status seq_attention_forward(Backend& be, comm::Communicator& group, Tensor out, Tensor lse,
                              Tensor q, Tensor kv, const AttentionSpec& spec) {
   SeqScratch scratch(be);

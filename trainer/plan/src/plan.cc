@@ -13,6 +13,8 @@
 
 #include "ax/common/strings.h"
 #include "ax/trainer/models/model.h"
+#include "ax/trainer/parallel/distributed.h"
+#include "ax/trainer/parallel/seq_attention.h"
 
 namespace ax::train::plan {
 namespace {
@@ -70,23 +72,77 @@ StatusOr<int64_t> global_batch_of(const Config& c, int gpus) {
   return static_cast<int64_t>(std::llround(global));
 }
 
-ModelOptions model_options(const Config& c, bool recompute, DType dtype) {
+PipelineSchedule schedule_of(const Config& c) {
+  StatusOr<PipelineSchedule> s = parse_pipeline_schedule(c.train.pipeline_schedule);
+  return s.ok() ? *s : PipelineSchedule::k1F1B;  // validate() refuses other names before this
+}
+
+// Model chunks per stage on `layout` (train.pipeline_virtual_stages with the interleaved
+// schedule).
+int chunks_of(const Config& c, const Layout& layout) {
+  return layout.pipeline() > 1 && schedule_of(c) == PipelineSchedule::kInterleaved
+             ? static_cast<int>(std::max<int64_t>(1, c.train.pipeline_virtual_stages))
+             : 1;
+}
+
+ModelOptions model_options(const Config& c, bool recompute, DType dtype, int chunks = 1) {
   return {.recompute_layers = recompute,
           .encoder_seq_len = c.train.encoder_seq_len,
           .z_loss = static_cast<float>(c.train.z_loss),
+          .pipeline_chunks = chunks,
           .planned_dtype = dtype};
 }
 
-StatusOr<std::unique_ptr<Model>> plan_model(const Config& c, int64_t vocab, int tensor, int fsdp,
-                                            int64_t micro_batch, bool recompute, DType dtype) {
+// The model of one rank: stage `stage` of layout.pipeline(), a slice of every row when
+// layout.seq() > 1, `fsdp` shards (the layout's for the store; 1 for activations, which do not
+// depend on it).
+StatusOr<std::unique_ptr<Model>> plan_model(const Config& c, int64_t vocab, const Layout& layout,
+                                            int fsdp, int stage, int64_t micro_batch,
+                                            bool recompute, DType dtype) {
   ModelParallel par;
-  par.tensor_size = tensor;
+  par.tensor_size = layout.tensor();
   par.fsdp_size = fsdp;
-  return Model::plan(c.model, vocab, micro_batch, c.train.seq_len, par,
-                     model_options(c, recompute, dtype));
+  par.pipeline_size = layout.pipeline();
+  par.pipeline_rank = stage;
+  par.seq_size = layout.seq();
+  const int64_t seq_len = c.train.seq_len / std::max(1, layout.seq());
+  return Model::plan(c.model, vocab, micro_batch, seq_len, par,
+                     model_options(c, recompute, dtype, chunks_of(c, layout)));
 }
 
-// `model`'s store on `layout` with an activation arena of `activation_bytes`.
+// The stages of a pipeline of `stages` with `chunks` chunks each that differ in what they hold,
+// as decoder_lm.cc cuts the layers (chunk c of P·V holds layers [c·L/(P·V), (c+1)·L/(P·V)), stage
+// s the chunks s, s + P, ...; the first stage embeds, the last holds the head): `kind[s]` indexes
+// `first_of`, the first stage of each kind (its representative).
+struct StageKinds {
+  std::vector<int> kind;      // per stage
+  std::vector<int> first_of;  // per kind
+  std::vector<int> layers;    // per kind: the layers it holds
+};
+StageKinds stage_kinds(int64_t num_layers, int stages, int chunks) {
+  StageKinds k;
+  std::map<std::tuple<bool, bool, std::vector<int64_t>>, int> seen;
+  const int64_t n = static_cast<int64_t>(stages) * chunks;
+  for (int s = 0; s < stages; ++s) {
+    std::vector<int64_t> sizes;
+    int64_t total = 0;
+    for (int v = 0; v < chunks; ++v) {
+      const int64_t c = static_cast<int64_t>(v) * stages + s;
+      sizes.push_back((c + 1) * num_layers / n - c * num_layers / n);
+      total += sizes.back();
+    }
+    auto [it, inserted] = seen.emplace(std::make_tuple(s == 0, s == stages - 1, sizes),
+                                       static_cast<int>(k.first_of.size()));
+    if (inserted) {
+      k.first_of.push_back(s);
+      k.layers.push_back(static_cast<int>(total));
+    }
+    k.kind.push_back(it->second);
+  }
+  return k;
+}
+
+// `model`'s store on `layout` with activations of `activation_bytes`.
 Memory memory_of(const Model& model, double activation_bytes, const Layout& layout,
                  const CostConstants& k) {
   const StoreBytes sb = model.store_bytes();
@@ -99,14 +155,33 @@ Memory memory_of(const Model& model, double activation_bytes, const Layout& layo
   m.activations = activation_bytes;
   // The job's communicators of more than one rank (comm::MeshGroups).
   int comms = 0;
-  comms += layout.data() * layout.fsdp() * layout.tensor() > 1 ? 1 : 0;  // world
+  comms += layout.pipeline() * layout.data() * layout.fsdp() * layout.seq() * layout.tensor() > 1
+               ? 1
+               : 0;  // world
   comms += layout.data() > 1 ? 1 : 0;
   comms += layout.fsdp() > 1 ? 2 : 0;  // fsdp and fsdp_prefetch
   comms += layout.tensor() > 1 ? 1 : 0;
   comms += layout.data() * layout.fsdp() > 1 ? 1 : 0;  // replica
+  comms += layout.pipeline() > 1 ? 1 : 0;
+  comms += layout.seq() > 1 ? 1 : 0;
   m.comm = comms * k.comm_buffer_bytes;
   m.workspace = k.context_bytes + k.workspace_bytes;
   return m;
+}
+
+// The K/V columns of one self-attention on a tensor rank (the packed q, k, v the seq group
+// gathers: seq_attention.h).
+int64_t qkv_columns(const Config& c, int tensor) {
+  return c.model.head_dim() * (c.model.num_heads + 2 * c.model.num_kv_heads) / tensor;
+}
+
+// The seq group's gather buffers on a rank of `layout` (seq_attention_scratch_bytes), with the
+// segment ids counted (packed rows).
+double seq_transient(const Config& c, const Layout& layout, int64_t micro_batch, DType dtype) {
+  if (layout.seq() <= 1) return 0;
+  return static_cast<double>(seq_attention_scratch_bytes(
+      micro_batch, c.train.seq_len / layout.seq(), qkv_columns(c, layout.tensor()), layout.seq(),
+      dtype, /*segments=*/true));
 }
 
 // A ring collective over `n` ranks moving `bytes` (the whole buffer): all-reduce sends
@@ -116,32 +191,77 @@ double ring_seconds(double bytes, int n, double factor, double bandwidth, double
   return factor * (n - 1) / n * bytes / bandwidth + latency;
 }
 
-struct ModelFacts {
+// The whole model's counts (one Model::plan of it, unsplit).
+struct WholeModel {
   double flops_per_row = 0;
-  double gemm_flops_per_row = 0;
-  int64_t num_units = 0;
-  double unit0_elems = 0, layer_elems = 0;  // per tensor rank, padded for fsdp
-  double act_bytes = 0;
+  double gemm_flops_per_row = 0;  // 6 x the matmul parameters x the tokens of a row
+  double head_gemm_flops_per_row = 0;
+  double num_parameters = 0;
   int encoder_layers = 0, decoder_layers = 0;
 };
 
-ModelFacts facts_of(const Model& model, double activation_bytes, const Config& c) {
-  ModelFacts f;
-  f.flops_per_row = model.flops_per_row();
+WholeModel whole_model_of(const Model& model, const Config& c) {
+  WholeModel w;
+  w.flops_per_row = model.flops_per_row();
   const ParamLayout& l = model.layout();
   const double te = static_cast<double>(c.train.encoder_seq_len);
   const double td = static_cast<double>(c.train.seq_len);
   const double all = static_cast<double>(logical_matmul_parameters(l));
   if (is_t5(c)) {
     const double enc = static_cast<double>(logical_matmul_parameters(l, "enc."));
-    f.gemm_flops_per_row = 6.0 * (enc * te + (all - enc) * td);
-    f.encoder_layers = static_cast<int>(c.model.num_layers);
-    f.decoder_layers = static_cast<int>(c.model.num_decoder_layers > 0 ? c.model.num_decoder_layers
+    w.gemm_flops_per_row = 6.0 * (enc * te + (all - enc) * td);
+    w.encoder_layers = static_cast<int>(c.model.num_layers);
+    w.decoder_layers = static_cast<int>(c.model.num_decoder_layers > 0 ? c.model.num_decoder_layers
                                                                        : c.model.num_layers);
   } else {
-    f.gemm_flops_per_row = 6.0 * all * td;
-    f.decoder_layers = static_cast<int>(c.model.num_layers);
+    w.gemm_flops_per_row = 6.0 * all * td;
+    w.decoder_layers = static_cast<int>(c.model.num_layers);
+    w.head_gemm_flops_per_row =
+        6.0 * static_cast<double>(c.model.model_dim) * static_cast<double>(model.vocab()) * td;
   }
+  for (const ParamSpec& s : l.specs()) {
+    int64_t n = 1;
+    for (int64_t d : s.logical_shape) n *= d;
+    w.num_parameters += static_cast<double>(n);
+  }
+  return w;
+}
+
+// What one rank computes and holds: its stage's layers (all of them without a pipeline) over its
+// slice of the rows (whole rows without a seq axis).
+struct ModelFacts {
+  double gemm_flops_per_row = 0;            // this rank's share, before tensor parallelism
+  double attention_flops_per_row = 0;       // the slowest slice's with a seq axis
+  double unit0_elems = 0, layer_elems = 0;  // per tensor rank, padded for fsdp
+  double act_bytes = 0;
+  int encoder_layers = 0, decoder_layers = 0;
+};
+
+ModelFacts facts_of(const WholeModel& w, const Model& store, double activation_bytes,
+                    const Layout& layout, int stage, int stage_layers) {
+  ModelFacts f;
+  const double attention = std::max(0.0, w.flops_per_row - w.gemm_flops_per_row);
+  f.gemm_flops_per_row = w.gemm_flops_per_row;
+  f.attention_flops_per_row = attention;
+  f.encoder_layers = w.encoder_layers;
+  f.decoder_layers = w.decoder_layers;
+  if (layout.pipeline() > 1) {
+    // Uniform layers; the head's GEMM on the last stage (a lookup embeds on the first).
+    const double L = w.decoder_layers;
+    const double per_layer = (w.gemm_flops_per_row - w.head_gemm_flops_per_row) / L;
+    f.gemm_flops_per_row = per_layer * stage_layers +
+                           (stage == layout.pipeline() - 1 ? w.head_gemm_flops_per_row : 0.0);
+    f.attention_flops_per_row = attention * stage_layers / L;
+    f.decoder_layers = stage_layers;
+  }
+  if (layout.seq() > 1) {
+    // Each slice computes its rows' GEMMs; causal attention is uneven: slice s of S attends to
+    // (2s + 1) / S² of the row's pairs, the last slice (2S - 1) / S² (the step waits for it).
+    const double S = layout.seq();
+    f.gemm_flops_per_row /= S;
+    f.attention_flops_per_row *= (2 * S - 1) / (S * S);
+  }
+  const ParamLayout& l = store.layout();
   if (l.shards() > 1) {
     f.unit0_elems = static_cast<double>(l.units()[0].size);
     for (size_t u = 1; u < l.units().size(); ++u) {
@@ -160,7 +280,7 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
   const double tp = lay.tensor();
   const double rows = static_cast<double>(rows_per_replica);
   const double gemm = rows * f.gemm_flops_per_row / tp;
-  const double attention = rows * std::max(0.0, f.flops_per_row - f.gemm_flops_per_row) / tp;
+  const double attention = rows * f.attention_flops_per_row / tp;
   // Recomputation runs each layer's forward pass again: a third of the GEMMs, the forward part
   // of attention (its backward is 2.5 forwards: FlashAttention's count).
   t.gemm_s = gemm * (recompute ? 4.0 / 3.0 : 1.0) / (g.bf16_flops * k.gemm_efficiency);
@@ -175,11 +295,13 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
   const double ds = c.train.precision == "float32" ? 4 : 2;
   const double nvlink = g.nvlink_bytes_per_s * k.link_efficiency;
   const double network = g.network_bytes_per_s * k.link_efficiency;
+  const double mb = static_cast<double>(micro_batch);
+  const double mbs = static_cast<double>(microbatches);
+  const double slice = static_cast<double>(c.train.seq_len) / lay.seq();  // positions per rank
   // Tensor parallelism: Megatron's two all-reduces per branch forward and backward (three
   // branches in T5's decoder), of the (rows, model_dim) stream of one micro-batch.
   if (lay.tensor() > 1) {
-    const double mb = static_cast<double>(micro_batch);
-    const double dec_bytes = mb * c.train.seq_len * c.model.model_dim * ds;
+    const double dec_bytes = mb * slice * c.model.model_dim * ds;
     const double enc_bytes = mb * c.train.encoder_seq_len * c.model.model_dim * ds;
     const double fwd_passes = recompute ? 2 : 1;
     const int dec_branches = is_t5(c) ? 3 : 2;
@@ -188,7 +310,7 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
                           f.encoder_layers * 2 * 2 *
                               ring_seconds(enc_bytes, lay.tensor(), 2, nvlink, k.ici_latency_s) +
                           2 * ring_seconds(dec_bytes, lay.tensor(), 2, nvlink, k.ici_latency_s);
-    t.tensor_s = per_mb * static_cast<double>(microbatches);
+    t.tensor_s = per_mb * mbs;
   }
   // FSDP: each layer gathered (compute dtype) for the forward and again for the backward pass
   // but the last two, still in their slots (docs/benchmarks-sharding.md measured exactly that),
@@ -197,7 +319,6 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
     const double bw = lay.dcn[1] > 1 ? network : nvlink;
     const double lat = lay.dcn[1] > 1 ? k.dcn_latency_s : k.ici_latency_s;
     const double layers = f.encoder_layers + f.decoder_layers;
-    const double mbs = static_cast<double>(microbatches);
     t.fsdp_gather_s = ring_seconds(f.unit0_elems * ds, lay.fsdp(), 1, bw, lat) +
                       mbs * (2 * layers - std::min(layers, 2.0)) *
                           ring_seconds(f.layer_elems / layers * ds, lay.fsdp(), 1, bw, lat);
@@ -207,13 +328,42 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
     // The gathers run on their own stream beside the compute (FSDP prefetch).
     t.exposed_gather_s = std::max(0.0, t.fsdp_gather_s - (t.gemm_s + t.attention_s));
   }
+  // Seq: each layer's attention all-gathers the row's packed q, k, v columns forward, again
+  // backward, and reduce-scatters their gradient (another gather forward with recomputation),
+  // inside the node, not overlapped; the gradients are summed over the group as over data.
+  if (lay.seq() > 1) {
+    const bool dcn = lay.dcn_seq > 1;
+    const double bw = dcn ? network : nvlink;
+    const double lat = dcn ? k.dcn_latency_s : k.ici_latency_s;
+    const double row_bytes =
+        mb * static_cast<double>(c.train.seq_len) * qkv_columns(c, lay.tensor()) * ds;
+    t.seq_s = mbs * f.decoder_layers * (recompute ? 4 : 3) *
+                  ring_seconds(row_bytes, lay.seq(), 1, bw, lat) +
+              ring_seconds(gradient_bytes, lay.seq(), 2, bw, lat);
+  }
   if (lay.data() > 1) {
     const bool dcn = lay.dcn[0] > 1;
     t.data_s = ring_seconds(gradient_bytes, lay.data(), 2, dcn ? network : nvlink,
                             dcn ? k.dcn_latency_s : k.ici_latency_s);
   }
-  t.total_s = t.gemm_s + t.attention_s + t.memory_s + t.tensor_s + t.exposed_gather_s +
-              t.fsdp_scatter_s + t.data_s;
+  // Pipeline: the stage's passes stretched by the schedule's bubble (pipeline_bubble, the
+  // trainer's own: (p - 1) / (m + p - 1) for 1F1B), and a micro-batch's activation forward and
+  // its gradient backward between neighbours per pass on the critical path (m·V + p - 1 of them),
+  // over the network when stages span nodes.
+  const double stage_s = t.gemm_s + t.attention_s + t.memory_s + t.tensor_s + t.exposed_gather_s +
+                         t.fsdp_scatter_s + t.seq_s;
+  if (lay.pipeline() > 1) {
+    const int P = lay.pipeline();
+    const int V = chunks_of(c, lay);
+    t.bubble = pipeline_bubble(schedule_of(c), P, static_cast<int>(microbatches), 1.0,
+                               k.backward_cost + (recompute ? 1.0 : 0.0), V);
+    t.bubble_s = stage_s * t.bubble / (1.0 - t.bubble);
+    const bool dcn = lay.dcn_pipeline > 1;
+    const double bytes = mb * slice * c.model.model_dim * ds;
+    t.pipeline_s = 2.0 * (mbs * V + P - 1) *
+                   (bytes / (dcn ? network : nvlink) + (dcn ? k.dcn_latency_s : k.ici_latency_s));
+  }
+  t.total_s = stage_s + t.bubble_s + t.pipeline_s + t.data_s;
   return t;
 }
 
@@ -336,17 +486,28 @@ StatusOr<Cluster> cluster_from_topology(const topo::Topology& topology, int node
   return cl;
 }
 
-std::string Layout::ici_string() const { return str_cat(ici[0], ",", ici[1], ",", ici[2]); }
-std::string Layout::dcn_string() const { return str_cat(dcn[0], ",", dcn[1], ",", dcn[2]); }
+std::string Layout::ici_string() const {
+  if (five()) return str_cat(ici_pipeline, ",", ici[0], ",", ici[1], ",", ici_seq, ",", ici[2]);
+  return str_cat(ici[0], ",", ici[1], ",", ici[2]);
+}
+std::string Layout::dcn_string() const {
+  if (five()) return str_cat(dcn_pipeline, ",", dcn[0], ",", dcn[1], ",", dcn_seq, ",", dcn[2]);
+  return str_cat(dcn[0], ",", dcn[1], ",", dcn[2]);
+}
 std::string Layout::name() const {
-  return str_cat("data ", data(), " fsdp ", fsdp(), " tensor ", tensor());
+  return str_cat("data ", data(), " fsdp ", fsdp(), " tensor ", tensor(),
+                 pipeline() > 1 ? str_cat(" pipeline ", pipeline()) : std::string(),
+                 seq() > 1 ? str_cat(" seq ", seq()) : std::string());
 }
 
 namespace {
 
-// `unit` "GPUs" or "nodes", `owner` "a node has" or "the cluster has".
+// `unit` "GPUs" or "nodes", `owner` "a node has" or "the cluster has". Five numbers
+// pipeline,data,fsdp,seq,tensor, or three data,fsdp,tensor (pipeline and seq 1).
 StatusOr<std::vector<int>> parse_shape(std::string_view text, int total, const char* what,
                                        const char* unit, const char* owner) {
+  constexpr const char* kForms =
+      "three numbers data,fsdp,tensor or five pipeline,data,fsdp,seq,tensor";
   std::string s(text);
   if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
   std::vector<int> v;
@@ -357,22 +518,21 @@ StatusOr<std::vector<int>> parse_shape(std::string_view text, int total, const c
     char* end = nullptr;
     const long n = std::strtol(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || (n < 1 && n != -1) || n > 65536) {
-      return InvalidArgument(what, "=", text,
-                             ": expected three numbers data,fsdp,tensor (each >= 1, or one -1)");
+      return InvalidArgument(what, "=", text, ": expected ", kForms, " (each >= 1, or one -1)");
     }
     v.push_back(static_cast<int>(n));
     at = comma + 1;
   }
-  if (v.size() != 3 || std::count(v.begin(), v.end(), -1) > 1) {
-    return InvalidArgument(what, "=", text,
-                           ": expected three numbers data,fsdp,tensor (at most one -1)");
+  if ((v.size() != 3 && v.size() != 5) || std::count(v.begin(), v.end(), -1) > 1) {
+    return InvalidArgument(what, "=", text, ": expected ", kForms, " (at most one -1)");
   }
+  if (v.size() == 3) v = {1, v[0], v[1], 1, v[2]};
   int known = 1;
   for (int n : v) known *= n == -1 ? 1 : n;
   for (int& n : v) {
     if (n == -1) n = total % known == 0 ? total / known : 0;
   }
-  if (v[0] * v[1] * v[2] != total) {
+  if (v[0] * v[1] * v[2] * v[3] * v[4] != total) {
     return InvalidArgument(what, "=", text, " covers ", known, " ", unit, " but ", owner, " ",
                            total, ": make the product ", total, " or let a -1 fill it in");
   }
@@ -391,23 +551,83 @@ StatusOr<Layout> parse_layout(std::string_view ici, std::string_view dcn, const 
   if (!dcn_shape.ok()) return dcn_shape.status();
   const std::vector<int>& i = *ici_shape;
   const std::vector<int>& d = *dcn_shape;
-  if (d[2] != 1) {
-    return InvalidArgument("DCN_MESH_SHAPE=", dcn, ": tensor parallelism of ", d[2],
+  if (d[4] != 1) {
+    return InvalidArgument("DCN_MESH_SHAPE=", dcn, ": tensor parallelism of ", d[4],
                            " across nodes; ax keeps tensor groups inside a node");
   }
   Layout l;
-  std::copy(i.begin(), i.end(), l.ici);
-  std::copy(d.begin(), d.end(), l.dcn);
+  l.ici_pipeline = i[0];
+  l.ici[0] = i[1];
+  l.ici[1] = i[2];
+  l.ici_seq = i[3];
+  l.ici[2] = i[4];
+  l.dcn_pipeline = d[0];
+  l.dcn[0] = d[1];
+  l.dcn[1] = d[2];
+  l.dcn_seq = d[3];
+  l.dcn[2] = d[4];
   return l;
+}
+
+int pipeline_slots(PipelineSchedule schedule, int stage, int stages, int micro_batches,
+                   int chunks) {
+  // pipeline_step.cc's order: `before`'s receives, the pass, `after`'s receives.
+  std::vector<char> held(static_cast<size_t>(std::max(1, micro_batches * chunks)), 0);
+  auto slot = [&](int mb, int chunk) -> char& {
+    return held[static_cast<size_t>(mb * chunks + chunk)];
+  };
+  int busy = 0, peak = 0;
+  auto take = [&](int mb, int chunk) {
+    char& h = slot(mb, chunk);
+    if (h) return;
+    h = 1;
+    peak = std::max(peak, ++busy);
+  };
+  auto receive = [&](const std::vector<PipelineTransfer>& transfers) {
+    for (const PipelineTransfer& t : transfers) {
+      if (t.kind == PipelineTransfer::Kind::kRecvActivation) take(t.micro_batch, t.chunk);
+    }
+  };
+  for (const PipelineAction& a : pipeline_program(schedule, stage, stages, micro_batches, chunks)) {
+    receive(a.before);
+    if (a.event.kind == PipelineEvent::Kind::kForward) {
+      take(a.event.micro_batch, a.event.chunk);
+    } else {
+      slot(a.event.micro_batch, a.event.chunk) = 0;
+      --busy;
+    }
+    receive(a.after);
+  }
+  return std::max(1, peak);
 }
 
 StatusOr<Memory> rank_memory(const Config& config, int64_t vocab, const Layout& layout,
                              int64_t micro_batch, bool recompute, DType dtype,
-                             const CostConstants& constants) {
-  AX_ASSIGN_OR_RETURN(
-      std::unique_ptr<Model> model,
-      plan_model(config, vocab, layout.tensor(), layout.fsdp(), micro_batch, recompute, dtype));
-  return memory_of(*model, static_cast<double>(model->activation_bytes()), layout, constants);
+                             const CostConstants& constants, int64_t microbatches, int stage,
+                             int* stage_out) {
+  const int P = layout.pipeline();
+  Memory best;
+  int heaviest = 0;
+  for (int s = stage < 0 ? 0 : stage; s < (stage < 0 ? P : stage + 1); ++s) {
+    AX_ASSIGN_OR_RETURN(std::unique_ptr<Model> store,
+                        plan_model(config, vocab, layout, layout.fsdp(), s, 1, false, dtype));
+    AX_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        plan_model(config, vocab, layout, 1, s, micro_batch, recompute, dtype));
+    double activations = static_cast<double>(model->activation_bytes());
+    if (P > 1) {
+      const int slots = pipeline_slots(schedule_of(config), s, P, static_cast<int>(microbatches),
+                                       chunks_of(config, layout));
+      activations += (slots - 1) * static_cast<double>(model->next_slot_bytes());
+    }
+    Memory m = memory_of(*store, activations, layout, constants);
+    m.transient = seq_transient(config, layout, micro_batch, dtype);
+    if (s == (stage < 0 ? 0 : stage) || m.total() > best.total()) {
+      best = m;
+      heaviest = s;
+    }
+  }
+  if (stage_out != nullptr) *stage_out = heaviest;
+  return best;
 }
 
 StatusOr<Plan> make_plan(const PlanRequest& request) {
@@ -423,101 +643,227 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
   plan.cluster = cl;
   plan.constants = request.constants;
   plan.experiment = c.experiment;
+  plan.pipeline_schedule = c.train.pipeline_schedule;
   StatusOr<int64_t> global = global_batch_of(c, cl.gpus());
   if (!global.ok()) return global.status();  // the user's line, without a source location
   plan.global_batch = *global;
   plan.tokens_per_row = tokens_per_row(c);
   const DType dtype = plan_dtype(c);
   const CostConstants& k = request.constants;
-  // Model::plan once per (tensor, fsdp) for the store (at one sequence, no recomputation) and
-  // once per (tensor, micro-batch, recomputation) for the activations (at fsdp 1: the activation
-  // plan does not depend on fsdp), so that a 96-layer model plans in a second.
-  std::map<std::pair<int, int>, std::unique_ptr<Model>> stores;
-  std::map<std::tuple<int, int64_t, bool>, double> arenas;  // < 0: refused
+  const bool t5 = is_t5(c);
   std::map<std::string, bool> noted;
   auto note = [&](const std::string& line) {
     if (!noted[line]) plan.notes.push_back(line);
     noted[line] = true;
   };
-  auto refused = [&](int tensor, const Status& status) {
-    note(str_cat("tensor ", tensor, ": ", status.message()));
+  auto axes_of = [](const Layout& lay) {
+    return str_cat(lay.pipeline() > 1 ? str_cat("pipeline ", lay.pipeline(), " ") : "",
+                   lay.seq() > 1 ? str_cat("seq ", lay.seq(), " ") : "", "tensor ", lay.tensor());
   };
-  note(
-      "pipeline and seq axes are not planned yet (ax-train trains pipeline stages and seq "
-      "slices of gpt and llama)");
-  if (is_t5(c)) {
+  auto refused = [&](const Layout& lay, const Status& status) {
+    note(str_cat(axes_of(lay), ": ", status.message()));
+  };
+  if (t5) {
     note("recomputation is not planned for t5 (train.recompute=layer is not built for it)");
+    note(
+        "pipeline and seq axes are not planned for t5 (ax-train builds them for gpt and llama "
+        "only: issues 25, 26)");
   }
-  for (const std::vector<int>& ici : factorizations(cl.gpus_per_node, 3)) {
-    for (const std::vector<int>& dcn2 : factorizations(cl.nodes, 2)) {
-      Layout lay;
-      std::copy(ici.begin(), ici.end(), lay.ici);
-      lay.dcn[0] = dcn2[0];
-      lay.dcn[1] = dcn2[1];
-      if (request.only && (lay.ici_string() != request.only->ici_string() ||
-                           lay.dcn_string() != request.only->dcn_string())) {
-        continue;
-      }
-      ++plan.layouts;
-      const int64_t replicas = static_cast<int64_t>(lay.data()) * lay.fsdp();
-      if (plan.global_batch % replicas != 0) {
-        note(str_cat("layouts with ", replicas, " data x fsdp replicas: GLOBAL_BATCH ",
-                     plan.global_batch, " does not split evenly over them"));
-        continue;
-      }
-      auto store = stores.find({lay.tensor(), lay.fsdp()});
-      if (store == stores.end()) {
-        StatusOr<std::unique_ptr<Model>> m =
-            plan_model(c, request.vocab, lay.tensor(), lay.fsdp(), 1, false, dtype);
-        if (!m.ok()) refused(lay.tensor(), m.status());
-        store =
-            stores
-                .emplace(std::make_pair(lay.tensor(), lay.fsdp()), m.ok() ? std::move(*m) : nullptr)
-                .first;
-      }
-      if (store->second == nullptr) continue;
-      const Model& model = *store->second;
-      const int64_t rows = plan.global_batch / replicas;
-      for (int64_t mbs : divisors(rows)) {
-        if (request.microbatches && mbs != *request.microbatches) continue;
-        for (bool recompute : {false, true}) {
-          if (recompute && is_t5(c)) continue;
-          if (request.recompute && recompute != *request.recompute) continue;
-          const int64_t micro = rows / mbs;
-          auto arena = arenas.find({lay.tensor(), micro, recompute});
-          if (arena == arenas.end()) {
-            StatusOr<std::unique_ptr<Model>> m =
-                plan_model(c, request.vocab, lay.tensor(), 1, micro, recompute, dtype);
-            if (!m.ok()) refused(lay.tensor(), m.status());
-            arena = arenas
-                        .emplace(std::make_tuple(lay.tensor(), micro, recompute),
-                                 m.ok() ? static_cast<double>((*m)->activation_bytes()) : -1.0)
-                        .first;
-          }
-          if (arena->second < 0) continue;
-          if (plan.flops_per_row == 0) {
-            plan.flops_per_row = model.flops_per_row();
-            plan.num_parameters = 0;
-            for (const ParamSpec& s : model.layout().specs()) {
-              int64_t n = 1;
-              for (int64_t d : s.logical_shape) n *= d;
-              plan.num_parameters += static_cast<double>(n);
-            }
-          }
-          Candidate cand;
-          cand.layout = lay;
-          cand.microbatches = mbs;
-          cand.micro_batch = micro;
-          cand.recompute = recompute;
-          cand.memory = memory_of(model, arena->second, lay, k);
-          cand.fits = cand.memory.total() <= cl.gpu.memory_bytes;
-          cand.time = step_time(facts_of(model, arena->second, c), c, cl, lay, rows, mbs, micro,
-                                recompute, cand.memory.gradients, k);
-          const double rows_per_s = static_cast<double>(plan.global_batch) / cand.time.total_s;
-          cand.tokens_per_s = rows_per_s * static_cast<double>(plan.tokens_per_row);
-          cand.mfu = rows_per_s * plan.flops_per_row / (cl.gpus() * cl.gpu.bf16_flops);
-          plan.candidates.push_back(cand);
+  WholeModel whole;
+  {
+    StatusOr<std::unique_ptr<Model>> m =
+        plan_model(c, request.vocab, Layout{}, 1, 0, 1, false, dtype);
+    if (!m.ok()) {
+      refused(Layout{}, m.status());
+    } else {
+      whole = whole_model_of(**m, c);
+      plan.flops_per_row = whole.flops_per_row;
+      plan.num_parameters = whole.num_parameters;
+    }
+  }
+  // The pipeline and seq axes of the layouts: none; pipeline stages across nodes first (then
+  // inside a node once every node is a stage); seq slices inside a node; never both (ax-train
+  // refuses seq with pipeline stages).
+  struct Axes {
+    int ici_pipeline = 1, dcn_pipeline = 1, ici_seq = 1;
+  };
+  std::vector<Axes> axes = {{}};
+  if (!t5 && !request.only && whole.decoder_layers > 0) {
+    for (int64_t p : divisors(cl.nodes)) {
+      if (p > 1) axes.push_back({1, static_cast<int>(p), 1});
+    }
+    for (int64_t p : divisors(cl.gpus_per_node)) {
+      if (p > 1) axes.push_back({static_cast<int>(p), cl.nodes, 1});
+    }
+    for (int64_t s : divisors(cl.gpus_per_node)) {
+      if (s > 1) axes.push_back({1, 1, static_cast<int>(s)});
+    }
+  }
+  std::vector<Layout> layouts;
+  if (request.only) {
+    layouts.push_back(*request.only);
+  } else {
+    for (const Axes& a : axes) {
+      for (const std::vector<int>& ici :
+           factorizations(cl.gpus_per_node / (a.ici_pipeline * a.ici_seq), 3)) {
+        for (const std::vector<int>& dcn2 : factorizations(cl.nodes / a.dcn_pipeline, 2)) {
+          Layout lay;
+          std::copy(ici.begin(), ici.end(), lay.ici);
+          lay.dcn[0] = dcn2[0];
+          lay.dcn[1] = dcn2[1];
+          lay.ici_pipeline = a.ici_pipeline;
+          lay.dcn_pipeline = a.dcn_pipeline;
+          lay.ici_seq = a.ici_seq;
+          layouts.push_back(lay);
         }
+      }
+    }
+  }
+  const PipelineSchedule schedule = schedule_of(c);
+  // Model::plan once per (tensor, fsdp, pipeline, stage kind) for the store (at one sequence, no
+  // recomputation) and once per (tensor, pipeline, seq, stage kind, micro-batch, recomputation)
+  // for the activations (at fsdp 1: the activation plan does not depend on fsdp), so that a
+  // 96-layer model plans in a second.
+  std::map<std::tuple<int, int, int, int>, std::unique_ptr<Model>> stores;
+  struct Acts {
+    double first = -1;  // slot 0 with what every slot shares; < 0: refused
+    double slot = 0;    // each further slot
+  };
+  std::map<std::tuple<int, int, int, int, int64_t, bool>, Acts> arenas;
+  std::map<int, StageKinds> kinds_of;
+  std::map<std::pair<int, int64_t>, std::vector<int>> slots_of;
+  Config probe = c;  // check_pipeline_layout reads the micro-batch count
+  for (const Layout& lay : layouts) {
+    ++plan.layouts;
+    comm::MeshCoords coords;
+    coords.data = lay.data();
+    coords.fsdp = lay.fsdp();
+    coords.tensor = lay.tensor();
+    coords.pipeline = lay.pipeline();
+    coords.seq = lay.seq();
+    probe.train.num_microbatches = lay.pipeline();
+    if (Status s = check_pipeline_layout(probe, coords); !s.ok()) {
+      note(s.message());
+      continue;
+    }
+    if (Status s = check_seq_layout(c, coords); !s.ok()) {
+      note(s.message());
+      continue;
+    }
+    const int64_t replicas = static_cast<int64_t>(lay.data()) * lay.fsdp();
+    if (plan.global_batch % replicas != 0) {
+      note(str_cat("layouts with ", replicas, " data x fsdp replicas: GLOBAL_BATCH ",
+                   plan.global_batch, " does not split evenly over them"));
+      continue;
+    }
+    const int P = lay.pipeline();
+    const int V = chunks_of(c, lay);
+    auto kinds_it = kinds_of.find(P);
+    if (kinds_it == kinds_of.end()) {
+      kinds_it = kinds_of.emplace(P, stage_kinds(c.model.num_layers, P, V)).first;
+    }
+    const StageKinds& kinds = kinds_it->second;
+    const size_t nkinds = kinds.first_of.size();
+    std::vector<const Model*> store(nkinds, nullptr);
+    for (size_t kind = 0; kind < nkinds; ++kind) {
+      const auto key = std::make_tuple(lay.tensor(), lay.fsdp(), P, static_cast<int>(kind));
+      auto it = stores.find(key);
+      if (it == stores.end()) {
+        Layout store_layout = lay;
+        store_layout.ici_seq = store_layout.dcn_seq = 1;  // parameters do not depend on seq
+        StatusOr<std::unique_ptr<Model>> m = plan_model(c, request.vocab, store_layout, lay.fsdp(),
+                                                        kinds.first_of[kind], 1, false, dtype);
+        if (!m.ok()) refused(lay, m.status());
+        it = stores.emplace(key, m.ok() ? std::move(*m) : nullptr).first;
+      }
+      store[kind] = it->second.get();
+    }
+    if (std::count(store.begin(), store.end(), nullptr) > 0) continue;
+    const int64_t rows = plan.global_batch / replicas;
+    for (int64_t mbs : divisors(rows)) {
+      if (request.microbatches && mbs != *request.microbatches) continue;
+      if (request.least_memory_only && mbs != rows) continue;
+      // Fewer micro-batches than stages hold as many rows at once on the first stage as P of
+      // them (m slots of rows/m against P of rows/P) with a larger bubble: never better.
+      if (!request.microbatches && P > 1 && mbs < P && rows % P == 0) continue;
+      if (P > 1 && schedule == PipelineSchedule::kInterleaved) {
+        probe.train.num_microbatches = mbs;
+        if (Status s = check_pipeline_layout(probe, coords); !s.ok()) {
+          note(s.message());
+          continue;
+        }
+      }
+      auto slots_it = slots_of.find({P, mbs});
+      if (slots_it == slots_of.end()) {
+        std::vector<int> slots(static_cast<size_t>(P), 1);
+        if (P > 1) {
+          for (int s = 0; s < P; ++s) {
+            slots[static_cast<size_t>(s)] =
+                pipeline_slots(schedule, s, P, static_cast<int>(mbs), V);
+          }
+        }
+        slots_it = slots_of.emplace(std::make_pair(P, mbs), std::move(slots)).first;
+      }
+      const std::vector<int>& slots = slots_it->second;
+      for (bool recompute : {false, true}) {
+        if (recompute && t5) continue;
+        if (request.recompute && recompute != *request.recompute) continue;
+        const int64_t micro = rows / mbs;
+        std::vector<Acts> arena(nkinds);
+        bool ok = true;
+        for (size_t kind = 0; kind < nkinds && ok; ++kind) {
+          const auto key =
+              std::make_tuple(lay.tensor(), P, lay.seq(), static_cast<int>(kind), micro, recompute);
+          auto it = arenas.find(key);
+          if (it == arenas.end()) {
+            Acts a;
+            StatusOr<std::unique_ptr<Model>> m =
+                plan_model(c, request.vocab, lay, 1, kinds.first_of[kind], micro, recompute, dtype);
+            if (!m.ok()) {
+              refused(lay, m.status());
+            } else {
+              a.first = static_cast<double>((*m)->activation_bytes());
+              if (P > 1) a.slot = static_cast<double>((*m)->next_slot_bytes());
+            }
+            it = arenas.emplace(key, a).first;
+          }
+          arena[kind] = it->second;
+          ok = it->second.first >= 0;
+        }
+        if (!ok) continue;
+        Candidate cand;
+        cand.layout = lay;
+        cand.microbatches = mbs;
+        cand.micro_batch = micro;
+        cand.recompute = recompute;
+        // The heaviest stage's memory (every rank's without a pipeline).
+        const double transient = seq_transient(c, lay, micro, dtype);
+        for (int s = 0; s < P; ++s) {
+          const size_t kind = static_cast<size_t>(kinds.kind[static_cast<size_t>(s)]);
+          const int n = slots[static_cast<size_t>(s)];
+          Memory m =
+              memory_of(*store[kind], arena[kind].first + (n - 1) * arena[kind].slot, lay, k);
+          m.transient = transient;
+          if (s == 0 || m.total() > cand.memory.total()) {
+            cand.memory = m;
+            cand.stage = s;
+            cand.slots = n;
+          }
+        }
+        cand.fits = cand.memory.total() <= cl.gpu.memory_bytes;
+        // The slowest stage's step (the others wait for it).
+        for (size_t kind = 0; kind < nkinds; ++kind) {
+          const int s = kinds.first_of[kind];
+          const StepTime t = step_time(
+              facts_of(whole, *store[kind], arena[kind].first, lay, s, kinds.layers[kind]), c, cl,
+              lay, rows, mbs, micro, recompute,
+              static_cast<double>(store[kind]->store_bytes().gradients), k);
+          if (kind == 0 || t.total_s > cand.time.total_s) cand.time = t;
+        }
+        const double rows_per_s = static_cast<double>(plan.global_batch) / cand.time.total_s;
+        cand.tokens_per_s = rows_per_s * static_cast<double>(plan.tokens_per_row);
+        cand.mfu = rows_per_s * plan.flops_per_row / (cl.gpus() * cl.gpu.bf16_flops);
+        plan.candidates.push_back(cand);
       }
     }
   }
@@ -533,37 +879,17 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
 
 int smallest_fitting_nodes(const PlanRequest& request, int max_nodes) {
   // A layout's least memory is at micro-batches of one sequence with recomputation (where the
-  // family has it): a node count fits when some layout fits so. Model::plan per (tensor, fsdp).
-  const Config& c = request.config;
-  const bool recompute = !is_t5(c);
-  std::map<std::pair<int, int>, std::unique_ptr<Model>> models;
+  // family has it): a node count fits when some layout (pipelines and seq slices included) fits
+  // so, planned as make_plan plans it.
+  PlanRequest r = request;
+  r.only.reset();
+  r.least_memory_only = true;
+  r.microbatches.reset();
+  r.recompute = !is_t5(request.config);
   for (int m = request.cluster.nodes + 1; m <= max_nodes; ++m) {
-    Cluster cl = request.cluster;
-    cl.nodes = m;
-    StatusOr<int64_t> global = global_batch_of(c, cl.gpus());
-    if (!global.ok()) continue;
-    for (const std::vector<int>& ici : factorizations(cl.gpus_per_node, 3)) {
-      for (const std::vector<int>& dcn2 : factorizations(m, 2)) {
-        Layout lay;
-        std::copy(ici.begin(), ici.end(), lay.ici);
-        lay.dcn[0] = dcn2[0];
-        lay.dcn[1] = dcn2[1];
-        if (*global % (static_cast<int64_t>(lay.data()) * lay.fsdp()) != 0) continue;
-        auto key = std::make_pair(lay.tensor(), lay.fsdp());
-        auto it = models.find(key);
-        if (it == models.end()) {
-          StatusOr<std::unique_ptr<Model>> model =
-              plan_model(c, request.vocab, lay.tensor(), lay.fsdp(), 1, recompute, plan_dtype(c));
-          it = models.emplace(key, model.ok() ? std::move(*model) : nullptr).first;
-        }
-        if (it->second != nullptr &&
-            memory_of(*it->second, static_cast<double>(it->second->activation_bytes()), lay,
-                      request.constants)
-                    .total() <= cl.gpu.memory_bytes) {
-          return m;
-        }
-      }
-    }
+    r.cluster.nodes = m;
+    StatusOr<Plan> p = make_plan(r);
+    if (p.ok() && p->any_fits()) return m;
   }
   return 0;
 }
@@ -571,22 +897,33 @@ int smallest_fitting_nodes(const PlanRequest& request, int max_nodes) {
 std::string format_table(const Plan& plan, size_t rows) {
   const Cluster& cl = plan.cluster;
   const CostConstants& k = plan.constants;
-  std::string out =
-      str_cat("plan: ", plan.experiment, " on ", cl.nodes, " x ", cl.gpus_per_node, " ",
-              cl.gpu.name, " (", fixed(plan.num_parameters / 1e9, 2), "B parameters, GLOBAL_BATCH ",
-              plan.global_batch, " x ", plan.tokens_per_row, " tokens): ", plan.candidates.size(),
-              " plans over ", plan.layouts, " data x fsdp x tensor layouts, ",
-              std::count_if(plan.candidates.begin(), plan.candidates.end(),
-                            [](const Candidate& c) { return c.fits; }),
-              " fit in ", gib(cl.gpu.memory_bytes), " (", fixed(plan.seconds, 2), " s)\n");
-  out += str_cat(pad("#", 4), pad("ICI d,f,t", 11), pad("DCN d,f,t", 11), pad("mb x rows", 11),
+  // Five-number columns (pipeline,data,fsdp,seq,tensor) when some plan has a pipeline or seq
+  // axis; the three-number form otherwise.
+  const bool five = std::any_of(plan.candidates.begin(), plan.candidates.end(),
+                                [](const Candidate& c) { return c.layout.five(); });
+  const size_t w = five ? 15 : 11;
+  auto shape = [&](const Layout& l, bool ici) {
+    if (!five || l.five()) return ici ? l.ici_string() : l.dcn_string();
+    const int* v = ici ? l.ici : l.dcn;
+    return str_cat("1,", v[0], ",", v[1], ",1,", v[2]);
+  };
+  std::string out = str_cat(
+      "plan: ", plan.experiment, " on ", cl.nodes, " x ", cl.gpus_per_node, " ", cl.gpu.name, " (",
+      fixed(plan.num_parameters / 1e9, 2), "B parameters, GLOBAL_BATCH ", plan.global_batch, " x ",
+      plan.tokens_per_row, " tokens): ", plan.candidates.size(), " plans over ", plan.layouts,
+      five ? " pipeline x data x fsdp x seq x tensor layouts, " : " data x fsdp x tensor layouts, ",
+      std::count_if(plan.candidates.begin(), plan.candidates.end(),
+                    [](const Candidate& c) { return c.fits; }),
+      " fit in ", gib(cl.gpu.memory_bytes), " (", fixed(plan.seconds, 2), " s)\n");
+  out += str_cat(pad("#", 4), pad(five ? "ICI p,d,f,s,t" : "ICI d,f,t", w),
+                 pad(five ? "DCN p,d,f,s,t" : "DCN d,f,t", w), pad("mb x rows", 11),
                  pad("recompute", 10), pad("memory/GPU", 12, true), pad("fits", 6, true),
                  pad("step", 10, true), pad("tokens/s", 13, true), pad("MFU", 8, true), "\n");
   for (size_t i = 0; i < std::min(rows, plan.candidates.size()); ++i) {
     const Candidate& c = plan.candidates[i];
     out += str_cat(
-        pad(std::to_string(i + 1), 4), pad(c.layout.ici_string(), 11),
-        pad(c.layout.dcn_string(), 11), pad(str_cat(c.microbatches, " x ", c.micro_batch), 11),
+        pad(std::to_string(i + 1), 4), pad(shape(c.layout, true), w),
+        pad(shape(c.layout, false), w), pad(str_cat(c.microbatches, " x ", c.micro_batch), 11),
         pad(c.recompute ? "layer" : "none", 10), pad(gib(c.memory.total()), 12, true),
         pad(c.fits ? "yes" : "no", 6, true), pad(str_cat(fixed(c.time.total_s, 3), " s"), 10, true),
         pad(number_with_commas(c.tokens_per_s), 13, true),
@@ -602,18 +939,19 @@ std::string format_table(const Plan& plan, size_t rows) {
                    fixed(k.ici_latency_s * 1e6, 0), " us per rank (docs/plan.md)\n");
     return out;
   }
-  out +=
-      str_cat("constants: ", cl.gpu.name, " ", fixed(cl.gpu.bf16_flops / 1e12, 1),
-              " TFLOP/s bf16 dense x GEMM efficiency ", fixed(k.gemm_efficiency, 2), "; attention ",
-              fixed(k.attention_fwd_flops / 1e12, 0), "/", fixed(k.attention_bwd_flops / 1e12, 0),
-              " TFLOP/s fwd/bwd (ax's kernel, measured on H200); HBM ",
-              fixed(cl.gpu.hbm_bytes_per_s / 1e12, 2), " TB/s x ", fixed(k.hbm_efficiency, 2),
-              "; NVLink ", fixed(cl.gpu.nvlink_bytes_per_s / 1e9, 0), " GB/s, network ",
-              fixed(cl.gpu.network_bytes_per_s / 1e9, 0), " GB/s per GPU x ",
-              fixed(k.link_efficiency, 2), ", latency ", fixed(k.ici_latency_s * 1e6, 0), "/",
-              fixed(k.dcn_latency_s * 1e6, 0), " us; memory: context ", gib(k.context_bytes),
-              ", NCCL ", fixed(k.comm_buffer_bytes / kMiB, 0), " MiB per communicator, workspace ",
-              fixed(k.workspace_bytes / kMiB, 0), " MiB (docs/plan.md)\n");
+  out += str_cat(
+      "constants: ", cl.gpu.name, " ", fixed(cl.gpu.bf16_flops / 1e12, 1),
+      " TFLOP/s bf16 dense x GEMM efficiency ", fixed(k.gemm_efficiency, 2), "; attention ",
+      fixed(k.attention_fwd_flops / 1e12, 0), "/", fixed(k.attention_bwd_flops / 1e12, 0),
+      " TFLOP/s fwd/bwd (ax's kernel, measured on H200); HBM ",
+      fixed(cl.gpu.hbm_bytes_per_s / 1e12, 2), " TB/s x ", fixed(k.hbm_efficiency, 2), "; NVLink ",
+      fixed(cl.gpu.nvlink_bytes_per_s / 1e9, 0), " GB/s, network ",
+      fixed(cl.gpu.network_bytes_per_s / 1e9, 0), " GB/s per GPU x ", fixed(k.link_efficiency, 2),
+      ", latency ", fixed(k.ici_latency_s * 1e6, 0), "/", fixed(k.dcn_latency_s * 1e6, 0),
+      " us; memory: context ", gib(k.context_bytes), ", NCCL ",
+      fixed(k.comm_buffer_bytes / kMiB, 0), " MiB per communicator, workspace ",
+      fixed(k.workspace_bytes / kMiB, 0), " MiB; pipeline: backward = ", fixed(k.backward_cost, 1),
+      " forward passes (+1 with recomputation) (docs/plan.md)\n");
   return out;
 }
 
@@ -632,12 +970,23 @@ std::string format_choice(const Plan& plan, const Candidate& c) {
       ", recompute ", c.recompute ? "layer" : "none", ": ", gib(m.total()), " per GPU (parameters ",
       gib(m.parameters), ", gradients ", gib(m.gradients), ", optimizer ", gib(m.optimizer),
       ", weights ", gib(m.weights + m.store_scratch), ", activations ", gib(m.activations),
-      ", NCCL ", gib(m.comm), ", workspace ", gib(m.workspace), "), step ",
-      fixed(c.time.total_s, 3), " s (GEMM ", fixed(c.time.gemm_s, 3), ", attention ",
-      fixed(c.time.attention_s, 3), ", memory ", fixed(c.time.memory_s, 3), ", tensor ",
-      fixed(c.time.tensor_s, 3), ", fsdp gather ", fixed(c.time.exposed_gather_s, 3),
-      " exposed of ", fixed(c.time.fsdp_gather_s, 3), ", fsdp scatter ",
-      fixed(c.time.fsdp_scatter_s, 3), ", data ", fixed(c.time.data_s, 3), ")\n",
+      m.transient > 0 ? str_cat(", K/V gathers ", gib(m.transient)) : std::string(), ", NCCL ",
+      gib(m.comm), ", workspace ", gib(m.workspace), "), step ", fixed(c.time.total_s, 3),
+      " s (GEMM ", fixed(c.time.gemm_s, 3), ", attention ", fixed(c.time.attention_s, 3),
+      ", memory ", fixed(c.time.memory_s, 3), ", tensor ", fixed(c.time.tensor_s, 3),
+      ", fsdp gather ", fixed(c.time.exposed_gather_s, 3), " exposed of ",
+      fixed(c.time.fsdp_gather_s, 3), ", fsdp scatter ", fixed(c.time.fsdp_scatter_s, 3), ", data ",
+      fixed(c.time.data_s, 3),
+      c.layout.seq() > 1 ? str_cat(", seq ", fixed(c.time.seq_s, 3)) : std::string(),
+      c.layout.pipeline() > 1
+          ? str_cat(", bubble ", fixed(c.time.bubble_s, 3), " (", fixed(100 * c.time.bubble, 1),
+                    "%), stage transfers ", fixed(c.time.pipeline_s, 3))
+          : std::string(),
+      ")\n",
+      c.layout.pipeline() > 1
+          ? str_cat("heaviest stage: ", c.stage, " of ", c.layout.pipeline(), ", ", c.slots,
+                    " micro-batch slot(s) at once (", plan.pipeline_schedule, " schedule", ")\n")
+          : std::string(),
       "job script: CONFIG=", plan.experiment, " GPUS_PER_NODE=", plan.cluster.gpus_per_node,
       " PERCORE_BATCH_SIZE=", fixed(percore, percore == std::floor(percore) ? 0 : 4),
       " ICI_MESH_SHAPE=[", c.layout.ici_string(), "] DCN_MESH_SHAPE=[", c.layout.dcn_string(),

@@ -126,6 +126,9 @@ class Model {
   void release_slot(int slot);
   int slots_allocated() const { return static_cast<int>(slot_busy_.size()); }
   size_t slot_bytes() const { return slot_bytes_; }  // of each slot after the first (0: none)
+  // The bytes acquire_slot() allocates for a slot beyond the first, by a dry run of its plan
+  // (nothing allocated): how `ax-train plan` sizes a schedule's slots on a planned model.
+  size_t next_slot_bytes();
   // The forward pass of this stage's `chunk` over `batch` in `slot`: the first chunk of the
   // model reads the tokens, the others their input from stage_input(slot), which the caller
   // fills. Returns the mean loss on the model's last chunk (0 elsewhere, and without targets);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ax/common/status.h"
@@ -91,6 +92,7 @@ class ParamLayout {
 
  private:
   std::vector<ParamSpec> specs_;
+  std::unordered_map<std::string, size_t> index_;  // name -> specs_ index (find, add)
   std::vector<Unit> units_;
   int unit_ = 0;
   int shards_ = 1;

@@ -40,4 +40,11 @@ Status seq_attention_backward(Backend& be, comm::Communicator& group, Tensor dq,
                               Tensor dbias, Tensor dout, Tensor out, Tensor lse, Tensor q,
                               Tensor kv, const AttentionSpec& spec);
 
+// The most bytes the backend holds at once for one call of seq_attention_backward (which holds
+// more than the forward pass) beside the model's own buffers: a slice of `batch` rows of `slice`
+// positions and `columns` key/value columns in `dtype` over a group of `size`, with the segment
+// ids gathered too when `segments`. `ax-train plan` adds it to a seq rank's memory.
+size_t seq_attention_scratch_bytes(int64_t batch, int64_t slice, int64_t columns, int size,
+                                   DType dtype, bool segments);
+
 }  // namespace ax::train
