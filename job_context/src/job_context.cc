@@ -182,6 +182,12 @@ Status from_ax(const EnvLookup& env, JobContext& ctx) {
       return InvalidArgument("AX_ICI_MESH=", ctx.ici_mesh, " times AX_DCN_MESH=", ctx.dcn_mesh,
                              " is ", ici * dcn, " devices but AX_WORLD_SIZE=", ctx.world);
     }
+    // The spec those shapes came from; the trainer parses it (ax/topology/mesh.h).
+    ctx.mesh_spec = env("AX_MESH_SPEC").value_or("");
+    if (ctx.mesh_spec.size() > 256) {
+      return InvalidArgument("AX_MESH_SPEC is ", ctx.mesh_spec.size(),
+                             " characters long: expected a mesh spec of at most 256");
+    }
   }
   ctx.device = env("AX_DEVICE").value_or("");
   if (!ctx.device.empty() && ctx.device != "cpu") {

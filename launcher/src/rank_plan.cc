@@ -134,6 +134,7 @@ StatusOr<NodePlan> plan_node(const topo::Topology& node, const PlanInput& in) {
         {"AX_NNODES", std::to_string(in.nnodes)},
         {"AX_ICI_MESH", plan.mesh.ici.to_string()},
         {"AX_DCN_MESH", plan.mesh.dcn.to_string()},
+        {"AX_MESH_SPEC", in.mesh_spec},
         {"AX_DEVICE", r.device},
         {"AX_COORDINATOR", in.coordinator},
     };

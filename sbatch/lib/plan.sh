@@ -32,15 +32,19 @@ ax_plan_mesh() {
     ax_log "mesh $mesh: not planned (AX_PLAN=0)"
     return 0
   fi
+  # An auto spec reaches ax-train as AX_MESH_SPEC, which then plans its split at start-up
+  # (docs/plan.md "srun --ax-mesh=auto and ax-launch").
+  local later=""
+  [[ "$mesh" == auto* ]] && later="; ax-train plans its split at start-up"
   if [[ -n "${CONTAINER-}" ]]; then
-    ax_log "mesh $mesh: not planned (ax-train is inside CONTAINER, not on the batch host)"
+    ax_log "mesh $mesh: not planned (ax-train is inside CONTAINER, not on the batch host)$later"
     return 0
   fi
   # Three numbers data,fsdp,tensor or five pipeline,data,fsdp,seq,tensor (ICI_PP, ICI_SQP, ...);
   # other specs (auto:pp=N, explicit rank lists) are the plugin's to place.
   local shape='-?[0-9]+,-?[0-9]+,-?[0-9]+(,-?[0-9]+,-?[0-9]+)?'
   if [[ "$mesh" != auto && ! "$mesh" =~ ^ici=($shape)\;dcn=($shape)$ ]]; then
-    ax_log "mesh $mesh: not planned (only ici=...;dcn=... shapes and auto are planned)"
+    ax_log "mesh $mesh: not planned (only ici=...;dcn=... shapes and auto are planned)$later"
     return 0
   fi
   local ici="" dcn=""
@@ -48,7 +52,7 @@ ax_plan_mesh() {
   gpu="$(ax_plan_gpu)"
   if [[ -z "$gpu" ]]; then
     ax_log "mesh $mesh: not planned (no GPU kind: no nvidia-smi answered on $(hostname);" \
-      "AX_PLAN_GPU=H100-80GB|H200|A100-80GB names one)"
+      "AX_PLAN_GPU=H100-80GB|H200|A100-80GB names one)$later"
     return 0
   fi
   local args=(plan --format env --experiment "$CONFIG" --nodes "${SLURM_JOB_NUM_NODES:-1}"

@@ -40,7 +40,8 @@ Env ax_env() {
           {"AX_LOCAL_RANK", "1"},   {"AX_LOCAL_WORLD_SIZE", "4"},
           {"AX_NODE_RANK", "1"},    {"AX_NNODES", "2"},
           {"AX_ICI_MESH", "1,4,1"}, {"AX_DCN_MESH", "2,1,1"},
-          {"AX_DEVICE", "cpu"},     {"AX_COORDINATOR", "n1:29500"}};
+          {"AX_MESH_SPEC", "auto"}, {"AX_DEVICE", "cpu"},
+          {"AX_COORDINATOR", "n1:29500"}};
 }
 
 std::string error_of(const Env& env) {
@@ -80,6 +81,7 @@ TEST(JobContext, AxVariablesWinOverEverything) {
   EXPECT_EQ(ctx->num_nodes, 2);
   EXPECT_EQ(ctx->ici_mesh, "1,4,1");
   EXPECT_EQ(ctx->dcn_mesh, "2,1,1");
+  EXPECT_EQ(ctx->mesh_spec, "auto");
   EXPECT_EQ(ctx->device, "cpu");
   EXPECT_EQ(ctx->coordinator, "n1:29500");
   EXPECT_EQ(ctx->job_id, "1234");
@@ -223,6 +225,7 @@ TEST(JobContext, BadValuesNameTheVariable) {
        "AX_ICI_MESH='1,1,4,1': expected data,fsdp,tensor or "
        "pipeline,data,fsdp,seq,tensor"},
       {"AX_ICI_MESH", "2,1,4,1,1", "AX_ICI_MESH=2,1,4,1,1 times AX_DCN_MESH=2,1,1 is 16 devices"},
+      {"AX_MESH_SPEC", std::string(300, 'a'), "AX_MESH_SPEC is 300 characters long"},
       {"AX_DEVICE", "gpu0", "AX_DEVICE='gpu0'"},
       {"AX_COORDINATOR", "n1", "AX_COORDINATOR='n1': expected host:port"},
       {"AX_COORDINATOR", "n1:70000", "AX_COORDINATOR='n1:70000'"},

@@ -97,9 +97,9 @@ void print_memory_policy() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* names[] = {"AX_RANK",      "AX_WORLD_SIZE",  "AX_LOCAL_RANK", "AX_LOCAL_WORLD_SIZE",
-                         "AX_NODE_RANK", "AX_NNODES",      "AX_ICI_MESH",   "AX_DCN_MESH",
-                         "AX_DEVICE",    "AX_COORDINATOR", "NCCL_IB_HCA"};
+  const char* names[] = {"AX_RANK",      "AX_WORLD_SIZE", "AX_LOCAL_RANK",  "AX_LOCAL_WORLD_SIZE",
+                         "AX_NODE_RANK", "AX_NNODES",     "AX_ICI_MESH",    "AX_DCN_MESH",
+                         "AX_MESH_SPEC", "AX_DEVICE",     "AX_COORDINATOR", "NCCL_IB_HCA"};
   for (const char* name : names) {
     const char* v = std::getenv(name);
     std::printf("%s=%s\n", name, v != nullptr ? v : "<unset>");

@@ -125,6 +125,8 @@ TEST(LaunchTest, CpuRanksGetTheEnvironmentContract) {
     EXPECT_TRUE(contains(log, "AX_LOCAL_WORLD_SIZE=4\n")) << log;
     EXPECT_TRUE(contains(log, "AX_NODE_RANK=0\nAX_NNODES=1\n")) << log;
     EXPECT_TRUE(contains(log, "AX_ICI_MESH=1,4,1\nAX_DCN_MESH=1,1,1\n")) << log;
+    // The spec itself: an `auto` one leaves the split to ax-train's plan (docs/plan.md).
+    EXPECT_TRUE(contains(log, "AX_MESH_SPEC=auto\n")) << log;
     EXPECT_TRUE(contains(log, "AX_DEVICE=cpu\n")) << log;
     EXPECT_TRUE(contains(log, "AX_COORDINATOR=127.0.0.1:")) << log;
     EXPECT_TRUE(contains(log, "NCCL_IB_HCA=<unset>\n")) << log;
@@ -147,6 +149,7 @@ TEST(LaunchTest, PipelineAxisReachesTheRanks) {
   for (int rank = 0; rank < 8; ++rank) {
     std::string log = rank_log(dir, rank);
     EXPECT_TRUE(contains(log, "AX_ICI_MESH=2,1,2,1,2\nAX_DCN_MESH=1,1,1\n")) << log;
+    EXPECT_TRUE(contains(log, "AX_MESH_SPEC=auto:pp=2,tp=2\n")) << log;
   }
   EXPECT_TRUE(contains(r.out, "ici 2,1,2,1,2 dcn 1,1,1,1,1 (pipeline,data,fsdp,seq,tensor)"))
       << r.out;

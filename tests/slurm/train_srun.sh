@@ -42,16 +42,27 @@ for experiment in tiny-gpt tiny-llama; do
   done
 done
 # --ax-mesh without PMIx: the store's secret is the one spank_ax.so made in srun for the step.
+# Planned as if on H100s (AX_PLAN_GPU, docs/plan.md): ax-train replaces the plugin's split of the
+# auto mesh (fsdp 2 inside a node, data 2 across) with the plan's, and says so.
 run="$dir/run-mesh-no-pmix"
 # shellcheck disable=SC2046
-out="$(t srun -J "$JOB" --ax-mesh=auto -N 2 --ntasks-per-node=2 --gres=gpu:2 --kill-on-bad-exit=1 \
-  "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
+out="$(AX_PLAN_GPU=H100-80GB t srun -J "$JOB" --ax-mesh=auto -N 2 --ntasks-per-node=2 --gres=gpu:2 \
+  --kill-on-bad-exit=1 "$AX_TRAIN" $(train_args "$dir/data" "$run") 2>&1)"
 rc=$?
 if ((rc != 0)); then
   bad "srun --ax-mesh=auto without PMIx exited $rc"
   sed 's/^/  | /' <<<"$out" | tail -n 30
 else
   same_losses "srun --ax-mesh=auto -N2 x 2 tasks, the plugin's job secret" "$ref" "$(losses "$run")"
+  planned="$(grep -o 'mesh auto: planned data [0-9]* fsdp [0-9]* tensor [0-9]*' <<<"$out" | head -n 1)"
+  mesh="$(grep -o 'mesh data=[0-9]* fsdp=[0-9]* tensor=[0-9]*' <<<"$out" | head -n 1)"
+  want="$(sed 's/^mesh auto: planned data \([0-9]*\) fsdp \([0-9]*\) tensor \([0-9]*\)$/mesh data=\1 fsdp=\2 tensor=\3/' <<<"$planned")"
+  if [[ -n "$planned" && "$mesh" == "$want" && "$mesh" != "mesh data=2 fsdp=2 tensor=1" ]]; then
+    ok "srun --ax-mesh=auto with AX_PLAN_GPU=H100-80GB: '$planned', trained on $mesh"
+  else
+    bad "srun --ax-mesh=auto with AX_PLAN_GPU=H100-80GB: plan line '$planned', mesh '$mesh'"
+    grep 'mesh' <<<"$out" | head -n 5 | sed 's/^/  | /'
+  fi
 fi
 # Without --ax-mesh the plugin sets no AX_*: ax-train takes its place from PMIx and its mesh from
 # the config (mesh.ici/mesh.dcn auto: fsdp over a node's ranks, data across nodes). Its job secret

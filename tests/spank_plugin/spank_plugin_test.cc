@@ -94,6 +94,7 @@ TEST(SpankEnv, TwoDgxH100Nodes) {
   EXPECT_EQ(m["AX_NNODES"], "2");
   EXPECT_EQ(m["AX_ICI_MESH"], "1,8,1");
   EXPECT_EQ(m["AX_DCN_MESH"], "2,1,1");
+  EXPECT_EQ(m["AX_MESH_SPEC"], "auto");  // ax-train plans an auto mesh's split (docs/plan.md)
   EXPECT_EQ(m["AX_DEVICE"], "3");
   EXPECT_EQ(m["AX_COORDINATOR"], "n0:20064");
   EXPECT_EQ(m["NCCL_IB_HCA"], node.nics[static_cast<size_t>(node.gpus[3].nearest_nic)].name);
@@ -267,6 +268,7 @@ TEST(SpankEnv, PipelineAndSeqAxesInTheExports) {
   auto m = as_map(*env);
   EXPECT_EQ(m["AX_ICI_MESH"], "1,2,4");  // pipeline and seq 1 inside the node: three numbers
   EXPECT_EQ(m["AX_DCN_MESH"], "2,1,1,1,1");
+  EXPECT_EQ(m["AX_MESH_SPEC"], "auto:pp=2,tp=4");
   EXPECT_EQ(m["AX_RANK"], "13");
   in.mesh_spec = "ici=1,1,2,4,1;dcn=1,2,1,1,1";
   env = task_env(fixture("dgx-h100.json"), Config{}, in);

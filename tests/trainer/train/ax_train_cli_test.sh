@@ -574,6 +574,38 @@ PY
   echo "eval, sample and export on pipelined checkpoints: ${SECONDS} s"
 fi
 
+# An `auto` mesh's split from the plan (docs/plan.md "srun --ax-mesh=auto and ax-launch"): two
+# ranks under `ax-launch --mesh auto` planned as if on H100s train on the layout `ax-train plan`
+# ranks first for the same job (data 2 for tiny-gpt, where the topology's split is fsdp 2), keep
+# a spec's tp=, and AX_PLAN=0 or a CPU rank without AX_PLAN_GPU keep the topology's split.
+if [[ -n $axlaunch ]]; then
+  adir="$work/auto-mesh"
+  auto_flags=(--max-steps 2 --set train.checkpoint_every=0 --set train.eval_every=0)
+  expect_status 0 "ax-train plan for two H100s" -- "$axtrain" plan --experiment tiny-gpt \
+    --tokenizer "$work/spm.model" --nodes 1 \
+    --gpus-per-node 2 --gpu H100-80GB --format env --set NUM_MICROBATCHES=1
+  want_ici=$(sed -n 's/^AX_PLAN_ICI=//p' "$work/out")
+  [[ -n $want_ici ]] || fail "ax-train plan --format env printed no AX_PLAN_ICI"
+  # auto_mesh NAME SPEC WANT_LINE WANT_MESH [ENV...]
+  auto_mesh() {
+    local name=$1 spec=$2 line=$3 mesh=$4
+    shift 4
+    expect_status 0 "ax-launch --mesh $spec ($name)" -- env AX_CPU_THREADS=1 "$@" "$axlaunch" \
+      --nproc 2 --mesh "$spec" --run-dir "$adir/$name-launch" -- "$axtrain" "${common[@]}" \
+      --run-dir "$adir/$name" "${auto_flags[@]}"
+    expect_output "$line"
+    expect_output "; mesh $mesh (this rank"
+  }
+  auto_mesh planned auto "mesh auto: planned data 2 fsdp 1 tensor 1 (ICI_MESH_SHAPE=\[$want_ici\]" \
+    "data=2 fsdp=1 tensor=1" AX_PLAN_GPU=H100-80GB
+  [[ $want_ici == 2,1,1 ]] || fail "ax-train plan ranks $want_ici first, the test expects 2,1,1"
+  auto_mesh tp auto:tp=2 "mesh auto:tp=2: planned data 1 fsdp 1 tensor 2" "data=1 fsdp=1 tensor=2" \
+    AX_PLAN_GPU=H100-80GB
+  auto_mesh off auto "mesh auto: not planned (AX_PLAN=0), the topology's split ici=1,2,1" \
+    "data=1 fsdp=2 tensor=1" AX_PLAN_GPU=H100-80GB AX_PLAN=0
+  auto_mesh cpu auto "mesh auto: not planned (CPU ranks; AX_PLAN_GPU=" "data=1 fsdp=2 tensor=1"
+fi
+
 if [[ $failures -gt 0 ]]; then
   echo "$failures failure(s)" >&2
   exit 1

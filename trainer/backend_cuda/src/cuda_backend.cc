@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device,
   be->max_shared_per_block_ = prop.sharedMemPerBlockOptin;
   AX_ASSIGN_OR_RETURN(bool tensor_cores, tensor_core_attention_from_env());
   be->tensor_core_attention_ = options.tensor_core_attention && tensor_cores && prop.major >= 8;
+  be->model_ = prop.name;
   be->name_ = str_cat("cuda:", device, " ", prop.name, " (", prop.multiProcessorCount, " SMs, ",
                       human_bytes(static_cast<double>(prop.totalGlobalMem)), ", sm_", prop.major,
                       prop.minor, ")", mode_name(options),

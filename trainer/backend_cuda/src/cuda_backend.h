@@ -25,6 +25,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return name_; }
+  std::string device_model() const override { return model_; }
   DType compute_dtype() const override { return plan_.act; }
   double peak_flops() const override { return peak_flops_; }
   void* native_stream() const override { return stream_; }
@@ -99,6 +100,7 @@ class CudaBackend final : public Backend {
   DTypePlan plan_{DType::kBF16};  // ax/trainer/op_checks.h
   cudaStream_t stream_ = nullptr;
   std::string name_;
+  std::string model_;  // prop.name
   double peak_flops_ = 0;
   size_t max_shared_per_block_ = 0;
   bool tensor_core_attention_ = false;  // options and environment allow it, and sm_80 or later

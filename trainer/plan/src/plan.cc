@@ -494,6 +494,18 @@ std::string Layout::dcn_string() const {
   if (five()) return str_cat(dcn_pipeline, ",", dcn[0], ",", dcn[1], ",", dcn_seq, ",", dcn[2]);
   return str_cat(dcn[0], ",", dcn[1], ",", dcn[2]);
 }
+bool Layout::placed_by_node() const {
+  const int inside[5] = {ici_pipeline, ici[0], ici[1], ici_seq, ici[2]};
+  const int across[5] = {dcn_pipeline, dcn[0], dcn[1], dcn_seq, dcn[2]};
+  int last_across = -1, first_inside = 5;
+  for (int a = 0; a < 5; ++a) {
+    if (across[a] > 1) last_across = a;
+  }
+  for (int a = 4; a >= 0; --a) {
+    if (inside[a] > 1) first_inside = a;
+  }
+  return last_across <= first_inside;
+}
 std::string Layout::name() const {
   return str_cat("data ", data(), " fsdp ", fsdp(), " tensor ", tensor(),
                  pipeline() > 1 ? str_cat(" pipeline ", pipeline()) : std::string(),
@@ -714,7 +726,7 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
           lay.ici_pipeline = a.ici_pipeline;
           lay.dcn_pipeline = a.dcn_pipeline;
           lay.ici_seq = a.ici_seq;
-          layouts.push_back(lay);
+          if (lay.placed_by_node()) layouts.push_back(lay);
         }
       }
     }

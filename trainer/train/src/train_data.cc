@@ -34,7 +34,7 @@ std::string find_validation_dir(const DataConfig& data) {
 }  // namespace
 
 Status Trainer::open_data() {
-  AX_ASSIGN_OR_RETURN(tokenizer_, data::Tokenizer::load(config_.data.tokenizer));
+  // The tokenizer was loaded by setup (the plan of an auto mesh needs its size).
   StatusOr<std::shared_ptr<data::ShardSet>> train =
       data::ShardSet::open(config_.data.train_dir, tokenizer_->hash());
   if (!train.ok()) return train.status().with_context("training data");

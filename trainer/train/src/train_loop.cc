@@ -17,6 +17,7 @@
 #include "ax/common/rng.h"
 #include "ax/common/strings.h"
 #include "ax/trainer/comm/store.h"
+#include "ax/trainer/train/auto_mesh.h"
 #include "ax/trainer/train/pipeline_trace.h"
 #include "trainer.h"
 
@@ -111,6 +112,26 @@ Status Trainer::init_from() {
   return Status::Ok();
 }
 
+// An `auto` mesh's split from the plan (auto_mesh.h); the rank's context then carries the
+// planned shapes, which setup_distributed and everything after it read.
+Status Trainer::plan_mesh() {
+  AutoMeshInput in;
+  in.config = config_;
+  in.vocab = config_.model.vocab_size > 0 ? config_.model.vocab_size : tokenizer_->vocab_size();
+  in.spec = ctx_.mesh_spec;
+  in.ici = ctx_.ici_mesh;
+  in.dcn = ctx_.dcn_mesh;
+  in.world = ctx_.world;
+  AX_ASSIGN_OR_RETURN(in.enabled, auto_mesh_enabled());
+  AX_ASSIGN_OR_RETURN(in.gpu, auto_mesh_gpu());
+  if (in.gpu.empty()) in.gpu = backend_->device_model();
+  AX_ASSIGN_OR_RETURN(AutoMeshChoice choice, plan_auto_mesh(in));
+  ctx_.ici_mesh = choice.ici;
+  ctx_.dcn_mesh = choice.dcn;
+  if (!choice.line.empty() && leader()) out_ << choice.line << "\n";
+  return Status::Ok();
+}
+
 Status Trainer::setup() {
   comm::set_phase(comm::Phase::kSetup);  // this thread is the training thread (activity.h)
   AX_RETURN_IF_ERROR(check_run_dir());
@@ -126,6 +147,8 @@ Status Trainer::setup() {
   }
   AX_ASSIGN_OR_RETURN(backend_, make_backend(device, threads, out_, config_.train.precision,
                                              config_.train.allow_tf32));
+  AX_ASSIGN_OR_RETURN(tokenizer_, data::Tokenizer::load(config_.data.tokenizer));
+  AX_RETURN_IF_ERROR(plan_mesh());
   AX_ASSIGN_OR_RETURN(dist_, setup_distributed(config_, ctx_, backend_.get(), out_));
   AX_ASSIGN_OR_RETURN(schedule_, parse_pipeline_schedule(config_.train.pipeline_schedule));
   if (dist_->multi()) {

@@ -50,6 +50,7 @@ class Trainer {
 
  private:
   Status check_run_dir();
+  Status plan_mesh();
   Status open_data();
   Status resume();
   // A run directory without a checkpoint and train.init_from: weights from there.

@@ -2,7 +2,7 @@
 // variables"). Sources, first match wins:
 //   1. AX_* (set by ax-launch or spank_ax.so; docs/launch.md has the table): AX_RANK,
 //      AX_WORLD_SIZE, AX_LOCAL_RANK, AX_LOCAL_WORLD_SIZE, AX_NODE_RANK, AX_NNODES, AX_ICI_MESH,
-//      AX_DCN_MESH, AX_DEVICE, AX_COORDINATOR;
+//      AX_DCN_MESH, AX_MESH_SPEC, AX_DEVICE, AX_COORDINATOR;
 //   2. PMIx (PMIX_RANK and PMIX_NAMESPACE present: `srun --mpi=pmix` without the plugin): the
 //      rank is PMIX_RANK, the rest comes from the step's SLURM_* variables as in 3 (a PMIx
 //      launcher other than srun must export AX_* instead);
@@ -42,6 +42,10 @@ struct JobContext {
   // mesh.
   std::string ici_mesh;
   std::string dcn_mesh;
+  // AX_MESH_SPEC: the spec those shapes were derived from ("auto", "auto:pp=2",
+  // "ici=1,8,1;dcn=2,1,1"), as the user gave it to ax-launch or the plugin; empty when none was
+  // given with them. An `auto` spec leaves the split to the trainer's plan (docs/plan.md).
+  std::string mesh_spec;
   // AX_DEVICE: "cpu", a CUDA ordinal ("3"), or empty when nobody chose (the trainer decides).
   std::string device;
   // host:port of the TCP store. From AX_COORDINATOR, else derived under Slurm from the first

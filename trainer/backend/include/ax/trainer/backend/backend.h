@@ -129,6 +129,9 @@ class Backend {
   // backend's cudaStream_t and device; nullptr / -1 on the CPU.
   virtual void* native_stream() const { return nullptr; }
   virtual int device_ordinal() const { return -1; }
+  // The device's model as its driver names it ("NVIDIA H100 80GB HBM3"), what `ax-train plan`'s
+  // GPU table is looked up by; empty on the CPU.
+  virtual std::string device_model() const { return ""; }
 
   // Memory (device memory for CUDA). alloc returns zeroed memory or fails with ResourceExhausted.
   virtual StatusOr<void*> alloc(size_t bytes) = 0;

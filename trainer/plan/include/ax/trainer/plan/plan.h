@@ -100,6 +100,11 @@ struct Layout {
   std::string dcn_string() const;
   // "data 1 fsdp 8 tensor 1", then " pipeline P" and " seq S" when above 1.
   std::string name() const;
+  // Whether ax-train runs it as planned: it numbers ranks (((p·D + d)·F + f)·S + s)·T + t and
+  // the launcher and plugin put consecutive ranks on one node, so every axis split across
+  // nodes must come before (or be) every axis split inside one. (Data inside a node and fsdp
+  // across nodes is not: its data groups would cross the nodes and its fsdp groups span two.)
+  bool placed_by_node() const;
 };
 
 // Bytes on one GPU.
