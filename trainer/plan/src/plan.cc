@@ -1011,7 +1011,9 @@ std::string summary_line(const Plan& plan, const Candidate& c) {
                  c.layout.dcn_string(), "]), ", c.microbatches, " micro-batch(es) of ",
                  c.micro_batch, ", recompute ", c.recompute ? "layer" : "none", ": ",
                  gib(c.memory.total()), " of ", gib(plan.cluster.gpu.memory_bytes), " per ",
-                 plan.cluster.gpu.name, ", predicted step ", fixed(c.time.total_s, 3), " s");
+                 plan.cluster.gpu.name, ", predicted step ",
+                 c.time.total_s >= 0.01 ? str_cat(fixed(c.time.total_s, 3), " s")
+                                        : str_cat(fixed(c.time.total_s * 1e3, 3), " ms"));
 }
 
 }  // namespace ax::train::plan
