@@ -403,16 +403,23 @@ Batch random_batch(uint64_t seed, int64_t n, int64_t vocab) {
   return b;
 }
 
-// Central differences for the largest gradients and a few random entries of every tensor.
+// Central differences for the largest gradients and a few random entries of every tensor. With
+// config.dropout > 0 the rows carry ids and a seed, so every pass drops the same elements.
 void check_gradients(const ModelConfig& config, const ModelOptions& options = {}) {
   auto be = make_cpu_backend(2);
   const int64_t B = 2, T = 6;
   auto model = make_model(config, be.get(), B, T, kVocab, options);
   ASSERT_TRUE(model);
   randomize(model.get(), 7);
-  const Batch batch = random_batch(11, B * T, kVocab);
+  const Batch data = random_batch(11, B * T, kVocab);
+  const std::vector<uint64_t> row_ids = {5, 9};
+  ::ax::train::Batch batch{.tokens = data.tokens, .targets = data.targets};
+  if (config.dropout > 0) {
+    batch.row_ids = row_ids;
+    batch.dropout_seed = 0x5eed;
+  }
   model->zero_grad();
-  model->forward(batch.tokens, batch.targets);
+  model->forward(batch);
   model->backward(1.f);
 
   std::mt19937_64 rng(3);
@@ -431,10 +438,10 @@ void check_gradients(const ModelConfig& config, const ModelOptions& options = {}
       const float saved = values[i];
       values[i] = saved + h;
       ASSERT_TRUE(model->set_parameter(spec.name, values).ok());
-      const double up = model->forward(batch.tokens, batch.targets);
+      const double up = model->forward(batch);
       values[i] = saved - h;
       ASSERT_TRUE(model->set_parameter(spec.name, values).ok());
-      const double down = model->forward(batch.tokens, batch.targets);
+      const double down = model->forward(batch);
       values[i] = saved;
       ASSERT_TRUE(model->set_parameter(spec.name, values).ok());
       const double numeric = (up - down) / (2.0 * h);
@@ -447,6 +454,26 @@ void check_gradients(const ModelConfig& config, const ModelOptions& options = {}
 
 TEST(ModelGradients, GptMatchesFiniteDifferences) { check_gradients(small_config(false)); }
 TEST(ModelGradients, LlamaWithGqaMatchesFiniteDifferences) { check_gradients(small_config(true)); }
+// Dropout on the embeddings, the attention output, the MLP's hidden units and output (each
+// position its own mask): the gradient through the masks the forward pass drew.
+TEST(ModelGradients, GptAndLlamaWithDropoutMatchFiniteDifferences) {
+  for (bool llama : {false, true}) {
+    ModelConfig config = small_config(llama);
+    config.dropout = 0.1;
+    check_gradients(config);
+    // The masks drop something: rows with ids (training) lose differently from rows without.
+    auto be = make_cpu_backend(1);
+    auto model = make_model(config, be.get(), 2, 6);
+    ASSERT_TRUE(model);
+    randomize(model.get(), 7);
+    const Batch data = random_batch(11, 12, kVocab);
+    const std::vector<uint64_t> ids = {5, 9};
+    const float kept = model->forward(data.tokens, data.targets);
+    const float dropped = model->forward(
+        {.tokens = data.tokens, .targets = data.targets, .row_ids = ids, .dropout_seed = 0x5eed});
+    EXPECT_GT(std::abs(dropped - kept), 1e-3f * kept) << (llama ? "llama" : "gpt");
+  }
+}
 // T5 v1.1's gated-GELU MLP (model.activation=geglu): a packed fc of 2F rows, as SwiGLU's.
 TEST(ModelGradients, GegluMlpMatchesFiniteDifferences) {
   ModelConfig config = small_config(true);

@@ -1,8 +1,8 @@
 // Sequence parallelism (the seq mesh axis, docs/sharding.md "Sequence parallelism") in the real
 // train loop: forked CPU ranks, Gloo over the TCP store. Each rank of a seq group holds a slice of
-// every row; the losses equal one process's (fp32, 1e-5 relative), alone and with data, fsdp and
-// tensor parallelism, on packed rows with segment ids, and across a checkpoint resumed on another
-// seq layout. What is not built is refused in one line.
+// every row; the losses equal one process's (fp32, 1e-5 relative), alone and with data, fsdp,
+// tensor and pipeline parallelism, with dropout, on packed rows with segment ids, and across a
+// checkpoint resumed on another seq layout. What is not built is refused in one line.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,13 +33,14 @@ using testing::Layout;
 using testing::run_ranks;
 using testing::RunResult;
 
-// A layout in the order the seq tests think in: data, fsdp, seq, tensor.
-Layout seq_layout(int data, int fsdp, int seq, int tensor) {
+// A layout in the order the seq tests think in: data, fsdp, seq, tensor (and pipeline stages).
+Layout seq_layout(int data, int fsdp, int seq, int tensor, int pipeline = 1) {
   Layout l;
   l.data = data;
   l.fsdp = fsdp;
   l.seq = seq;
   l.tensor = tensor;
+  l.pipeline = pipeline;
   return l;
 }
 
@@ -63,6 +64,20 @@ double expect_same_losses(const std::vector<double>& got, const std::vector<doub
   std::printf("%s: largest relative loss difference to one process %.3g\n", what.c_str(), worst);
   std::fflush(stdout);  // before the next run forks
   return worst;
+}
+
+// Each step's gradient norm within 1e-5 (relative) of `want`'s; prints the largest difference.
+void expect_same_norms(const std::vector<double>& got, const std::vector<double>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << what << ": step " << i + 1;
+    worst = std::max(worst, std::abs(got[i] - want[i]) / want[i]);
+  }
+  std::printf("%s: largest relative gradient norm difference to one process %.3g\n", what.c_str(),
+              worst);
+  std::fflush(stdout);  // before the next run forks
 }
 
 // "eval step 5 | val loss 5.1234 | ppl ..." of rank 0's output: the loss's text, "" if none.
@@ -179,6 +194,47 @@ INSTANTIATE_TEST_SUITE_P(Models, SeqBf16, ::testing::Values("tiny-gpt", "tiny-ll
                            return n;
                          });
 
+// Pipeline stages over slices of every row: the slice s of stage p exchanges activations and
+// gradients with slice s of stages p ± 1 (the pipeline group keeps s fixed), attention gathers
+// over the seq group inside the stage. tiny-gpt (its tied table summed over the seq group, then
+// between the ends) and tiny-llama, 4 layers, 4 micro-batches, 5 steps on pipeline 2 x seq 2
+// under 1f1b and interleaved with 2 chunks per stage: each step's loss and gradient norm within
+// 1e-5 of one process, and the validation loss to its 4 printed decimals.
+class SeqPipeline : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SeqPipeline, StagesOfSlicesTrainTheLossesOfOneProcess) {
+  const std::string experiment = GetParam();
+  std::vector<std::string> o = seq_overrides(experiment);
+  o.push_back("model.num_layers=4");
+  o.push_back("train.num_microbatches=4");
+  const std::string root = data::testing::temp_dir("seq-pipeline-" + experiment);
+  RunResult one = run_ranks(corpus_config(experiment, o), {}, root + "/one");
+  expect_all_ranks_ok(one, "one process");
+  ASSERT_EQ(one.losses.size(), 5u);
+  for (const std::string schedule : {"1f1b", "interleaved"}) {
+    std::vector<std::string> po = o;
+    po.push_back("train.pipeline_schedule=" + schedule);
+    if (schedule == "interleaved") po.push_back("train.pipeline_virtual_stages=2");
+    const Layout layout = seq_layout(1, 1, 2, 1, /*pipeline=*/2);
+    const std::string what = experiment + " " + schedule + " " + layout.name();
+    RunResult r = run_ranks(corpus_config(experiment, po), layout, root + "/" + schedule);
+    expect_all_ranks_ok(r, what);
+    expect_same_losses(r.losses, one.losses, 0, what);
+    expect_same_norms(r.grad_norms, one.grad_norms, what);
+    EXPECT_FALSE(val_loss_text(r.outs[0]).empty()) << r.outs[0];
+    EXPECT_EQ(val_loss_text(r.outs[0]), val_loss_text(one.outs[0])) << what;
+    EXPECT_NE(r.outs[0].find("pipeline: stage 0 of 2, " + schedule), std::string::npos)
+        << r.outs[0];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SeqPipeline, ::testing::Values("tiny-gpt", "tiny-llama"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = (c == '-') ? '_' : c;
+                           return n;
+                         });
+
 // Fine-tuning rows: examples packed with segment ids, prompts without targets (a slice may hold
 // none: its ranks still join the attention's backward exchange).
 TEST(SeqFineTuning, PackedRowsWithSegmentsTrainTheLossesOfOneProcess) {
@@ -197,10 +253,92 @@ TEST(SeqFineTuning, PackedRowsWithSegmentsTrainTheLossesOfOneProcess) {
     expect_all_ranks_ok(r, what);
     expect_same_losses(r.losses, one.losses, 0, what);
   }
+  // Micro-batches of one row on pipeline 2 x seq 2: some slices of some micro-batches hold no
+  // target, and still run their backward pass and pass its gradient between the stages (when
+  // they did not, the other slice's stages waited for them until the timeout: tried).
+  o.push_back("train.num_microbatches=8");
+  const Config one_row = seq2seq_config("tiny-llama", o);
+  RunResult single = run_ranks(one_row, {}, root + "/one_row");
+  expect_all_ranks_ok(single, "one process, one-row micro-batches");
+  ASSERT_EQ(single.losses.size(), 5u);
+  const Layout pipelined = seq_layout(1, 1, 2, 1, /*pipeline=*/2);
+  const std::string what = "tiny-llama fine-tuning, one-row micro-batches, " + pipelined.name();
+  RunResult r = run_ranks(one_row, pipelined, root + "/one_row_" + pipelined.name());
+  expect_all_ranks_ok(r, what);
+  expect_same_losses(r.losses, single.losses, 0, what);
 }
 
+// Dropout (gpt and llama: each position its own mask, keyed by the row's place in the data and
+// the position in the whole row; docs/t5.md "Dropout"): a slice draws the masks one process
+// draws for its positions, so seq 2, seq 2 x tensor 2 with recomputation (the MLP's hidden units
+// split too, the first layer's masks drawn again) and pipeline 2 x seq 2 (the layers' sites
+// numbered by their global index) train its losses and gradient norms, which dropout changes.
+// (FSDP does not touch the masks: seq x fsdp is SeqEquivalence's.) Keying a slice by its local
+// positions puts every layout 3.7e-4 (tiny-llama) to 7.2e-4 (tiny-gpt) off, numbering a stage's
+// sites by its own layers the pipelined one 1.6e-4 to 8.2e-4 (tried).
+class SeqDropout : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SeqDropout, SlicesDrawTheMasksOfOneProcess) {
+  const std::string experiment = GetParam();
+  std::vector<std::string> o = seq_overrides(experiment);
+  o.push_back("train.eval_every=0");
+  const Config plain = corpus_config(experiment, o);
+  o.push_back("model.dropout=0.1");
+  const Config config = corpus_config(experiment, o);
+  const std::string root = data::testing::temp_dir("seq-dropout-" + experiment);
+  RunResult without = run_ranks(plain, {}, root + "/without");
+  RunResult one = run_ranks(config, {}, root + "/one");
+  expect_all_ranks_ok(one, "one process");
+  ASSERT_EQ(one.losses.size(), 5u);
+  ASSERT_EQ(without.losses.size(), 5u);
+  // Dropout moves every step's loss and gradient norm by more than the layouts' tolerance.
+  double least = 1, most = 0, least_norm = 1, most_norm = 0;
+  ASSERT_EQ(one.grad_norms.size(), 5u);
+  ASSERT_EQ(without.grad_norms.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const double moved = std::abs(one.losses[i] - without.losses[i]) / without.losses[i];
+    const double moved_norm =
+        std::abs(one.grad_norms[i] - without.grad_norms[i]) / without.grad_norms[i];
+    EXPECT_GT(moved, 1e-5) << "step " << i + 1 << ": dropout changes the loss";
+    EXPECT_GT(moved_norm, 1e-5) << "step " << i + 1 << ": dropout changes the gradient norm";
+    least = std::min(least, moved);
+    most = std::max(most, moved);
+    least_norm = std::min(least_norm, moved_norm);
+    most_norm = std::max(most_norm, moved_norm);
+  }
+  std::printf(
+      "%s: dropout moves the loss by %.3g to %.3g relative, the gradient norm by %.3g to %.3g\n",
+      experiment.c_str(), least, most, least_norm, most_norm);
+  std::fflush(stdout);  // before the next run forks
+  std::vector<std::string> ro = o;
+  ro.push_back("train.recompute=layer");
+  const Config recompute = corpus_config(experiment, ro);
+  struct Case {
+    Layout layout;
+    const Config* config;
+  };
+  for (const Case& c :
+       {Case{seq_layout(1, 1, 2, 1), &config}, Case{seq_layout(1, 1, 2, 2), &recompute},
+        Case{seq_layout(1, 1, 2, 1, /*pipeline=*/2), &config}}) {
+    const std::string what =
+        experiment + " dropout " + c.layout.name() + (c.config == &recompute ? " recompute" : "");
+    RunResult r = run_ranks(*c.config, c.layout,
+                            root + "/" + c.layout.name() + (c.config == &recompute ? "_re" : ""));
+    expect_all_ranks_ok(r, what);
+    expect_same_losses(r.losses, one.losses, 0, what);
+    expect_same_norms(r.grad_norms, one.grad_norms, what);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SeqDropout, ::testing::Values("tiny-gpt", "tiny-llama"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n) c = (c == '-') ? '_' : c;
+                           return n;
+                         });
+
 // Stopped after step 3 and resumed: seq 2 on one process, one process on seq 2 (and seq 2 ×
-// tensor 2): steps 4-6 are the uninterrupted run's.
+// tensor 2), pipeline 2 × seq 2 on one process: steps 4-6 are the uninterrupted run's.
 TEST(SeqCheckpoint, ResumesAcrossSeqLayoutsWithTheSameLosses) {
   std::vector<std::string> o = seq_overrides("tiny-gpt");
   o.push_back("train.max_steps=6");
@@ -212,7 +350,8 @@ TEST(SeqCheckpoint, ResumesAcrossSeqLayoutsWithTheSameLosses) {
   const std::vector<std::pair<Layout, Layout>> moves = {
       {seq_layout(1, 1, 2, 1), {}},
       {{}, seq_layout(1, 1, 2, 1)},
-      {seq_layout(1, 1, 2, 1), seq_layout(1, 1, 2, 2)}};
+      {seq_layout(1, 1, 2, 1), seq_layout(1, 1, 2, 2)},
+      {seq_layout(1, 1, 2, 1, /*pipeline=*/2), {}}};
   for (const auto& [from, to] : moves) {
     const std::string what = from.name() + " to " + to.name();
     const std::string dir = root + "/" + from.name() + "_to_" + to.name();

@@ -136,7 +136,8 @@ std::vector<KeyDef> build_key_table() {
       {"model.relative_max_distance", K::kInt, AX_FIELD(model.relative_max_distance),
        B::kPositive, {}, "position=relative: distance at which the buckets end"},
       {"model.dropout", K::kFloat, AX_FIELD(model.dropout), B::kUnitOpen, {},
-       "dropout probability in training (t5: T5x's sites, docs/t5.md)"},
+       "dropout probability in training (t5: T5x's sites; gpt and llama: GPT-2's and "
+       "Megatron's, a mask per position; docs/t5.md \"Dropout\")"},
       {"model.tied_embeddings", K::kBool, AX_FIELD(model.tied_embeddings), B::kAny, {},
        "the LM head reuses the token embedding"},
       {"model.bias", K::kBool, AX_FIELD(model.bias), B::kAny, {},
@@ -675,11 +676,6 @@ Status validate(const Config& config) {
   if (m.kv_channels == 0 && m.model_dim % m.num_heads != 0) {
     return InvalidArgument("model.model_dim (", m.model_dim, ") must be divisible by ",
                            "model.num_heads (", m.num_heads, ") when model.kv_channels is 0");
-  }
-  if (m.dropout > 0 && m.family != ModelFamily::kT5) {
-    return InvalidArgument("model.dropout=", m.dropout, ": dropout is implemented for ",
-                           "model.family=t5 only (docs/t5.md \"Dropout\"); use 0 for ",
-                           name_of(m.family));
   }
   if ((m.family == ModelFamily::kT5) != (m.position == PositionKind::kRelative)) {
     return InvalidArgument(

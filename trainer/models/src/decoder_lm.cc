@@ -6,10 +6,14 @@
 // interleaved schedule, and one activation slot per (micro-batch, chunk) pass in flight
 // (docs/sharding.md "Pipeline parallelism"). With a seq axis each rank holds a contiguous
 // slice of every row's positions and attention gathers the rest (docs/sharding.md "Sequence
-// parallelism").
+// parallelism"). Dropout (model.dropout) draws each element's mask from its row's place in the
+// data and its position in the whole row, so stages and slices drop what one process drops.
 #include <algorithm>
 #include <cmath>
+#include <span>
+#include <vector>
 
+#include "ax/common/rng.h"
 #include "ax/trainer/comm/communicator.h"
 #include "ax/trainer/models/flops.h"
 #include "ax/trainer/models/model.h"
@@ -78,9 +82,6 @@ class DecoderLm final : public Model {
   int64_t first_position = 0;
   int seq_size() const { return std::max(1, par.seq_size); }
   comm::Communicator* seq_group() const { return seq_size() > 1 ? par.seq : nullptr; }
-  layers::LayerContext layer_context(const Tensor& segments) const {
-    return {.segments = segments, .seq = seq_group(), .first_position = first_position};
-  }
   // Rows [first_position, first_position + T) of the learned position table (or its gradient).
   Tensor position_rows(const Tensor& table) const {
     if (table.empty()) return table;
@@ -110,10 +111,20 @@ class DecoderLm final : public Model {
     layers::LmLoss loss;
     Tensor segments;  // (B, T) i32, the batch's segment ids (when it has them)
     bool use_segments = false;
-    int chunk = 0;  // of the last forward pass in this slot
-    Tensor dout;    // (N, C) with chunks: d(output) received for the backward pass
+    layers::Dropout dropout;  // active in a training pass with model.dropout > 0
+    Tensor drop_keys;         // (B·T) i32 (dropout only): each position's key
+    int chunk = 0;            // of the last forward pass in this slot
+    Tensor dout;              // (N, C) with chunks: d(output) received for the backward pass
   };
   std::vector<MicroActs> acts;
+  // What the layers of a pass in slot `a` read besides their residual stream.
+  layers::LayerContext layer_context(const Tensor& segments, const MicroActs& a) const {
+    return {.segments = segments,
+            .dropout = &a.dropout,
+            .dropout_keys = a.drop_keys,
+            .seq = seq_group(),
+            .first_position = first_position};
+  }
   // Shared by every slot.
   Tensor row_f32;  // (Vl) f32, one row of logits for the host
   Tensor dres;     // (N, C) gradient of the residual stream
@@ -147,7 +158,13 @@ class DecoderLm final : public Model {
     const layers::BlockOptions block = layers::BlockOptions::of(config);
     for (size_t i = 0; i < stack->size(); ++i) {
       layout.set_unit(static_cast<int>(i) + 1);
-      (*stack)[i].declare(&layout, "h." + std::to_string(ids[i]), block, tp);
+      layers::DecoderLayer& l = (*stack)[i];
+      l.declare(&layout, "h." + std::to_string(ids[i]), block, tp);
+      // Dropout sites by the layer's global index (its unit on one process), as T5 numbers
+      // them: every stage draws the masks one process draws.
+      l.dropout = config.dropout > 0;
+      l.drop_hidden = false;  // Megatron's and GPT-2's sites: the branches' outputs
+      l.dropout_site = static_cast<uint32_t>(ids[i] + 1) * layers::DecoderLayer::kDropSites;
     }
     layout.set_unit(0);
     if (with_head) {
@@ -197,6 +214,8 @@ class DecoderLm final : public Model {
     a->segments = arena->take(DType::kI32, {B, T});
     a->encoded = arena->take(dt, {N, C});
     if (chunks > 1) a->dout = arena->take(dt, {N, C});
+    a->dropout.rate = config.dropout;
+    if (config.dropout > 0) a->drop_keys = arena->take(DType::kI32, {N});
     int largest = 0;
     for (int v = 0; v < chunks; ++v) largest = std::max(largest, chunk_layers(v));
     a->blocks.resize(static_cast<size_t>(largest));  // layers are uniform: any layer's plan fits
@@ -219,6 +238,25 @@ class DecoderLm final : public Model {
 
   static Tensor residual_into(const MicroActs& a, size_t i) {
     return i == 0 ? a.encoded : a.blocks[i - 1].res_out;
+  }
+
+  // Dropout site 0: the embeddings' output (the residual stream into the first layer).
+  static layers::DropSite embed_drop(const MicroActs& a) { return {&a.dropout, a.drop_keys, 0}; }
+
+  // Each position's dropout key: the low 32 bits of mix64(mix64(row id) + 1 + t) at position t
+  // of the whole row (T5's per-position key, docs/t5.md "Dropout"), so a seq slice keys its
+  // positions as one process does.
+  void upload_dropout_keys(const MicroActs& a, std::span<const uint64_t> row_ids) const {
+    std::vector<int32_t> keys(static_cast<size_t>(B * T));
+    for (int64_t b = 0; b < B; ++b) {
+      const uint64_t row = mix64(row_ids[static_cast<size_t>(b)]);
+      for (int64_t t = 0; t < T; ++t) {
+        const uint64_t position = static_cast<uint64_t>(first_position + t);
+        keys[static_cast<size_t>(b * T + t)] =
+            static_cast<int32_t>(static_cast<uint32_t>(mix64(row + 1 + position)));
+      }
+    }
+    be->copy_from_host(a.drop_keys, keys.data());
   }
 };
 
@@ -286,6 +324,11 @@ double DecoderLm::stage_forward_impl(const Batch& batch, int slot, int chunk) {
   a.use_segments = !batch.segment_ids.empty();
   if (a.use_segments) be->copy_from_host(a.segments, batch.segment_ids.data());
   const Tensor seg = a.use_segments ? a.segments : Tensor();
+  a.dropout.active = a.dropout.rate > 0 && !batch.row_ids.empty();
+  if (a.dropout.active) {
+    a.dropout.seed = batch.dropout_seed;
+    upload_dropout_keys(a, batch.row_ids);
+  }
   if (first && chunk == 0) {
     vocab.upload_ids(*be, a.tokens, batch.tokens);
     // With a split vocabulary each rank looks up its rows (zeros elsewhere) and the sum over the
@@ -293,6 +336,7 @@ double DecoderLm::stage_forward_impl(const Batch& batch, int slot, int chunk) {
     be->embedding_forward(a.encoded.view({B, T, C}), a.tokens, wte.w,
                           tp.rank == 0 ? position_rows(wpe.w) : Tensor());
     tp.all_reduce(a.encoded);
+    embed_drop(a).forward(*be, a.encoded);
   }  // a later chunk's input was received into a.encoded
   for (int j = 0; j < n; ++j) {
     const int unit = begin + j + 1;
@@ -300,7 +344,7 @@ double DecoderLm::stage_forward_impl(const Batch& batch, int slot, int chunk) {
     ps.gather(unit);
     ps.prefetch(unit + 1);
     blocks[static_cast<size_t>(begin + j)].forward(*be, residual_into(a, i), a.blocks[i], scratch,
-                                                   layer_context(seg));
+                                                   layer_context(seg, a));
   }
   if (!last || chunk != chunks - 1) return 0;
   lnf.forward(*be, a.lnf, residual_into(a, static_cast<size_t>(n)));
@@ -337,13 +381,16 @@ void DecoderLm::stage_backward_impl(int slot, float dloss) {
     // layer runs its forward pass again from its kept input (the same ops on the same values:
     // bit-equal).
     if (options.recompute_layers && j + 1 < n) {
-      block.forward(*be, residual_into(a, i), a.blocks[i], scratch, layer_context(seg));
+      block.forward(*be, residual_into(a, i), a.blocks[i], scratch, layer_context(seg, a));
     }
-    block.backward(*be, dres, residual_into(a, i), a.blocks[i], scratch, layer_context(seg));
+    block.backward(*be, dres, residual_into(a, i), a.blocks[i], scratch, layer_context(seg, a));
     ps.release(unit);
   }
   if (first && a.chunk == 0) {
-    be->embedding_backward(wte.dw, position_rows(wpe.dw), dres.view({B, T, C}), a.tokens);
+    // With dropout, the gradient through the embeddings' mask lands in `branch` (free here).
+    be->embedding_backward(wte.dw, position_rows(wpe.dw),
+                           embed_drop(a).gradient(*be, dres, scratch.branch).view({B, T, C}),
+                           a.tokens);
   }
   ps.release(0);
 }

@@ -488,7 +488,7 @@ void DecoderLayer::plan_scratch(Arena* arena, DType dtype, int64_t batch, int64_
   scratch->dln = arena->take(dtype, {batch * seq, dim});
   attn.plan_scratch(arena, dtype, batch, seq, &scratch->attn);
   if (has_cross) cross.plan_scratch(arena, dtype, batch, seq, memory_seq, &scratch->cross);
-  mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp, dropout);
+  mlp.plan_scratch(arena, dtype, batch * seq, &scratch->mlp, dropout && drop_hidden);
 }
 
 namespace {
@@ -496,6 +496,7 @@ namespace {
 // Dropout site `kind` of a layer: the rows keyed as the context says; MLP hidden units are split
 // over the tensor group, so a rank's first column is its offset in the whole axis.
 DropSite drop_site(const DecoderLayer& l, const LayerContext& ctx, uint32_t kind) {
+  if (kind == DecoderLayer::kDropHidden && !l.drop_hidden) return {};
   DropSite d{ctx.dropout, ctx.dropout_keys, l.dropout_site + kind};
   if (kind == DecoderLayer::kDropHidden) d.feature_offset = l.tp.rank * l.mlp.hidden;
   return d;

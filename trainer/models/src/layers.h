@@ -287,6 +287,9 @@ struct DecoderLayer {
   // Dropout (ctx.dropout): sites dropout_site + kDrop* of the model's numbering; `dropout` plans
   // the scratch it needs.
   bool dropout = false;
+  // T5x also drops the MLP's hidden units; GPT-2 and Megatron (the decoder-only families) do
+  // not: only the branches' outputs and the embeddings.
+  bool drop_hidden = true;
   uint32_t dropout_site = 0;
   enum : uint32_t { kDropAttn, kDropCross, kDropHidden, kDropMlp, kDropSites };
 

@@ -243,11 +243,13 @@ void Model::backward(float scale) {
 void Model::backward_stage(int slot, float scale) {
   if (slot == 0) logits_valid_ = false;
   const int64_t targets = slot_targets(slot);
-  if (targets == 0) return;
+  // A slice without targets still runs, with a zero gradient, as in backward().
+  if (targets == 0 && parallel().seq_size <= 1) return;
+  const float dloss = targets == 0 ? 0.f : scale / static_cast<float>(targets);
   if (slot == 0) {
-    backward_impl(scale / static_cast<float>(targets));
+    backward_impl(dloss);
   } else {
-    stage_backward_impl(slot, scale / static_cast<float>(targets));
+    stage_backward_impl(slot, dloss);
   }
 }
 

@@ -101,16 +101,6 @@ Status check_seq_layout(const Config& config, const comm::MeshCoords& coords) {
                          "(gpt, llama), not for model.family=t5 yet (issue 26): train t5 with a ",
                          "mesh of seq 1");
   }
-  if (coords.pipeline > 1) {
-    return Unimplemented("seq=", S, " with pipeline=", coords.pipeline, ": pipeline stages over ",
-                         "a seq axis are not built yet (issue 26): use seq 1 or pipeline 1 (seq ",
-                         "composes with data, fsdp and tensor parallelism)");
-  }
-  if (config.model.dropout > 0) {
-    return Unimplemented("seq=", S, " with model.dropout=", config.model.dropout,
-                         ": dropout over a seq axis is not built yet (issue 26): set ",
-                         "model.dropout=0 or use seq 1");
-  }
   if (config.train.seq_len % S != 0) {
     return InvalidArgument("train.seq_len=", config.train.seq_len, " does not split over the seq ",
                            "axis of ", S, " ranks: make it a multiple of ", S);

@@ -272,9 +272,10 @@ ModelFacts facts_of(const WholeModel& w, const Model& store, double activation_b
   return f;
 }
 
+// `bubble`: the schedule's (pipeline_bubble) for lay.pipeline() stages over `microbatches`.
 StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, const Layout& lay,
                    int64_t rows_per_replica, int64_t microbatches, int64_t micro_batch,
-                   bool recompute, double gradient_bytes, const CostConstants& k) {
+                   bool recompute, double gradient_bytes, double bubble, const CostConstants& k) {
   StepTime t;
   const GpuSpec& g = cl.gpu;
   const double tp = lay.tensor();
@@ -355,8 +356,7 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
   if (lay.pipeline() > 1) {
     const int P = lay.pipeline();
     const int V = chunks_of(c, lay);
-    t.bubble = pipeline_bubble(schedule_of(c), P, static_cast<int>(microbatches), 1.0,
-                               k.backward_cost + (recompute ? 1.0 : 0.0), V);
+    t.bubble = bubble;
     t.bubble_s = stage_s * t.bubble / (1.0 - t.bubble);
     const bool dcn = lay.dcn_pipeline > 1;
     const double bytes = mb * slice * c.model.model_dim * ds;
@@ -694,8 +694,8 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
     }
   }
   // The pipeline and seq axes of the layouts: none; pipeline stages across nodes first (then
-  // inside a node once every node is a stage); seq slices inside a node; never both (ax-train
-  // refuses seq with pipeline stages).
+  // inside a node once every node is a stage); seq slices inside a node, alone and beside each
+  // pipeline whose stage's ranks on a node they divide.
   struct Axes {
     int ici_pipeline = 1, dcn_pipeline = 1, ici_seq = 1;
   };
@@ -707,8 +707,14 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
     for (int64_t p : divisors(cl.gpus_per_node)) {
       if (p > 1) axes.push_back({static_cast<int>(p), cl.nodes, 1});
     }
+    const size_t pipelines = axes.size();  // none, then each pipeline
     for (int64_t s : divisors(cl.gpus_per_node)) {
-      if (s > 1) axes.push_back({1, 1, static_cast<int>(s)});
+      for (size_t i = 0; i < pipelines && s > 1; ++i) {
+        const Axes a = axes[i];
+        if (cl.gpus_per_node % (a.ici_pipeline * s) == 0) {
+          axes.push_back({a.ici_pipeline, a.dcn_pipeline, static_cast<int>(s)});
+        }
+      }
     }
   }
   std::vector<Layout> layouts;
@@ -744,6 +750,7 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
   std::map<std::tuple<int, int, int, int, int64_t, bool>, Acts> arenas;
   std::map<int, StageKinds> kinds_of;
   std::map<std::pair<int, int64_t>, std::vector<int>> slots_of;
+  std::map<std::tuple<int, int64_t, bool>, double> bubbles;  // (P, m, recomputation)
   Config probe = c;  // check_pipeline_layout reads the micro-batch count
   for (const Layout& lay : layouts) {
     ++plan.layouts;
@@ -863,13 +870,23 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
           }
         }
         cand.fits = cand.memory.total() <= cl.gpu.memory_bytes;
-        // The slowest stage's step (the others wait for it).
+        // The slowest stage's step (the others wait for it). The bubble is the same for every
+        // layout of P stages and m micro-batches: simulated once.
+        double bubble = 0;
+        if (P > 1) {
+          auto [it, fresh] = bubbles.try_emplace(std::make_tuple(P, mbs, recompute), 0.0);
+          if (fresh) {
+            it->second = pipeline_bubble(schedule, P, static_cast<int>(mbs), 1.0,
+                                         k.backward_cost + (recompute ? 1.0 : 0.0), V);
+          }
+          bubble = it->second;
+        }
         for (size_t kind = 0; kind < nkinds; ++kind) {
           const int s = kinds.first_of[kind];
           const StepTime t = step_time(
               facts_of(whole, *store[kind], arena[kind].first, lay, s, kinds.layers[kind]), c, cl,
               lay, rows, mbs, micro, recompute,
-              static_cast<double>(store[kind]->store_bytes().gradients), k);
+              static_cast<double>(store[kind]->store_bytes().gradients), bubble, k);
           if (kind == 0 || t.total_s > cand.time.total_s) cand.time = t;
         }
         const double rows_per_s = static_cast<double>(plan.global_batch) / cand.time.total_s;

@@ -50,12 +50,17 @@ double pipeline_forward_backward(Model* model, const StepRows& rows, PipelineSch
   };
 
   // One exchange of a program step's transfers. A micro-batch without targets has no backward
-  // pass on any stage (every stage reads the same rows), so its gradient is never sent.
+  // pass on any stage (every stage reads the same rows), so its gradient is never sent; with a
+  // seq axis it has one (Model::backward_stage: the other slices of its rows may hold targets,
+  // and their attention's backward pass needs this slice's part of the exchange).
+  const bool every_backward = par.seq_size > 1;
   auto transfer = [&](const std::vector<PipelineTransfer>& transfers) {
     std::vector<comm::P2POp> ops;
     for (const PipelineTransfer& t : transfers) {
       const bool gradient = t.kind == T::kSendGradient || t.kind == T::kRecvGradient;
-      if (gradient && targets[static_cast<size_t>(t.micro_batch)] == 0) continue;
+      if (gradient && !every_backward && targets[static_cast<size_t>(t.micro_batch)] == 0) {
+        continue;
+      }
       switch (t.kind) {
         case T::kSendActivation:
           ops.push_back(

@@ -138,7 +138,8 @@ class Model {
   // The backward pass of the micro-batch in `slot`, scaled as backward(scale). A chunk other
   // than the model's last reads d(its output) from stage_gradient_in(slot), which the caller
   // fills; a chunk other than the first leaves d(its input) in stage_gradient(). Nothing to do
-  // (and nothing to send) when the micro-batch has no targets.
+  // (and nothing to send) when the micro-batch has no targets, except on a seq axis, where it
+  // runs with a zero gradient as backward() does.
   void backward_stage(int slot, float scale);
   // (B·T, C) in the compute dtype: a stage's input (the previous stage's output) in `slot`, its
   // output in `slot`, and the gradient of the residual stream (one buffer for every slot). With

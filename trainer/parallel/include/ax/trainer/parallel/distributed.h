@@ -24,13 +24,13 @@ namespace ax::train {
 // else the config's mesh.ici / mesh.dcn (auto: fsdp over the ranks of a node, data across
 // nodes; one -1 per vector fills in the rest). Its size must equal the job's.
 StatusOr<comm::MeshCoords> resolve_mesh(const job::JobContext& ctx, const MeshConfig& mesh);
-// Pipeline stages (pipeline > 1) are built for gpt and llama with data, fsdp and tensor
+// Pipeline stages (pipeline > 1) are built for gpt and llama with data, fsdp, seq and tensor
 // parallelism inside a stage, and at least one layer per stage; anything else is refused in one
 // line before any communicator is built (docs/sharding.md "Pipeline parallelism").
 Status check_pipeline_layout(const Config& config, const comm::MeshCoords& coords);
-// A seq axis (seq > 1) is built for gpt and llama without dropout and pipeline stages, with a
-// train.seq_len it divides; anything else is refused in one line before any communicator is built
-// (docs/sharding.md "Sequence parallelism").
+// A seq axis (seq > 1) is built for gpt and llama (with every other axis, dropout and
+// recomputation), with a train.seq_len it divides; anything else is refused in one line before
+// any communicator is built (docs/sharding.md "Sequence parallelism").
 Status check_seq_layout(const Config& config, const comm::MeshCoords& coords);
 
 struct Distributed {
