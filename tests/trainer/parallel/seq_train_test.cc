@@ -103,9 +103,10 @@ std::vector<std::string> seq_overrides(const std::string& experiment, int steps 
   return o;
 }
 
-// Rows of 64 tokens split over 2 and 4 slices, alone and beside tensor, fsdp and data
-// parallelism: tiny-gpt (learned positions: each slice reads its rows of wpe) and tiny-llama
-// (RoPE at the slice's positions, GQA), 50 steps of 2 micro-batches (30 s a model on 2 cores).
+// Rows of 64 tokens split over 2 and 4 slices, alone and beside tensor, fsdp, data parallelism
+// and pipeline stages (1f1b): tiny-gpt (learned positions: each slice reads its rows of wpe)
+// and tiny-llama (RoPE at the slice's positions, GQA), 50 steps of 2 micro-batches (30 s a
+// model on 2 cores).
 class SeqEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SeqEquivalence, SlicesTrainTheLossesOfOneProcess) {
@@ -117,7 +118,7 @@ TEST_P(SeqEquivalence, SlicesTrainTheLossesOfOneProcess) {
   ASSERT_EQ(one.losses.size(), 50u);
   for (const Layout& layout :
        {seq_layout(1, 1, 2, 1), seq_layout(1, 1, 4, 1), seq_layout(1, 1, 2, 2),
-        seq_layout(1, 2, 2, 1), seq_layout(2, 1, 2, 1)}) {
+        seq_layout(1, 2, 2, 1), seq_layout(2, 1, 2, 1), seq_layout(1, 1, 2, 1, 2)}) {
     const std::string what = experiment + " " + layout.name();
     RunResult r = run_ranks(config, layout, root + "/" + layout.name());
     expect_all_ranks_ok(r, what);
