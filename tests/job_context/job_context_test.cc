@@ -36,11 +36,16 @@ Env slurm_step() {
 }
 
 Env ax_env() {
-  return {{"AX_RANK", "5"},         {"AX_WORLD_SIZE", "8"},
-          {"AX_LOCAL_RANK", "1"},   {"AX_LOCAL_WORLD_SIZE", "4"},
-          {"AX_NODE_RANK", "1"},    {"AX_NNODES", "2"},
-          {"AX_ICI_MESH", "1,4,1"}, {"AX_DCN_MESH", "2,1,1"},
-          {"AX_MESH_SPEC", "auto"}, {"AX_DEVICE", "cpu"},
+  return {{"AX_RANK", "5"},
+          {"AX_WORLD_SIZE", "8"},
+          {"AX_LOCAL_RANK", "1"},
+          {"AX_LOCAL_WORLD_SIZE", "4"},
+          {"AX_NODE_RANK", "1"},
+          {"AX_NNODES", "2"},
+          {"AX_ICI_MESH", "1,4,1"},
+          {"AX_DCN_MESH", "2,1,1"},
+          {"AX_MESH_SPEC", "auto"},
+          {"AX_DEVICE", "cpu"},
           {"AX_COORDINATOR", "n1:29500"}};
 }
 
