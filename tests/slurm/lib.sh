@@ -2,9 +2,12 @@
 # Sourced by every test of the `slurm` suite (interface: tests/slurm/CMakeLists.txt).
 #   source "$(dirname "$0")/lib.sh" "$@"      # $1 = build dir, $2 = repo root
 # Gives: BUILD, REPO, STATE (the cluster's state dir, on a path every node sees), JOB (the job name
-# this test gives every job, so its trap can cancel them), t (a client call under a timeout),
-# ok/bad/finish (checks and the exit status), submit/wait_job (batch jobs), check_tasks (AX_* of a
-# step's tasks). Exit 77 = skipped (ctest SKIP_RETURN_CODE).
+# this test gives its jobs, so its trap can cancel them; jobs that run beside each other are named
+# $JOB-SOMETHING: the job scripts' --dependency=singleton holds back only jobs of one name), t (a
+# client call under a timeout),
+# ok/bad/finish (checks and the exit status), part_start/part_end (a part of the test run beside
+# the rest), job_field/wait_job (batch jobs), check_tasks (AX_* of a step's tasks). Exit 77 =
+# skipped (ctest SKIP_RETURN_CODE).
 set -uo pipefail
 
 BUILD="${1:?usage: $0 BUILD_DIR REPO_DIR}"
@@ -53,15 +56,21 @@ require_cluster() {
   fi
 }
 
+# The ids of this test's jobs still listed: named $JOB or $JOB-SOMETHING.
+own_jobs() {
+  t squeue -h -o '%i %j' 2>/dev/null | awk -v j="$JOB" '$2 == j || index($2, j "-") == 1 {print $1}'
+}
+
 # Cancels this test's jobs and waits until they are gone, so the next test finds idle nodes.
 cancel_own_jobs() {
-  local i
-  t scancel --quiet --name="$JOB" 2>/dev/null || true
+  local i ids
+  mapfile -t ids < <(own_jobs)
+  ((${#ids[@]} == 0)) || t scancel --quiet "${ids[@]}" 2>/dev/null || true
   for ((i = 0; i < 150; i++)); do
-    [[ -z "$(t squeue -h -n "$JOB" 2>/dev/null)" ]] && return 0
+    [[ -z "$(own_jobs)" ]] && return 0
     sleep 0.1
   done
-  echo "warning: jobs named $JOB still listed 15 s after scancel" >&2
+  echo "warning: jobs named $JOB or $JOB-* still listed 15 s after scancel" >&2
 }
 trap cancel_own_jobs EXIT
 
@@ -73,19 +82,60 @@ scratch() {
   echo "$d"
 }
 
-# job_field ID FIELD: one field of `scontrol show job` (e.g. JobState, ExitCode).
+# part_start NAME CMD...: runs CMD, a part of the test that checks with ok/bad (e.g. one
+# preemption), in the background beside the test's next steps, on nodes of its own (its jobs are
+# named $JOB-NAME: SUB_NAME); its output waits in a file of the scratch directory. part_end NAME
+# waits for it, shows that output and counts its checks as this test's (a part that did not run
+# to its end is a failed check).
+declare -A PART_PID=()
+part_start() {
+  local name="$1"
+  shift
+  (
+    trap - EXIT
+    SUB_NAME="$JOB-$name"
+    "$@"
+    echo "part $name: ended"
+  ) >"$STATE/work/$TEST_NAME/$name.part" 2>&1 &
+  PART_PID[$name]=$!
+}
+part_end() {
+  local f="$STATE/work/$TEST_NAME/$1.part"
+  wait "${PART_PID[$1]}"
+  cat "$f"
+  passed=$((passed + $(grep -c '^PASS: ' "$f")))
+  failed=$((failed + $(grep -c '^FAIL: ' "$f")))
+  grep -qx "part $1: ended" "$f" || bad "part $1 of the test did not run to its end"
+}
+
+# job_line ID: the job's record, one line of `scontrol show job -o` ("" once Slurm forgot it).
+job_line() { t scontrol show job -o "$1" 2>/dev/null; }
+
+# line_field LINE FIELD: one field of such a line (e.g. JobState, ExitCode, Restarts).
+line_field() {
+  [[ "$1" =~ \ $2=([^ ]*) ]] && echo "${BASH_REMATCH[1]%%=*}"
+}
+
+# job_field ID FIELD: one field of `scontrol show job`. One client call, matched by bash itself:
+# the polls below make several a second beside the jobs they wait for, and each process a poll
+# starts is CPU time those jobs' ranks do not get on this 2-core machine.
 job_field() {
-  t scontrol show job -o "$1" 2>/dev/null | grep -o " $2=[^ ]*" | head -n 1 | cut -d= -f2
+  local line
+  line="$(job_line "$1")"
+  line_field "$line" "$2"
 }
 
 # wait_job ID SECONDS: polls until the job has left PENDING/RUNNING/COMPLETING (sbatch --wait polls
-# slowly). Prints the final state; returns 1 on timeout.
+# slowly). Prints the final state; returns 1 on timeout. Every 0.1 s for 2 s (short jobs), then
+# every 0.3 s (a poll costs ~35 ms of CPU).
 wait_job() {
-  local id="$1" deadline=$((SECONDS + $2)) state
+  local id="$1" deadline=$((SECONDS + $2)) state polls=0
   while ((SECONDS < deadline)); do
     state="$(job_field "$id" JobState)"
     case "$state" in
-      PENDING | CONFIGURING | RUNNING | COMPLETING | "") sleep 0.2 ;;
+      PENDING | CONFIGURING | RUNNING | COMPLETING | "")
+        if ((polls++ < 20)); then sleep 0.1; else sleep 0.3; fi
+        ;;
       *) echo "$state"; return 0 ;;
     esac
   done

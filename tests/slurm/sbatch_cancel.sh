@@ -32,16 +32,7 @@ fi
 start=$SECONDS
 t scancel "$id"
 end_job "$id" 60
-sleep 4 # a requeue would show by now: PENDING again, Restarts=1
-state="$(job_field "$id" JobState)"
-restarts="$(job_field "$id" Restarts)"
-if [[ "$JOB_STATE" == CANCELLED && "$state" == CANCELLED && "$restarts" == 0 ]]; then
-  ok "scancel: job $id ended CANCELLED in $((SECONDS - start - 4)) s and stayed so, Restarts=0"
-else
-  bad "scancel: job $id ended '$JOB_STATE', now '$state', Restarts '$restarts'"
-  show_tail "$dir/cancel.out"
-  daemon_log_lines "$id"
-fi
+ended=$SECONDS ended_at=$EPOCHREALTIME
 stopped="$(grep -Eo 'stopped after step [0-9]+ on signal 15' "$out" | grep -Eo '[0-9]+' | head -n 1)"
 ckpt="$run/checkpoints/$(printf 'step_%08d' "${stopped:-0}")"
 # The checkpoint directory is renamed into place only once every rank's files are written.
@@ -52,6 +43,22 @@ else
   grep -h 'stopped\|error' "$ws"/output/output-"$id"-*.txt | sed 's/^/  | /'
   ls "$run/checkpoints" 2>&1 | sed 's/^/  | /'
 fi
+
+# --- the same job again: it starts (singleton: nothing holds it) and resumes; USR1 requeues ----
+# Submitted at once; the cancelled job is checked 4 s after it ended, while this one starts.
+id2="$(submit_sub "$dir/again.out" -N 2 "$SUB_DIR/example_pile.sub")"
+out2="$ws/output/output-$id2-0-0.txt"
+# A requeue would show 4 s after the end: PENDING again, Restarts=1.
+sleep "$(awk -v e="$ended_at" -v n="$EPOCHREALTIME" 'BEGIN { d = e + 4 - n; print (d > 0 ? d : 0) }')"
+state="$(job_field "$id" JobState)"
+restarts="$(job_field "$id" Restarts)"
+if [[ "$JOB_STATE" == CANCELLED && "$state" == CANCELLED && "$restarts" == 0 ]]; then
+  ok "scancel: job $id ended CANCELLED in $((ended - start)) s and stayed so for 4 s, Restarts=0"
+else
+  bad "scancel: job $id ended '$JOB_STATE', now '$state', Restarts '$restarts'"
+  show_tail "$dir/cancel.out"
+  daemon_log_lines "$id"
+fi
 if grep -q 'caught SIGTERM' "$dir/cancel.out" &&
   grep -q "not requeueing job $id: it was cancelled" "$dir/cancel.out" &&
   ! grep -q "requeueing job $id (restart" "$dir/cancel.out"; then
@@ -60,10 +67,6 @@ else
   bad "scancel: the batch output lacks the cancel lines (or requeued)"
   show_tail "$dir/cancel.out"
 fi
-
-# --- the same job again: it starts (singleton: nothing holds it) and resumes; USR1 requeues ----
-id2="$(submit_sub "$dir/again.out" -N 2 "$SUB_DIR/example_pile.sub")"
-out2="$ws/output/output-$id2-0-0.txt"
 if wait_step "$id2" "$out2" $((${stopped:-0} + 8)) &&
   grep -q "resumed from step ${stopped:-x} " "$out2"; then
   ok "submitted again: job $id2 started and resumed from step $stopped"

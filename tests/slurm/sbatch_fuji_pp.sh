@@ -16,6 +16,8 @@ require_cluster
 dir="$(scratch)"
 prepare_data "$dir/data"
 ws="$dir/ws"
+# Each job's step count (set before each configuration below): long enough that the USR1 sent at
+# step 8 stops the ranks well before the last step also on a loaded machine.
 steps=200
 # fuji_env TRAINER_DIR: the job's variables (the run directory relative to the workspace).
 fuji_env() {
@@ -44,30 +46,34 @@ pax_env() {
 
 # reference_and_preempted WHAT NAME ENV SCRIPT MESH: job SCRIPT with the variables ENV gives,
 # uninterrupted (logs/NAME-reference): it completes, its mesh line shows MESH and its loss falls;
-# then the same job preempted by USR1, requeued and resumed (logs/NAME-preempted) logs exactly
-# the uninterrupted job's losses.
+# the same job preempted by USR1, requeued and resumed (logs/NAME-preempted), run beside it
+# (reference_start), logs exactly the uninterrupted job's losses.
 reference_and_preempted() {
-  local what="$1" name="$2" env="$3" script="$4" mesh="$5" id out ref
+  local what="$1" name="$2" env="$3" script="$4" mesh="$5" out
   "$env" "logs/$name-reference"
-  id="$(submit_sub "$dir/$name-reference.out" -N 2 "$SUB_DIR/$script")"
-  end_job "$id" 120
-  out="$ws/output/output-$id-0-0.txt"
-  job_completed "$what, uninterrupted" "$id" "$dir/$name-reference.out" "$out" || return 0
+  reference_start "$what, uninterrupted" "$ws/logs/$name-reference" \
+    "$dir/$name-reference.out" "$ws/output/output-%j-0-0.txt" -N 2 "$SUB_DIR/$script"
+  "$env" "logs/$name-preempted"
+  preempt_resume "$what" "$steps" - "$ws/logs/$name-preempted" \
+    "$ws/output/output-%j-0-0.txt" "$dir/$name-preempted.out" -N 2 "$SUB_DIR/$script"
+  reference_wait || return 0
+  out="$ws/output/output-$REF_ID-0-0.txt"
   if grep -q "$mesh" "$out"; then
     ok "$what reached the trainer: $(grep -m1 -Eo 'mesh [^|]*' "$out")"
   else
     bad "the $what job's mesh line does not show $mesh"
     grep -E 'mesh' "$out" | sed 's/^/  | /'
   fi
-  ref="$(step_losses "$ws/logs/$name-reference")"
   loss_falls "$what" "$ws/logs/$name-reference"
-  "$env" "logs/$name-preempted"
-  preempt_resume "$what" "$steps" "$ref" "$ws/logs/$name-preempted" \
-    "$ws/output/output-%j-0-0.txt" "$dir/$name-preempted.out" -N 2 "$SUB_DIR/$script"
 }
 
+# tiny-llama's pipeline and seq-split steps take 90-140 ms here, and the ranks stopped 3-13 steps
+# after the signal's step (at steps 11-21): 80 steps, each job 15-20 s shorter than with 200.
+steps=80
 reference_and_preempted DCN_PP=2 pp fuji_env example_fuji.sub 'pipeline=2 data=1 fsdp=1 tensor=2'
 reference_and_preempted ICI_SQP=2 sqp seq_env example_fuji.sub 'data=2 fsdp=1 seq=2 tensor=1'
+# tiny-gpt's pipeline steps take 20-60 ms (stops at steps 21-57): 200.
+steps=200
 reference_and_preempted "NUM_STAGES=2 (example_pile.sub)" pax pax_env example_pile.sub \
   'pipeline=2 data=2 fsdp=1'
 

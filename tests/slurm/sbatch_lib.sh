@@ -4,6 +4,7 @@
 #   sub_env DIR LOG [VAR=VALUE...]  -> the environment of a tiny example_pile.sub run
 #   t5x_env DIR MODEL_DIR [VAR=...] -> the same for example_slurm_pretrain_pile.sub (tiny-t5)
 #   submit_sub OUT ARGS... SCRIPT   -> sbatch -J $JOB -o OUT ... with the array `vars` exported
+#                                      (-J $SUB_NAME when set: a job to run beside another)
 #   end_job ID SECONDS              -> wait_job; the final state in JOB_STATE, ExitCode in JOB_EXIT
 #   job_completed WHAT ID OUT OUT0  -> ok/bad: COMPLETED 0:0, else the outputs and daemon logs
 #   step_losses RUN_DIR             -> "step loss" lines, as logged (exact text of the floats)
@@ -12,6 +13,9 @@
 #   rank_pids RUN_DIR RANK          -> pids of the ax-train ranks RANK of the run in RUN_DIR
 #   start_requeued ID [HOOK]        -> once job ID is requeued (or ended), runs HOOK and starts
 #                                      it without the 2-minute hold; the state in REQUEUE_STATE
+#   reference_start WHAT RUN OUT OUT0 ARGS... -> submits the uninterrupted job as $JOB-ref, to run
+#                                      beside the test's next job
+#   reference_wait                  -> job_completed for that job; its step_losses in REF
 #   preempt_resume MODE ...         -> ok/bad: a job stopped by USR1 requeues, resumes and logs
 #                                      the uninterrupted job's losses
 #   losses_are_reference WHAT REF RUN STEPS -> ok/bad: RUN's losses are REF, each step once
@@ -46,11 +50,41 @@ t5x_env() {
 }
 
 # submit_sub OUT [sbatch args...] SCRIPT: sbatch with the caller's array `vars` (VAR=VALUE) in
-# the environment it exports to the job; prints the job id.
+# the environment it exports to the job; prints the job id. The job is named $JOB, or SUB_NAME
+# when set (a $JOB-SOMETHING that lets the job run beside the test's others: the job scripts'
+# --dependency=singleton holds back only jobs of one name).
 submit_sub() {
   local out="$1"
   shift
-  env "${vars[@]}" timeout -k 5 "$CLIENT_TIMEOUT" sbatch --parsable -J "$JOB" -o "$out" "$@" 2>&1
+  env "${vars[@]}" timeout -k 5 "$CLIENT_TIMEOUT" sbatch --parsable -J "${SUB_NAME:-$JOB}" \
+    -o "$out" "$@" 2>&1
+}
+
+# reference_start WHAT RUN_DIR BATCH_OUT RANK0_PATTERN [sbatch args...] SCRIPT: submits the
+# uninterrupted job of a preemption test (the caller's `vars`; its run directory RUN_DIR, rank 0's
+# output RANK0_PATTERN with %j the job id) under the name $JOB-ref: the job scripts'
+# --dependency=singleton holds back only jobs of one name, so it runs on two other nodes beside
+# the preempted job that the test submits next, through that job's waits (the signal, the
+# requeue, the restart) instead of before them. reference_wait collects it.
+reference_start() {
+  REF_WHAT="$1" REF_RUN="$2" REF_OUT="$3" REF_PATTERN="$4" REF="" REF_OK=""
+  shift 4
+  REF_ID="$(SUB_NAME="$JOB-ref" submit_sub "$REF_OUT" "$@")"
+}
+
+# reference_wait: once, waits for the job reference_start submitted and checks that it COMPLETED
+# 0:0 (job_completed, as WHAT); then REF holds its step_losses. False when it did not complete.
+reference_wait() {
+  if [[ -z "$REF_OK" ]]; then
+    end_job "$REF_ID" 180
+    if job_completed "$REF_WHAT" "$REF_ID" "$REF_OUT" "${REF_PATTERN//%j/$REF_ID}"; then
+      REF_OK=yes
+      REF="$(step_losses "$REF_RUN")"
+    else
+      REF_OK=no
+    fi
+  fi
+  [[ "$REF_OK" == yes ]]
 }
 
 end_job() {
@@ -111,13 +145,15 @@ job_completed() {
 show_tail() { sed 's/^/  | /' "$1" 2>/dev/null | tail -n "${2:-25}"; }
 
 # wait_step ID OUT STEP: until rank 0's output OUT shows STEP (ax-launch prefixes its lines with
-# [r0]); false after 60 s or when job ID ended first.
+# [r0]); false after 60 s or when job ID ended first (its state asked once a second).
 wait_step() {
-  local id="$1" out="$2" step="$3" start=$SECONDS
+  local id="$1" out="$2" step="$3" start=$SECONDS i=0
   until grep -Eq "^(\[r0\] )?step +$step/" "$out" 2>/dev/null; do
-    case "$(job_field "$id" JobState)" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) return 1 ;;
-    esac
+    if ((i++ % 10 == 9)); then
+      case "$(job_field "$id" JobState)" in
+        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) return 1 ;;
+      esac
+    fi
     ((SECONDS - start > 60)) && return 1
     sleep 0.1
   done
@@ -157,21 +193,26 @@ kill_rank() {
 # late, or was lost; REQUEUE_STATE then says how, "" when the job is gone), runs the command HOOK
 # (if given) while the requeued job waits, and lifts Slurm's 2-minute hold on it.
 start_requeued() {
-  local id="$1" hook="${2:-}" deadline=$((SECONDS + 60))
+  local id="$1" hook="${2:-}" deadline=$((SECONDS + 60)) seen line
   while ((SECONDS < deadline)); do
-    REQUEUE_STATE="$(job_field "$id" JobState)"
-    [[ "$(job_field "$id" Restarts)" == 1 && "$REQUEUE_STATE" == PENDING ]] && break
+    line="$(job_line "$id")"
+    REQUEUE_STATE="$(line_field "$line" JobState)"
+    [[ "$(line_field "$line" Restarts)" == 1 && "$REQUEUE_STATE" == PENDING ]] && break
     [[ "$REQUEUE_STATE" == COMPLETED || "$REQUEUE_STATE" == FAILED || -z "$REQUEUE_STATE" ]] &&
       return 0
-    sleep 0.2
+    sleep 0.1
   done
+  seen=$EPOCHSECONDS
   [[ -z "$hook" ]] || "$hook"
-  # Not at once: the nodes revoked the job's credential when it was requeued, and a node refuses
-  # a credential created in the same second as that revocation ("already killed, do not launch
-  # batch job"; the job then ends FAILED 1:0 without running). Slurm's 2-minute hold exists for
-  # this; 3 s is past that second and past the old step's exit (~2 s here). (`StartTime=now+3`
-  # would leave the start to the scheduler's next periodic pass, up to a minute later.)
-  sleep 3
+  # Not in the same second: the nodes revoked the job's credentials when it was requeued (at the
+  # controller's time of the requeue request), and a node refuses a credential created in the
+  # same second as that revocation ("already killed, do not launch batch job"; the job then ends
+  # FAILED 1:0 without running). Slurm's 2-minute hold exists for this. PENDING (no longer
+  # COMPLETING) means every node has ended the old run and revoked; the credential of the start
+  # below is made after this update, so a clock second past the one that showed PENDING is
+  # enough (a fixed 3 s before; `StartTime=now+1` would leave the start to the scheduler's next
+  # periodic pass, up to a minute later).
+  while ((EPOCHSECONDS <= seen)); do sleep 0.05; done
   t scontrol update JobId="$id" StartTime=now 2>/dev/null
 }
 
@@ -180,7 +221,8 @@ start_requeued() {
 # job id) shows step 8, and checks that the job requeued once and COMPLETED 0:0, that the ranks
 # stopped at a step with a checkpoint that restart 1 resumed from, that the batch script logged
 # the signal, the requeue and the restart, and that RUN_DIR's losses are REF (the uninterrupted
-# job's step_losses), exactly.
+# job's step_losses), exactly. REF `-`: the losses of the job reference_start submitted, waited
+# for at the end (reference_wait; when that job failed, its failure is the verdict).
 preempt_resume() {
   local mode="$1" steps="$2" ref="$3" run="$4" pattern="$5" batch_out="$6" id out start stopped
   shift 6
@@ -224,6 +266,10 @@ preempt_resume() {
   else
     bad "$mode mode: the batch output lacks the signal/requeue/restart lines"
     show_tail "$batch_out"
+  fi
+  if [[ "$ref" == - ]]; then
+    reference_wait || return
+    ref="$REF"
   fi
   losses_are_reference "$mode mode" "$ref" "$run" "$steps"
 }

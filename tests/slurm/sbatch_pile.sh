@@ -19,9 +19,39 @@ prepare_data "$dir/data"
 steps=12
 ws="$dir/ws"
 
+# The four jobs are submitted at once, each under its own name (--dependency=singleton holds back
+# only jobs of one name): two run at a time on the 4 nodes; each is checked below once it ended.
 # mode A: srun --ax-mesh, one ax-train per (fake) GPU.
 mapfile -t vars < <(sub_env "$dir" logs/srun "MAX_STEPS=$steps")
-id="$(submit_sub "$dir/srun.out" -N 2 "$SUB_DIR/example_pile.sub")"
+id="$(SUB_NAME="$JOB-srun" submit_sub "$dir/srun.out" -N 2 "$SUB_DIR/example_pile.sub")"
+
+# mode B: one ax-launch per node.
+mapfile -t vars < <(sub_env "$dir" logs/launch "MAX_STEPS=$steps" AX_LAUNCH_MODE=ax-launch)
+id2="$(SUB_NAME="$JOB-launch" submit_sub "$dir/launch.out" -N 2 "$SUB_DIR/example_pile.sub")"
+
+# mode B on a cluster whose srun does not load spank_ax.so (an srun on PATH that reads a copy of
+# slurm.conf with an empty plugstack): every node's ax-launch shares the job secret that the job
+# script made, and the run trains the same losses.
+mkdir -p "$dir/bin"
+: >"$dir/no-plugins.conf"
+sed "s|^PlugStackConfig=.*|PlugStackConfig=$dir/no-plugins.conf|" "$SLURM_CONF" \
+  >"$dir/slurm-no-plugin.conf"
+printf '#!/bin/bash\nSLURM_CONF=%q exec %q "$@"\n' "$dir/slurm-no-plugin.conf" \
+  "$(command -v srun)" >"$dir/bin/srun"
+chmod +x "$dir/bin/srun"
+if t "$dir/bin/srun" --help 2>&1 | grep -q -- --ax-mesh; then
+  bad "the srun without plugins still lists --ax-mesh"
+fi
+mapfile -t vars < <(sub_env "$dir" logs/launch-no-plugin "MAX_STEPS=$steps" \
+  AX_LAUNCH_MODE=ax-launch "PATH=$dir/bin:$PATH")
+id4="$(SUB_NAME="$JOB-no-plugin" submit_sub "$dir/launch-no-plugin.out" -N 2 \
+  "$SUB_DIR/example_pile.sub")"
+
+# CONTAINER: the Pyxis command, checked without Pyxis (AX_DRY_RUN=1).
+mapfile -t vars < <(sub_env "$dir" logs/container "MAX_STEPS=$steps" AX_DRY_RUN=1 \
+  "CONTAINER=ghcr.io#nvidia/ax:latest" AX_BIN=)
+id3="$(SUB_NAME="$JOB-container" submit_sub "$dir/container.out" -N 2 "$SUB_DIR/example_pile.sub")"
+
 end_job "$id" 90
 job_completed "srun mode: sbatch -N 2 example_pile.sub" "$id" "$dir/srun.out" \
   "$ws/output/output-$id-0-0.txt"
@@ -50,9 +80,6 @@ else
   bad "srun mode: PREC=bfloat16 but $(grep -o 'device: .*' "$ws/output/output-$id-0-0.txt")"
 fi
 
-# mode B: one ax-launch per node.
-mapfile -t vars < <(sub_env "$dir" logs/launch "MAX_STEPS=$steps" AX_LAUNCH_MODE=ax-launch)
-id2="$(submit_sub "$dir/launch.out" -N 2 "$SUB_DIR/example_pile.sub")"
 end_job "$id2" 90
 job_completed "ax-launch mode: sbatch -N 2 example_pile.sub" "$id2" "$dir/launch.out" \
   "$ws/output/output-$id2-0-0.txt"
@@ -68,22 +95,6 @@ else
   paste <(step_losses "$run") <(step_losses "$run2") | sed 's/^/  srun | ax-launch: /'
 fi
 
-# mode B on a cluster whose srun does not load spank_ax.so (an srun on PATH that reads a copy of
-# slurm.conf with an empty plugstack): every node's ax-launch shares the job secret that the job
-# script made, and the run trains the same losses.
-mkdir -p "$dir/bin"
-: >"$dir/no-plugins.conf"
-sed "s|^PlugStackConfig=.*|PlugStackConfig=$dir/no-plugins.conf|" "$SLURM_CONF" \
-  >"$dir/slurm-no-plugin.conf"
-printf '#!/bin/bash\nSLURM_CONF=%q exec %q "$@"\n' "$dir/slurm-no-plugin.conf" \
-  "$(command -v srun)" >"$dir/bin/srun"
-chmod +x "$dir/bin/srun"
-if t "$dir/bin/srun" --help 2>&1 | grep -q -- --ax-mesh; then
-  bad "the srun without plugins still lists --ax-mesh"
-fi
-mapfile -t vars < <(sub_env "$dir" logs/launch-no-plugin "MAX_STEPS=$steps" \
-  AX_LAUNCH_MODE=ax-launch "PATH=$dir/bin:$PATH")
-id4="$(submit_sub "$dir/launch-no-plugin.out" -N 2 "$SUB_DIR/example_pile.sub")"
 end_job "$id4" 90
 job_completed "ax-launch mode, srun without spank_ax.so: the job script's secret" "$id4" \
   "$dir/launch-no-plugin.out" "$ws/output/output-$id4-0-0.txt"
@@ -94,10 +105,6 @@ else
   bad "ax-launch mode without the plugin: losses differ from srun mode"
 fi
 
-# CONTAINER: the Pyxis command, checked without Pyxis (AX_DRY_RUN=1).
-mapfile -t vars < <(sub_env "$dir" logs/container "MAX_STEPS=$steps" AX_DRY_RUN=1 \
-  "CONTAINER=ghcr.io#nvidia/ax:latest" AX_BIN=)
-id3="$(submit_sub "$dir/container.out" -N 2 "$SUB_DIR/example_pile.sub")"
 end_job "$id3" 60
 state="$JOB_STATE"
 cmd="$(grep '^ax-job: srun ' "$dir/container.out")"

@@ -20,22 +20,24 @@ prepare_data "$dir/data"
 steps=200
 ws="$dir/ws"
 
+# The uninterrupted job runs beside the preempted one in srun mode (reference_start), the
+# preempted one in ax-launch mode beside the corrupted checkpoint's below (part_start): two jobs
+# at a time, on two nodes each.
 mapfile -t vars < <(sub_env "$dir" logs/reference "MAX_STEPS=$steps")
-id="$(submit_sub "$dir/reference.out" -N 2 "$SUB_DIR/example_pile.sub")"
-end_job "$id" 90
-if ! job_completed "the uninterrupted job" "$id" "$dir/reference.out" \
-  "$ws/output/output-$id-0-0.txt"; then
+reference_start "the uninterrupted job" "$ws/logs/reference" "$dir/reference.out" \
+  "$ws/output/output-%j-0-0.txt" -N 2 "$SUB_DIR/example_pile.sub"
+mapfile -t vars < <(sub_env "$dir" logs/preempted-srun "MAX_STEPS=$steps" AX_LAUNCH_MODE=srun)
+preempt_resume srun "$steps" - "$ws/logs/preempted-srun" "$ws/output/output-%j-0-0.txt" \
+  "$dir/srun.out" -N 2 "$SUB_DIR/example_pile.sub"
+if ! reference_wait; then
   finish
   exit
 fi
-ref="$(step_losses "$ws/logs/reference")"
-
-for mode in srun ax-launch; do
-  log="logs/preempted-$mode"
-  mapfile -t vars < <(sub_env "$dir" "$log" "MAX_STEPS=$steps" "AX_LAUNCH_MODE=$mode")
-  preempt_resume "$mode" "$steps" "$ref" "$ws/$log" "$ws/output/output-%j-0-0.txt" \
-    "$dir/$mode.out" -N 2 "$SUB_DIR/example_pile.sub"
-done
+ref="$REF"
+mapfile -t vars < <(sub_env "$dir" logs/preempted-ax-launch "MAX_STEPS=$steps" \
+  AX_LAUNCH_MODE=ax-launch)
+part_start ax-launch preempt_resume ax-launch "$steps" "$ref" "$ws/logs/preempted-ax-launch" \
+  "$ws/output/output-%j-0-0.txt" "$dir/ax-launch.out" -N 2 "$SUB_DIR/example_pile.sub"
 
 # --- the newest checkpoint corrupted while the requeued job waits ---------------------------------
 log="logs/corrupt"
@@ -102,4 +104,5 @@ else
   show_tail "$out"
   show_tail "$dir/strict.out"
 fi
+part_end ax-launch
 finish

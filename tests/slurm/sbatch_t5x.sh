@@ -19,9 +19,17 @@ steps=12
 ws="$dir/ws"
 sub="$SUB_DIR/example_slurm_pretrain_pile.sub"
 
+# The two 2-node jobs run at the same time (each under its own name: --dependency=singleton holds
+# back only jobs of one name), each checked once it ended.
 # srun mode: one ax-train per (fake) GPU, $1 = GPUS_PER_NODE.
 mapfile -t vars < <(t5x_env "$dir" runs/srun "TRAIN_STEPS=$steps")
-id="$(submit_sub "$dir/srun.out" -N 2 "$sub" 2)"
+id="$(SUB_NAME="$JOB-srun" submit_sub "$dir/srun.out" -N 2 "$sub" 2)"
+# ax-launch mode, DATASET_MAP instead of BASE_TFDS_DATA_DIR, tensor parallelism.
+mapfile -t vars < <(t5x_env "$dir" runs/tp "TRAIN_STEPS=$steps" AX_LAUNCH_MODE=ax-launch \
+  BASE_TFDS_DATA_DIR= "DATASET_MAP=$dir/data/shards:the_pile" TP_SIZE=2 PREC=float32 \
+  NUM_MICROBATCHES=2)
+id2="$(SUB_NAME="$JOB-tp" submit_sub "$dir/tp.out" -N 2 "$sub" 2)"
+
 end_job "$id" 90
 folder="$dir/outputs/multinode/PRETRAIN-small-bfloat16-N2-n4-Step$steps-BS4-MBS1-SL64_16-TP1-FP80"
 job_completed "srun mode: sbatch -N 2 example_slurm_pretrain_pile.sub 2" "$id" "$dir/srun.out" \
@@ -40,11 +48,7 @@ else
   bad "srun mode: $(grep -oE 'mesh data=[^(]*|GLOBAL_BATCH [0-9]+|device: .*' "$out0" | tr '\n' ' ')"
 fi
 
-# ax-launch mode, DATASET_MAP instead of BASE_TFDS_DATA_DIR, tensor parallelism.
-mapfile -t vars < <(t5x_env "$dir" runs/tp "TRAIN_STEPS=$steps" AX_LAUNCH_MODE=ax-launch \
-  BASE_TFDS_DATA_DIR= "DATASET_MAP=$dir/data/shards:the_pile" TP_SIZE=2 PREC=float32 \
-  NUM_MICROBATCHES=2)
-id2="$(submit_sub "$dir/tp.out" -N 2 "$sub" 2)"
+# ax-launch mode, DATASET_MAP, TP_SIZE=2 (submitted above).
 end_job "$id2" 90
 folder2="$dir/outputs/multinode/PRETRAIN-small-float32-N2-n4-Step$steps-BS4-MBS2-SL64_16-TP2-FP80"
 job_completed "ax-launch mode, DATASET_MAP, TP_SIZE=2" "$id2" "$dir/tp.out" \

@@ -117,15 +117,14 @@ rm -f "$task/validation.jsonl"
 # Long enough that the signal, sent at step 8, reaches the ranks well before the last step.
 psteps=150
 pargs="AX_TRAIN_ARGS=--device=cpu --set=train.eval_every=0"
+# The uninterrupted job runs beside the preempted one (reference_start).
 mapfile -t vars < <(ft_env runs/reference "$psteps" "$pargs")
-id="$(submit_sub "$dir/reference.out" -N 2 "$sub" 2)"
-end_job "$id" 120
-if job_completed "the uninterrupted fine-tuning job" "$id" "$dir/reference.out" \
-  "$folder/output-$id-0.txt"; then
-  mapfile -t vars < <(ft_env runs/preempted "$psteps" "$pargs")
-  preempt_resume srun "$psteps" "$(step_losses "$ws/runs/reference")" "$ws/runs/preempted" \
-    "$folder/output-%j-0.txt" "$dir/preempted.out" -N 2 "$sub" 2
-fi
+reference_start "the uninterrupted fine-tuning job" "$ws/runs/reference" "$dir/reference.out" \
+  "$folder/output-%j-0.txt" -N 2 "$sub" 2
+mapfile -t vars < <(ft_env runs/preempted "$psteps" "$pargs")
+preempt_resume srun "$psteps" - "$ws/runs/preempted" "$folder/output-%j-0.txt" \
+  "$dir/preempted.out" -N 2 "$sub" 2
+reference_wait
 
 # --- one node: singlenode_ft_frompile.sh ----------------------------------------------------------
 # <FT_TASK> <T5_SIZE> <PREC> <NUM_GPUS> <BSIZE_PER_GPU> <LOG_DIR> <MODEL_DIR_LOCAL>: the weights of

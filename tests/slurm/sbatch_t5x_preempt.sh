@@ -21,20 +21,16 @@ ws="$dir/ws"
 
 # T5x's output folder of these jobs (the same for all: the variables that name it do not change).
 outputs="$dir/outputs/multinode/PRETRAIN-small-bfloat16-N2-n4-Step$steps-BS4-MBS1-SL64_16-TP1-FP80"
+# The uninterrupted job runs beside the first preempted one (reference_start).
 mapfile -t vars < <(t5x_env "$dir" runs/reference "TRAIN_STEPS=$steps")
-id="$(submit_sub "$dir/reference.out" -N 2 "$sub" 2)"
-end_job "$id" 90
-ref_out="$outputs/output-$id-0.txt"
-if ! job_completed "the uninterrupted job" "$id" "$dir/reference.out" "$ref_out"; then
-  finish
-  exit
-fi
-ref="$(step_losses "$ws/runs/reference")"
+reference_start "the uninterrupted job" "$ws/runs/reference" "$dir/reference.out" \
+  "$outputs/output-%j-0.txt" -N 2 "$sub" 2
 
 for mode in srun ax-launch; do
   log="runs/preempted-$mode"
   mapfile -t vars < <(t5x_env "$dir" "$log" "TRAIN_STEPS=$steps" "AX_LAUNCH_MODE=$mode")
-  preempt_resume "$mode" "$steps" "$ref" "$ws/$log" "$outputs/output-%j-0.txt" "$dir/$mode.out" \
+  preempt_resume "$mode" "$steps" - "$ws/$log" "$outputs/output-%j-0.txt" "$dir/$mode.out" \
     -N 2 "$sub" 2
 done
+reference_wait
 finish

@@ -13,23 +13,43 @@ mkdir -p "$dir/data/shards" "$dir/empty"
 : >"$dir/data/spm.model"
 echo '{}' >"$dir/data/shards/index.json" # enough for the script; ax-train never runs
 
+# Every case is submitted at once (as $JOB-N, so that --dependency=singleton does not hold them
+# one after another) and checked once all have ended: none may have run a step.
 case_no=0
-# check_rejected WHAT SCRIPT EXPECTED_LINE... (the job's environment in `vars`)
+cases=()
+# check_rejected WHAT SCRIPT EXPECTED_LINE... (the job's environment in `vars`): submits the case.
 check_rejected() {
-  local what="$1" script="$2" id out missing=() line
+  local what="$1" script="$2" id
   shift 2
   case_no=$((case_no + 1))
-  out="$dir/case$case_no.out"
-  id="$(submit_sub "$out" -N 1 "$SUB_DIR/$script")"
-  end_job "$id" 30
-  for line in "$@"; do grep -qF -- "$line" "$out" || missing+=("$line"); done
-  if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" == 2:0 && ${#missing[@]} == 0 ]] &&
-    ! grep -q '^ax-job: srun' "$out" && [[ -z "$(ls -A "$dir/ws/output" 2>/dev/null)" ]]; then
-    ok "$what: job $id FAILED 2:0 before srun, naming it"
-  else
-    bad "$what: job $id $JOB_STATE $JOB_EXIT; lines missing: ${missing[*]:-none}"
-    show_tail "$out" 15
-  fi
+  id="$(SUB_NAME="$JOB-$case_no" submit_sub "$dir/case$case_no.out" -N 1 "$SUB_DIR/$script")"
+  printf '%s\n' "$what" "$@" >"$dir/case$case_no.expected"
+  cases+=("$id")
+}
+
+# check_cases: once every case's job has ended, each FAILED 2:0, its output names every
+# EXPECTED_LINE, and no case ran a step (no srun line, no task output files at all).
+check_cases() {
+  local i id out what lines line missing states=()
+  for id in "${cases[@]}"; do
+    end_job "$id" 30
+    states+=("$JOB_STATE $JOB_EXIT")
+  done
+  for ((i = 1; i <= case_no; i++)); do
+    id="${cases[i - 1]}" out="$dir/case$i.out"
+    mapfile -t lines <"$dir/case$i.expected"
+    what="${lines[0]}" missing=()
+    read -r JOB_STATE JOB_EXIT <<<"${states[i - 1]}"
+    for line in "${lines[@]:1}"; do grep -qF -- "$line" "$out" || missing+=("$line"); done
+    if [[ "$JOB_STATE" == FAILED && "$JOB_EXIT" == 2:0 && ${#missing[@]} == 0 ]] &&
+      ! grep -q '^ax-job: srun' "$out" && [[ -z "$(ls -A "$dir/ws/output" 2>/dev/null)" ]]; then
+      ok "$what: job $id FAILED 2:0 before srun, naming it"
+    else
+      bad "$what: job $id $JOB_STATE $JOB_EXIT; lines missing: ${missing[*]:-none}"
+      show_tail "$out" 15
+      ls "$dir/ws/output" 2>/dev/null | sed 's/^/  task output: /'
+    fi
+  done
 }
 
 mapfile -t vars < <(sub_env "$dir" logs/x PREC= GPUS_PER_NODE=two "ICI_MESH_SHAPE=[1,x,1]")
@@ -69,4 +89,5 @@ mapfile -t vars < <(sub_env "$dir" logs/x CONFIG=tiny-llama GA=0 ICI_PP=2 ICI_DP
 check_rejected "example_fuji.sub: GA=0, two -1 in the five-axis ICI vector" example_fuji.sub \
   "GA='0': expected a whole number >= 1" \
   "mesh ICI_PP,ICI_DP,ICI_FSDP,ICI_SQP,ICI_TP=2,-1,-1,1,1 / DCN_PP,DCN_DP,DCN_FSDP,DCN_SQP,DCN_TP=1,-1,1,1,1: at most one -1 per vector"
+check_cases
 finish
