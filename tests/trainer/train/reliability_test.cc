@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -53,12 +54,15 @@ struct WorldRun {
   double after_mark_s = -1;        // from the mark (mark_rank's after_step of mark_step) to the end
 };
 
+// Called by every rank after each step, as TrainOptions::after_step (false asks to stop).
+using StepHook = std::function<bool(int rank, const StepResult&)>;
+
 // Trains `config` on `world` forked CPU ranks (mesh fsdp = world, as `auto` gives one node), one
 // backend thread each. Ranks still running after `deadline_s` are killed and count as hung.
 // `mark_step` > 0: rank mark_rank notes the monotonic clock after that step (the job's end is
 // measured from there).
 WorldRun run_world(const Config& config, int world, const std::string& run_dir, double deadline_s,
-                   int64_t mark_step = 0, int mark_rank = 0) {
+                   int64_t mark_step = 0, int mark_rank = 0, const StepHook& hook = nullptr) {
   const std::string coordinator = "127.0.0.1:" + std::to_string(ax::testing::free_port());
   fs::create_directories(fs::path(run_dir).parent_path());
   const std::string mark_path = run_dir + ".mark";
@@ -94,7 +98,7 @@ WorldRun run_world(const Config& config, int world, const std::string& run_dir, 
           std::ofstream(mark_path)
               << std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
         }
-        return true;
+        return !hook || hook(rank, r);
       };
       StatusOr<TrainOutcome> outcome = train(config, run_dir, options);
       if (!outcome.ok()) std::fprintf(stderr, "train: %s\n", outcome.status().to_string().c_str());
@@ -314,6 +318,46 @@ TEST(StuckRanks, ARankHeldInDataLoadingIsNamedWithItsPhaseAndTime) {
       "[ measured ] the job ended %.1f s after rank 1 entered its stall (timeout 2 s); "
       "the line: %s\n",
       run.after_mark_s, first.c_str());
+}
+
+// scancel's SIGTERM reaches a job's ranks one node at a time (each node's slurmstepd; seconds
+// apart under load), and the batch script forwards a USR1 after it (sbatch/lib/preemption.sh):
+// every rank stops at the same step boundary, and the stop line (rank 0 alone prints it) names
+// the signal that reached any rank, not "on request" when it has not reached rank 0 yet
+// (tests/slurm/sbatch_cancel.sh reads that line). TERM outranks USR1 in either order, and any
+// signal an after_step request; USR1 alone (a preemption) and a request alone are named as such.
+TEST(StopRequests, RankZeroNamesTheSignalThatReachedAnyRank) {
+  struct Case {
+    const char* name;
+    std::vector<int> rank0, rank1;  // raised, in this order, on that rank after step 2
+    bool request_rank0;             // rank 0's after_step returns false after step 2
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"term-on-rank1", {}, {SIGTERM}, false, "stopped after step 2 on signal 15;"},
+      {"term-and-request", {}, {SIGTERM}, true, "stopped after step 2 on signal 15;"},
+      {"usr1-and-term", {SIGUSR1}, {SIGTERM}, false, "stopped after step 2 on signal 15;"},
+      {"term-then-usr1", {SIGTERM, SIGUSR1}, {}, false, "stopped after step 2 on signal 15;"},
+      {"usr1-on-rank1", {}, {SIGUSR1}, false, "stopped after step 2 on signal 10;"},
+      {"request-only", {}, {}, true, "stopped after step 2 on request;"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string run_dir = ax::testing::temp_dir(std::string("reliability-stop-") + c.name);
+    const StepHook hook = [&c](int rank, const StepResult& r) {
+      if (r.step != 2) return true;
+      install_stop_handlers();  // ax-train's: a signal is noted for the step boundary, not fatal
+      for (int sig : rank == 0 ? c.rank0 : c.rank1) ::raise(sig);
+      return !(rank == 0 && c.request_rank0);
+    };
+    const WorldRun run =
+        run_world(corpus_config("tiny-gpt", base(6, 1)), 2, run_dir + "/run", 120, 0, 0, hook);
+    for (size_t r = 0; r < run.exit_codes.size(); ++r) {
+      ASSERT_EQ(run.exit_codes[r], 0) << "rank " << r << ": " << run.errs[r];
+    }
+    EXPECT_NE(joined(run.lines).find(c.expected), std::string::npos) << joined(run.lines);
+    EXPECT_TRUE(fs::is_directory(run_dir + "/run/checkpoints/step_00000002"));
+  }
 }
 
 }  // namespace

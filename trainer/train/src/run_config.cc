@@ -25,6 +25,14 @@ const EnvKnob<int64_t> kCpuThreads("AX_CPU_THREADS", 0,
 
 std::atomic<int> g_stop_signal{0};
 
+// Keeps the highest signal number asked for: scancel's TERM (15) is what the stop line names
+// even when the batch script's forwarded USR1 (10, sbatch/lib/preemption.sh) comes after it.
+void note_stop(int signal_number) {
+  int seen = g_stop_signal.load();
+  while (seen < signal_number && !g_stop_signal.compare_exchange_weak(seen, signal_number)) {
+  }
+}
+
 // The first signal asks for a checkpoint at the next step boundary; a second SIGINT (an
 // impatient Ctrl-C) ends the process at once.
 extern "C" void on_stop_signal(int signal_number) {
@@ -33,7 +41,7 @@ extern "C" void on_stop_signal(int signal_number) {
     std::raise(SIGINT);
     return;
   }
-  g_stop_signal.store(signal_number);
+  note_stop(signal_number);
 }
 
 std::string absolute_path(const std::string& path) {
@@ -260,7 +268,7 @@ void install_stop_handlers() {
   for (int s : {SIGTERM, SIGINT, SIGUSR1}) sigaction(s, &action, nullptr);
 }
 
-void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
+void request_stop(int signal_number) { note_stop(signal_number); }
 int stop_signal() { return g_stop_signal.load(); }
 
 }  // namespace ax::train

@@ -31,6 +31,10 @@ using Clock = std::chrono::steady_clock;
 // Separates the dropout seeds of the steps from the other streams drawn from train.seed.
 constexpr uint64_t kDropoutStream = 0x64726f706f757400ULL;  // "dropout"
 
+// What a rank puts into the stop reduction (max) for an after_step request: above "go on" (0),
+// below every signal's number, which the stop line names instead.
+constexpr double kStopRequested = 0.5;
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -480,14 +484,20 @@ StatusOr<TrainOutcome> Trainer::run() {
     comm::set_phase(comm::Phase::kLogging);
     const bool keep_going = !options_.after_step || options_.after_step(result);
     // Every rank stops at the same step boundary: a signal that reached some ranks stops all.
-    const bool stop = dist_->all_reduce(dist_->groups.world.get(),
-                                        (!keep_going || stop_signal() != 0) ? 1.0 : 0.0,
-                                        comm::ReduceOp::kMax) > 0;
-    if (stop && k < max_steps) {
+    // The reduction carries the signal's number (kStopRequested for an after_step request, below
+    // every signal), so that rank 0 names it even when it reached only other ranks so far: Slurm
+    // delivers scancel's TERM node by node, seconds apart under load.
+    const int local_sig = stop_signal();
+    const double reason = dist_->all_reduce(dist_->groups.world.get(),
+                                            local_sig != 0 ? static_cast<double>(local_sig)
+                                            : keep_going   ? 0.0
+                                                           : kStopRequested,
+                                            comm::ReduceOp::kMax);
+    if (reason > 0 && k < max_steps) {
       AX_RETURN_IF_ERROR(save_checkpoint());
       AX_RETURN_IF_ERROR(finish_checkpoint());  // the write ends before the process does
       if (metrics_) AX_RETURN_IF_ERROR(metrics_->flush());
-      const int sig = stop_signal();
+      const int sig = reason >= 1 ? static_cast<int>(reason) : 0;
       out_ << "stopped after step " << k
            << (sig != 0 ? str_cat(" on signal ", sig) : std::string(" on request"))
            << "; checkpoint written, run the same command to resume" << std::endl;

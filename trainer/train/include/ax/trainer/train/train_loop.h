@@ -125,6 +125,6 @@ double pipeline_evaluate_loss(Model* model, const StepRows& rows);
 // ends the process at once).
 void install_stop_handlers();
 void request_stop(int signal_number);
-int stop_signal();  // 0 while no stop was requested
+int stop_signal();  // 0 while no stop was requested, else the highest signal number so far
 
 }  // namespace ax::train
