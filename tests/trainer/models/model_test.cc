@@ -299,7 +299,7 @@ TEST(ParamLayout, PipelineSharedTablesGetTheSameHeadOnBothEnds) {
     layout.set_unit(0);
     if (!first) layout.add(spec("lnf.weight", {5}));
     ParamSpec table = spec("wte", {7, 3});
-    table.pipeline_shared = shared;
+    if (shared) table.pipeline_stages = {0, 3};
     layout.add(table);
     if (first) layout.add(spec("wpe", {9, 3}));
     layout.set_unit(1);
@@ -324,6 +324,45 @@ TEST(ParamLayout, PipelineSharedTablesGetTheSameHeadOnBothEnds) {
   EXPECT_EQ(plain.find("lnf.weight")->offset, 0);
   EXPECT_EQ(plain.find("wte")->offset, 16);
   EXPECT_EQ(plain.units()[0].size, 64);
+}
+
+// T5 on a pipeline: a stage's unit 0 can hold several parameters other stages hold too (the
+// encoder's bias table, the token table), each held by its own set of stages. Each is a block of
+// its own, padded to 16 × shards, so fsdp rank f of every holder owns the same elements of it
+// whatever else the holders' unit 0 has; the rest of the unit is one more block.
+TEST(ParamLayout, EachPipelineSharedParameterIsABlockOfItsOwn) {
+  ParamLayout layout;
+  auto add = [&](const char* name, std::vector<int64_t> shape) {
+    ParamSpec s;
+    s.name = name;
+    s.shape = std::move(shape);
+    layout.add(s);
+  };
+  layout.set_unit(0);
+  add("wte", {7, 3});
+  add("enc.rel_bias.weight", {3, 2});
+  add("enc.lnf.weight", {5});
+  layout.set_unit(1);
+  add("enc.h.3.w", {4, 4});
+  layout.share("wte", {0, 3});
+  layout.share("enc.rel_bias.weight", {0, 1, 2, 3});
+  layout.finalize(4);
+  EXPECT_EQ(layout.find("wte")->offset, 0);
+  EXPECT_EQ(layout.find("enc.rel_bias.weight")->offset, 64);  // 21 elements padded to 16 × 4
+  EXPECT_EQ(layout.find("enc.lnf.weight")->offset, 128);      // 6 padded to 64: its own block
+  EXPECT_EQ(layout.units()[0].head, 128);
+  const std::vector<ParamLayout::Unit> blocks = layout.blocks(0);
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[0].begin, 0);
+  EXPECT_EQ(blocks[0].size, 64);
+  EXPECT_EQ(blocks[1].begin, 64);
+  EXPECT_EQ(blocks[1].size, 64);
+  EXPECT_EQ(blocks[2].begin, 128);
+  EXPECT_EQ(blocks[2].size, 64);
+  EXPECT_EQ(layout.block_of(*layout.find("enc.lnf.weight")).begin, 128);
+  EXPECT_EQ(layout.block_of(*layout.find("enc.rel_bias.weight")).size, 64);
+  ASSERT_EQ(layout.blocks(1).size(), 1u);
+  EXPECT_EQ(layout.blocks(1)[0].begin, 192);
 }
 
 TEST(Model, InitFollowsTheParameterNamesDoc) {

@@ -143,7 +143,7 @@ class DecoderLm final : public Model {
     if (with_embedding || (with_head && config.tied_embeddings)) {
       // The LM head counts once as a matmul; a lookup does not.
       ParamSpec table = vocab.table("wte", C, config.init_std, config.tied_embeddings, tp);
-      table.pipeline_shared = shared;
+      if (shared) table.pipeline_stages = {0, par.pipeline_size - 1};
       layout.add(std::move(table));
     }
     if (learned && with_embedding) {

@@ -67,20 +67,20 @@ Status check_pipeline_layout(const Config& config, const comm::MeshCoords& coord
   }
   if (P == 1) return Status::Ok();
   const ModelConfig& m = config.model;
-  if (m.family == ModelFamily::kT5) {
-    return Unimplemented("pipeline=", P, ": pipeline stages are built for the decoder-only ",
-                         "families (gpt, llama), not for model.family=t5 yet (issue 25): train ",
-                         "t5 with a mesh of pipeline 1 (data, fsdp and tensor parallelism)");
-  }
-  if (m.num_layers < P) {
-    return InvalidArgument("pipeline=", P, " stages need at least as many layers, and ",
-                           "model.num_layers=", m.num_layers,
+  // T5's stages cut the encoder's and the decoder's layers as one sequence.
+  const bool t5 = m.family == ModelFamily::kT5;
+  const int64_t layers = t5 ? m.num_layers + m.decoder_layers() : m.num_layers;
+  const std::string have = t5 ? str_cat("model.num_layers=", m.num_layers,
+                                        " and model.num_decoder_layers=", m.decoder_layers(), " (",
+                                        layers, " layers in all)")
+                              : str_cat("model.num_layers=", m.num_layers);
+  if (layers < P) {
+    return InvalidArgument("pipeline=", P, " stages need at least as many layers, and ", have,
                            ": use a smaller pipeline axis or more layers");
   }
-  if (m.num_layers < P * V) {
+  if (layers < P * V) {
     return InvalidArgument("pipeline=", P, " stages of train.pipeline_virtual_stages=", V,
-                           " chunks need at least ", P * V,
-                           " layers, and model.num_layers=", m.num_layers,
+                           " chunks need at least ", P * V, " layers, and ", have,
                            ": use fewer virtual stages or more layers");
   }
   const int64_t micro_batches = config.train.num_microbatches;

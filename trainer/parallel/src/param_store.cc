@@ -30,6 +30,12 @@ void ParamLayout::add(ParamSpec spec) {
   specs_.push_back(std::move(spec));
 }
 
+void ParamLayout::share(const std::string& name, std::vector<int> stages) {
+  auto it = index_.find(name);
+  AX_CHECK(it != index_.end()) << "no parameter named " << name;
+  specs_[it->second].pipeline_stages = std::move(stages);
+}
+
 void ParamLayout::finalize(int shards) {
   AX_CHECK_GE(shards, 1);
   shards_ = shards;
@@ -49,18 +55,16 @@ void ParamLayout::finalize(int shards) {
   }
   for (int u = 0; u < num_units(); ++u) {
     Unit unit{offset, 0};
-    // A pipeline's tied tables first, as a head sharded on its own: the first and the last stage
-    // lay it out alike, whatever else their unit holds. Without them the order is unchanged.
+    // Parameters several pipeline stages hold first, each a block sharded on its own: every
+    // stage that holds one lays it out alike, whatever else its unit holds. Without them the
+    // order is unchanged.
     for (bool shared : {true, false}) {
       for (ParamSpec& spec : specs_) {
-        if (spec.unit != u || spec.pipeline_shared != shared) continue;
+        if (spec.unit != u || spec.pipeline_shared() != shared) continue;
         spec.offset = offset;
-        offset = align_up(offset + spec.numel, kAlignElements);
+        offset = align_up(offset + spec.numel, shared ? kAlignElements * shards : kAlignElements);
       }
-      if (shared && offset > unit.begin) {
-        offset = unit.begin + align_up(offset - unit.begin, kAlignElements * shards);
-        unit.head = offset - unit.begin;
-      }
+      if (shared) unit.head = offset - unit.begin;
     }
     AX_CHECK(u == 0 || unit.head == 0) << "a pipeline-shared parameter outside unit 0";
     unit.size = align_up(offset - unit.begin, kAlignElements * shards);
@@ -69,6 +73,24 @@ void ParamLayout::finalize(int shards) {
   }
   decay_end_ = 0;  // no single decay range: the optimizer walks ParamStore::owned()
   total_ = offset;
+}
+
+std::vector<ParamLayout::Unit> ParamLayout::blocks(int u) const {
+  const Unit& unit = units_[static_cast<size_t>(u)];
+  std::vector<Unit> out;
+  for (const ParamSpec& spec : specs_) {
+    if (spec.unit == u && spec.pipeline_shared()) out.push_back(block_of(spec));
+  }
+  if (unit.size > unit.head) out.push_back({unit.begin + unit.head, unit.size - unit.head});
+  return out;
+}
+
+ParamLayout::Unit ParamLayout::block_of(const ParamSpec& spec) const {
+  const Unit& unit = units_[static_cast<size_t>(spec.unit)];
+  if (spec.pipeline_shared()) {
+    return {spec.offset, align_up(spec.numel, kAlignElements * shards_)};
+  }
+  return {unit.begin + unit.head, unit.size - unit.head};
 }
 
 int ParamLayout::num_units() const {
@@ -166,6 +188,23 @@ void init_parameters(const ParamLayout& layout, uint64_t seed, std::span<float> 
 
 // ---- ParamStore ----
 
+namespace {
+
+// Parameters several pipeline stages hold (pipeline_shared()): another stage's gradient lands in
+// a buffer of the largest one (with FSDP, of its shard), as Impl::allocate sizes it.
+int64_t shared_gradient_elements(const ParamLayout& layout) {
+  int64_t shared = 0;
+  for (const ParamSpec& spec : layout.specs()) {
+    if (!spec.pipeline_shared()) continue;
+    shared = std::max(shared, spec.numel);
+    if (layout.shards() > 1)
+      shared = std::max(shared, layout.block_of(spec).size / layout.shards());
+  }
+  return shared;
+}
+
+}  // namespace
+
 // Keep in step with ParamStore::Impl::allocate() below (plan_test compares the two).
 StoreBytes store_bytes(const ParamLayout& layout, DType dt) {
   const int F = layout.shards();
@@ -175,14 +214,7 @@ StoreBytes store_bytes(const ParamLayout& layout, DType dt) {
   b.master = shard_elems * sizeof(float);
   b.gradients = shard_elems * sizeof(float);
   b.scratch = 16 * sizeof(float);
-  // A pipeline end's tied tables (pipeline_shared): the neighbour's gradient lands in a buffer of
-  // the largest one (of its FSDP shard's head), as Impl::allocate sizes it.
-  int64_t shared = 0;
-  for (const ParamSpec& spec : layout.specs()) {
-    if (spec.pipeline_shared) shared = std::max(shared, spec.numel);
-  }
-  if (F > 1 && shared > 0) shared = std::max(shared, layout.units()[0].head / F);
-  b.scratch += static_cast<size_t>(shared) * sizeof(float);
+  b.scratch += static_cast<size_t>(shared_gradient_elements(layout)) * sizeof(float);
   if (F == 1) {
     b.compute = dt == DType::kF32 ? 0 : shard_elems * ds;
     return b;
@@ -246,12 +278,7 @@ class ParamStore::Impl {
     AX_ASSIGN_OR_RETURN(params, be->alloc(shard_elems * sizeof(float)));
     AX_ASSIGN_OR_RETURN(grads, be->alloc(shard_elems * sizeof(float)));
     AX_ASSIGN_OR_RETURN(scalar, be->alloc(16 * sizeof(float)));
-    int64_t shared = 0;
-    for (const ParamSpec& spec : layout.specs()) {
-      if (spec.pipeline_shared && pipeline_end()) shared = std::max(shared, spec.numel);
-    }
-    if (F > 1 && pipeline_end()) shared = std::max(shared, layout.units()[0].head / F);
-    if (shared > 0) {
+    if (const int64_t shared = shared_gradient_elements(layout); shared > 0) {
       AX_ASSIGN_OR_RETURN(shared_tmp, be->alloc(static_cast<size_t>(shared) * sizeof(float)));
     }
     if (F == 1) {
@@ -288,22 +315,13 @@ class ParamStore::Impl {
   }
 
   Tensor shard(void* base) const { return Tensor(base, DType::kF32, {layout.total() / F}); }
-  // The first or the last stage of a pipeline of several: they share tied tables.
-  bool pipeline_end() const {
-    return par.pipeline_size > 1 &&
-           (par.pipeline_rank == 0 || par.pipeline_rank == par.pipeline_size - 1);
+  // A parameter several stages hold whose gradient norm another stage counts (the first holder).
+  bool counted_elsewhere(const ParamSpec& spec) const {
+    return spec.pipeline_shared() && spec.pipeline_stages[0] != par.pipeline_rank;
   }
   int64_t units() const { return static_cast<int64_t>(layout.units().size()); }
 
-  // FSDP: the parts of unit u sharded each on its own, as {begin, size}: its head (a pipeline's
-  // tied tables) if any, then the rest; none when the unit is empty (a middle stage's unit 0).
-  std::vector<ParamLayout::Unit> blocks(int u) const {
-    const ParamLayout::Unit& unit = layout.units()[static_cast<size_t>(u)];
-    std::vector<ParamLayout::Unit> out;
-    if (unit.head > 0) out.push_back({unit.begin, unit.head});
-    if (unit.size > unit.head) out.push_back({unit.begin + unit.head, unit.size - unit.head});
-    return out;
-  }
+  std::vector<ParamLayout::Unit> blocks(int u) const { return layout.blocks(u); }
   // A block's part of this rank's shard buffer `base`.
   Tensor shard_part(void* base, const ParamLayout::Unit& block) const {
     return Tensor(static_cast<float*>(base) + block.begin / F, DType::kF32, {block.size / F});
@@ -474,11 +492,11 @@ std::vector<OwnedRange> ParamStore::owned() const {
       out.push_back({&spec, 0, spec.offset, spec.numel});
       continue;
     }
-    // The block the parameter lies in: its unit's head (a pipeline's tied tables) or the rest.
-    const ParamLayout::Unit& unit = m.layout.units()[static_cast<size_t>(spec.unit)];
-    const bool in_head = spec.offset < unit.begin + unit.head;
-    const int64_t block_begin = in_head ? unit.begin : unit.begin + unit.head;
-    const int64_t size = (in_head ? unit.head : unit.size - unit.head) / m.F;
+    // The block the parameter lies in: its own (a parameter several stages hold) or the rest of
+    // its unit.
+    const ParamLayout::Unit block = m.layout.block_of(spec);
+    const int64_t block_begin = block.begin;
+    const int64_t size = block.size / m.F;
     const int64_t own_begin = block_begin + m.par.fsdp_rank * size;
     const int64_t begin = std::max(spec.offset, own_begin);
     const int64_t end = std::min(spec.offset + spec.numel, own_begin + size);
@@ -493,15 +511,16 @@ double ParamStore::grad_sum_squares() const {
   Impl& m = *impl_;
   Backend& be = *m.be;
   double local = 0;
-  // A tied table's gradient is the same on the first and the last stage: the first counts it.
-  const bool skip_shared = m.pipeline_end() && m.par.pipeline_rank != 0;
+  // A parameter several stages hold has the same gradient on each: the first of them counts it.
+  const bool skip_shared = std::any_of(m.layout.specs().begin(), m.layout.specs().end(),
+                                       [&](const ParamSpec& s) { return m.counted_elsewhere(s); });
   if (m.par.tensor_size == 1 && !skip_shared) {
     local = be.sum_squares(grads());
   } else {
     // A parameter every tensor rank holds whole has the same gradient on each: count it once.
     for (const OwnedRange& r : owned()) {
       if (r.spec->split_dim < 0 && m.par.tensor_rank != 0) continue;
-      if (r.spec->pipeline_shared && skip_shared) continue;
+      if (m.counted_elsewhere(*r.spec)) continue;
       local += be.sum_squares(
           Tensor(static_cast<float*>(m.grads) + r.shard_offset, DType::kF32, {r.length}));
     }
@@ -526,31 +545,49 @@ void ParamStore::reduce_gradients() {
     comm::collective_or_die(m.par.seq->all_reduce(grads(), comm::ReduceOp::kSum),
                             "seq-parallel gradient all-reduce");
   }
-  if (!m.pipeline_end()) return;
-  // Megatron's embedding group: the first and the last stage swap their parts of a tied table's
-  // gradient and both add the other's (a + b == b + a bit for bit: the copies stay identical).
-  // The pipeline group joins the ranks of the same (d, f, t): with FSDP, fsdp rank f of each end
-  // owns the same elements of unit 0's head, the tied tables, so the two swap that shard.
-  const int peer = m.par.pipeline_rank == 0 ? m.par.pipeline_size - 1 : 0;
-  if (m.F > 1) {
-    const ParamLayout::Unit& root = m.layout.units()[0];
-    if (root.head == 0) return;
-    Tensor mine = m.shard_part(m.grads, {root.begin, root.head});
-    Tensor theirs(m.shared_tmp, DType::kF32, {root.head / m.F});
-    comm::collective_or_die(
-        m.par.pipeline->exchange({comm::P2POp::send(mine, peer), comm::P2POp::recv(theirs, peer)}),
-        "summing a tied table's gradient shard between the first and the last pipeline stage");
-    m.be->add_forward(mine, mine, theirs);
-    return;
-  }
+  // Parameters several stages hold, in name order (every stage walks its own in the same order,
+  // so each sum below waits only for holders that reach it: no cycle). Megatron's embedding
+  // group, generalised: two holders (a tied table on the first and the last stage) swap their
+  // gradients and both add the other's (a + b == b + a bit for bit: the copies stay identical);
+  // more (a T5 relative-bias table on every stage of its stack) send theirs to the first, which
+  // adds them in stage order and sends the sum back. The pipeline group joins the ranks of the
+  // same (d, f, t): with FSDP, fsdp rank f of every holder owns the same elements of the
+  // parameter's own block, so the holders sum that shard.
+  std::vector<const ParamSpec*> shared;
   for (const ParamSpec& spec : m.layout.specs()) {
-    if (!spec.pipeline_shared) continue;
-    Tensor mine = param_view(spec, m.grads).view({spec.numel});
-    Tensor theirs(m.shared_tmp, DType::kF32, {spec.numel});
-    comm::collective_or_die(
-        m.par.pipeline->exchange({comm::P2POp::send(mine, peer), comm::P2POp::recv(theirs, peer)}),
-        "summing a tied table's gradient between the first and the last pipeline stage");
-    m.be->add_forward(mine, mine, theirs);
+    if (spec.pipeline_shared()) shared.push_back(&spec);
+  }
+  std::sort(shared.begin(), shared.end(),
+            [](const ParamSpec* a, const ParamSpec* b) { return a->name < b->name; });
+  const int me = m.par.pipeline_rank;
+  for (const ParamSpec* spec : shared) {
+    const std::vector<int>& holders = spec->pipeline_stages;
+    AX_CHECK(std::find(holders.begin(), holders.end(), me) != holders.end())
+        << spec->name << " declared on pipeline stage " << me << ", which is not among its holders";
+    Tensor mine = m.F > 1 ? m.shard_part(m.grads, m.layout.block_of(*spec))
+                          : param_view(*spec, m.grads).view({spec->numel});
+    Tensor theirs(m.shared_tmp, DType::kF32, {mine.shape[0]});
+    const std::string what = "summing the gradient of " + spec->name + " over pipeline stages";
+    if (holders.size() == 2) {
+      const int peer = holders[0] == me ? holders[1] : holders[0];
+      comm::collective_or_die(m.par.pipeline->exchange(
+                                  {comm::P2POp::send(mine, peer), comm::P2POp::recv(theirs, peer)}),
+                              what.c_str());
+      m.be->add_forward(mine, mine, theirs);
+      continue;
+    }
+    if (holders[0] == me) {
+      for (size_t k = 1; k < holders.size(); ++k) {
+        comm::collective_or_die(m.par.pipeline->recv(theirs, holders[k]), what.c_str());
+        m.be->add_forward(mine, mine, theirs);
+      }
+      for (size_t k = 1; k < holders.size(); ++k) {
+        comm::collective_or_die(m.par.pipeline->send(mine, holders[k]), what.c_str());
+      }
+    } else {
+      comm::collective_or_die(m.par.pipeline->send(mine, holders[0]), what.c_str());
+      comm::collective_or_die(m.par.pipeline->recv(mine, holders[0]), what.c_str());
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // layout tables), and ops receive views with their shapes.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -87,6 +88,13 @@ class Arena {
   explicit Arena(void* base = nullptr, size_t capacity = SIZE_MAX) : base_(base), cap_(capacity) {}
   Tensor take(DType dtype, std::initializer_list<int64_t> dims);
   size_t used() const { return used_; }
+  // Back to an earlier used(): what is taken next overlays what was taken since (plans that are
+  // never alive at once share the bytes; the caller then moves on past the largest).
+  void rewind(size_t used) {
+    AX_CHECK_LE(used, used_);
+    used_ = used;
+  }
+  void advance_to(size_t used) { used_ = std::max(used_, used); }
 
  private:
   void* base_;

@@ -50,10 +50,14 @@ struct ParamSpec {
   int64_t numel = 0;
   bool weight_decay = false;  // matrices and embeddings; not norms and biases
   bool matmul = false;        // counts as a matmul parameter (PaLM's N, for MFU)
-  // Held by the first and the last pipeline stage both (a tied embedding table): its gradient is
-  // summed between the two before the optimizer, so both copies stay identical, and the
-  // gradient norm counts it once (docs/sharding.md "Pipeline parallelism").
-  bool pipeline_shared = false;
+  // The pipeline stages (ranks of the pipeline group, ascending) that hold this parameter when
+  // more than one does: a tied embedding table on the first and the last stage, T5's token table
+  // on the stages that embed the encoder's and the decoder's tokens, a T5 relative-bias table on
+  // every stage with a layer of its stack. Its gradient is summed over them before the
+  // optimizer, so the copies stay identical, and the gradient norm counts it on the first of
+  // them (docs/sharding.md "Pipeline parallelism"). Empty (or one stage): this stage's alone.
+  std::vector<int> pipeline_stages;
+  bool pipeline_shared() const { return pipeline_stages.size() > 1; }
   ParamInit init = ParamInit::kNormal;
   double init_std = 0;
 };
@@ -62,21 +66,29 @@ struct ParamSpec {
 // zero in every buffer). Unsharded (shards = 1): parameters with weight decay come first, then
 // those without, so each optimizer group is one contiguous range. FSDP (shards > 1): unit by
 // unit, each unit padded to a multiple of 16 × shards elements so that it splits evenly; rank f
-// of the fsdp group owns the f-th 1/shards of every unit (of its head and of the rest, when the
-// unit has pipeline_shared parameters, which come first as its head).
+// of the fsdp group owns the f-th 1/shards of every unit (of each of its head's parameters and of
+// the rest, when the unit has pipeline_shared() parameters, which come first as its head).
 class ParamLayout {
  public:
   struct Unit {
     int64_t begin = 0;  // elements
     int64_t size = 0;   // a multiple of 16 × shards
-    // The unit's first `head` elements (a multiple of 16 × shards; 0 = none) are sharded apart
-    // from the rest: a pipeline's tied tables, so that fsdp rank f of the first and of the last
-    // stage own the same elements of them although their other unit-0 parameters differ.
+    // The unit's first `head` elements (a multiple of 16 × shards; 0 = none) are its
+    // pipeline_shared() parameters, each padded to a multiple of 16 × shards and sharded on its
+    // own, apart from the rest: fsdp rank f of every stage that holds one owns the same elements
+    // of it although the stages' other unit-0 parameters differ.
     int64_t head = 0;
   };
+  // FSDP: the parts of unit u sharded each on its own ({begin, size}, head 0): each
+  // pipeline_shared() parameter of its head, then the rest; none for an empty unit (a middle
+  // stage's unit 0). block_of: the one `spec` lies in.
+  std::vector<Unit> blocks(int u) const;
+  Unit block_of(const ParamSpec& spec) const;
   // Appends a parameter in declaration order, in the current unit; finalize() assigns the offsets.
   void add(ParamSpec spec);
   void set_unit(int unit) { unit_ = unit; }
+  // Before finalize(): the pipeline stages that hold parameter `name` (ParamSpec::pipeline_stages).
+  void share(const std::string& name, std::vector<int> stages);
   void finalize(int shards = 1);
   int shards() const { return shards_; }
   // By unit index (shards > 1 only; empty otherwise).
@@ -203,7 +215,7 @@ class ParamStore {
   // counted once): collective over the tensor, fsdp and pipeline groups.
   double grad_sum_squares() const;
   // After the last micro-batch of a step: sums the gradients over the data and seq groups, and a
-  // pipeline_shared parameter's between the first and the last stage.
+  // pipeline_shared() parameter's over the stages that hold it.
   void reduce_gradients();
   void zero_grad();
   // Refreshes the compute-dtype copy of the weights after the masters changed (nothing to do
