@@ -58,6 +58,16 @@ run 0 "tiny-llama in seq slices" --experiment tiny-llama --nodes 1 --gpus-per-no
 expect "best: data 2 fsdp 1 tensor 1 seq 4, "
 expect ", K/V gathers "
 expect "--ax-mesh='ici=1,2,1,4,1;dcn=1,1,1,1,1'"
+run 0 "tiny-t5 in 2 stages" --experiment tiny-t5 --nodes 2 --gpus-per-node 4 --gpu H200 \
+  --ici 1,4,1,1,1 --dcn 2,1,1,1,1
+expect "best: data 4 fsdp 1 tensor 1 pipeline 2, "
+expect "heaviest stage: [01] of 2, "
+expect "--ax-mesh='ici=1,4,1,1,1;dcn=2,1,1,1,1'"
+expect "^note: seq axes are not planned for t5"
+grep -q "^note: pipeline and seq axes are not planned" "$out" &&
+  { fail "tiny-t5: the old note"; cat "$out" >&2; }
+run 0 "tiny-t5 on 2 x 4" --experiment tiny-t5 --nodes 2 --gpus-per-node 4 --gpu H200
+expect "ICI p,d,f,s,t"
 run 1 "seq for t5" --experiment tiny-t5 --nodes 1 --gpus-per-node 8 --gpu H200 \
   --ici 1,4,1,2,1 --dcn 1,1,1,1,1
 expect "^note: seq=2: sequence sharding is built for the decoder-only families"

@@ -110,15 +110,19 @@ StatusOr<std::unique_ptr<Model>> plan_model(const Config& c, int64_t vocab, cons
                      model_options(c, recompute, dtype, chunks_of(c, layout)));
 }
 
-// The stages of a pipeline of `stages` with `chunks` chunks each that differ in what they hold,
-// as decoder_lm.cc cuts the layers (chunk c of P·V holds layers [c·L/(P·V), (c+1)·L/(P·V)), stage
-// s the chunks s, s + P, ...; the first stage embeds, the last holds the head): `kind[s]` indexes
-// `first_of`, the first stage of each kind (its representative).
+// The stages of a pipeline of `stages` with `chunks` chunks each that differ in what they hold:
+// `kind[s]` indexes `first_of`, the first stage of each kind (its representative).
 struct StageKinds {
   std::vector<int> kind;      // per stage
   std::vector<int> first_of;  // per kind
-  std::vector<int> layers;    // per kind: the layers it holds
+  // Per kind: the layers of each stack it holds, and whether it holds the head.
+  std::vector<int> encoder_layers, decoder_layers;
+  std::vector<bool> head;
 };
+
+// A decoder-only model's, as decoder_lm.cc cuts the layers (chunk c of P·V holds layers
+// [c·L/(P·V), (c+1)·L/(P·V)), stage s the chunks s, s + P, ...; the first stage embeds, the last
+// holds the head).
 StageKinds stage_kinds(int64_t num_layers, int stages, int chunks) {
   StageKinds k;
   std::map<std::tuple<bool, bool, std::vector<int64_t>>, int> seen;
@@ -135,11 +139,77 @@ StageKinds stage_kinds(int64_t num_layers, int stages, int chunks) {
                                        static_cast<int>(k.first_of.size()));
     if (inserted) {
       k.first_of.push_back(s);
-      k.layers.push_back(static_cast<int>(total));
+      k.encoder_layers.push_back(0);
+      k.decoder_layers.push_back(static_cast<int>(total));
+      k.head.push_back(s == stages - 1);
     }
     k.kind.push_back(it->second);
   }
   return k;
+}
+
+// T5's, read from the model's own split (encoder_decoder.cc balances the E + D layers' FLOPs, so
+// the planner does not re-derive it): each stage's planned model (one row, no sharding) names
+// its layers (enc.h.<i>, dec.h.<j>: layer E + j) and the ends it holds; its chunks are the runs
+// of consecutive layers (a stage's chunks s, s + P, ... never touch on P > 1). Stages with the
+// same ends and the same chunks (each chunk's layers of each stack and which stack boundaries it
+// holds: those size its activations) are one kind.
+StatusOr<StageKinds> t5_stage_kinds(const Config& c, int64_t vocab, int stages, int chunks) {
+  const int E = static_cast<int>(c.model.num_layers);
+  const int D = static_cast<int>(c.model.decoder_layers());
+  using Chunk = std::tuple<int, int, bool, bool, bool, bool>;
+  StageKinds k;
+  std::map<std::pair<std::vector<std::string>, std::vector<Chunk>>, int> seen;
+  for (int s = 0; s < stages; ++s) {
+    ModelParallel par;
+    par.pipeline_size = stages;
+    par.pipeline_rank = s;
+    AX_ASSIGN_OR_RETURN(std::unique_ptr<Model> m,
+                        Model::plan(c.model, vocab, 1, c.train.seq_len, par,
+                                    model_options(c, false, DType::kF32, chunks)));
+    std::vector<int> ids;
+    std::vector<std::string> ends;
+    for (const ParamSpec& p : m->layout().specs()) {
+      const bool enc = p.name.starts_with("enc.h."), dec = p.name.starts_with("dec.h.");
+      if (enc || dec) {
+        ids.push_back((dec ? E : 0) + std::atoi(p.name.c_str() + 6));
+      } else {
+        ends.push_back(p.name);
+      }
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::sort(ends.begin(), ends.end());
+    std::vector<Chunk> runs;
+    int encoder = 0;
+    for (size_t i = 0; i < ids.size();) {
+      size_t j = i + 1;
+      while (j < ids.size() && ids[j] == ids[j - 1] + 1) ++j;
+      const int first = ids[i], last = ids[j - 1];
+      const int enc = std::max(0, std::min(last + 1, E) - first);
+      const int dec = last - first + 1 - enc;
+      encoder += enc;
+      runs.emplace_back(enc, dec, first == 0, first <= E && E <= last, first < E && E - 1 <= last,
+                        last == E + D - 1);
+      i = j;
+    }
+    auto [it, inserted] =
+        seen.emplace(std::make_pair(ends, runs), static_cast<int>(k.first_of.size()));
+    if (inserted) {
+      k.first_of.push_back(s);
+      k.encoder_layers.push_back(encoder);
+      k.decoder_layers.push_back(static_cast<int>(ids.size()) - encoder);
+      k.head.push_back(std::binary_search(ids.begin(), ids.end(), E + D - 1));
+    }
+    k.kind.push_back(it->second);
+  }
+  return k;
+}
+
+// The stage kinds of a pipeline of `stages` with `chunks` chunks each, for either family.
+StatusOr<StageKinds> stage_kinds_of(const Config& c, int64_t vocab, int stages, int chunks) {
+  if (is_t5(c)) return t5_stage_kinds(c, vocab, stages, chunks);
+  return stage_kinds(c.model.num_layers, stages, chunks);
 }
 
 // `model`'s store on `layout` with activations of `activation_bytes`.
@@ -196,6 +266,9 @@ struct WholeModel {
   double flops_per_row = 0;
   double gemm_flops_per_row = 0;  // 6 x the matmul parameters x the tokens of a row
   double head_gemm_flops_per_row = 0;
+  // Per layer of each stack (a pipeline stage's share): its GEMMs and attention per row.
+  double enc_layer_gemm = 0, dec_layer_gemm = 0;
+  double enc_layer_attention = 0, dec_layer_attention = 0;
   double num_parameters = 0;
   int encoder_layers = 0, decoder_layers = 0;
 };
@@ -210,14 +283,31 @@ WholeModel whole_model_of(const Model& model, const Config& c) {
   if (is_t5(c)) {
     const double enc = static_cast<double>(logical_matmul_parameters(l, "enc."));
     w.gemm_flops_per_row = 6.0 * (enc * te + (all - enc) * td);
+    const double attention = std::max(0.0, w.flops_per_row - w.gemm_flops_per_row);
     w.encoder_layers = static_cast<int>(c.model.num_layers);
-    w.decoder_layers = static_cast<int>(c.model.num_decoder_layers > 0 ? c.model.num_decoder_layers
-                                                                       : c.model.num_layers);
+    w.decoder_layers = static_cast<int>(c.model.decoder_layers());
+    const double E = w.encoder_layers, D = w.decoder_layers;
+    w.enc_layer_gemm = 6.0 * static_cast<double>(logical_matmul_parameters(l, "enc.h.")) * te / E;
+    w.dec_layer_gemm = 6.0 * static_cast<double>(logical_matmul_parameters(l, "dec.h.")) * td / D;
+    // The rest (the head) where the head is, so that the stages' GEMMs sum to the whole's.
+    w.head_gemm_flops_per_row = w.gemm_flops_per_row - E * w.enc_layer_gemm - D * w.dec_layer_gemm;
+    // Attention split as encoder_decoder.cc counts it per layer (the encoder's whole Te x Te, the
+    // decoder's causal Td x Td and its cross-attention's Td x Te), scaled to the whole's.
+    const double hd = static_cast<double>(c.model.num_heads * c.model.head_dim());
+    const double enc_attention = 12.0 * hd * te * te;
+    const double dec_attention = 6.0 * hd * td * td + 12.0 * hd * td * te;
+    const double scale = attention / (E * enc_attention + D * dec_attention);
+    w.enc_layer_attention = enc_attention * scale;
+    w.dec_layer_attention = dec_attention * scale;
   } else {
     w.gemm_flops_per_row = 6.0 * all * td;
+    const double attention = std::max(0.0, w.flops_per_row - w.gemm_flops_per_row);
     w.decoder_layers = static_cast<int>(c.model.num_layers);
     w.head_gemm_flops_per_row =
         6.0 * static_cast<double>(c.model.model_dim) * static_cast<double>(model.vocab()) * td;
+    // Uniform layers; a lookup embeds.
+    w.dec_layer_gemm = (w.gemm_flops_per_row - w.head_gemm_flops_per_row) / w.decoder_layers;
+    w.dec_layer_attention = attention / w.decoder_layers;
   }
   for (const ParamSpec& s : l.specs()) {
     int64_t n = 1;
@@ -237,23 +327,34 @@ struct ModelFacts {
   int encoder_layers = 0, decoder_layers = 0;
 };
 
+// A pipeline stage's layers of each stack and whether it holds the head.
+struct StageShape {
+  int encoder_layers = 0, decoder_layers = 0;
+  bool head = false;
+};
+
+// The GEMM and attention FLOPs per row of a stage (the whole model's without a pipeline).
+void stage_flops(const WholeModel& w, const Layout& layout, const StageShape& stage,
+                 ModelFacts* f) {
+  f->gemm_flops_per_row = w.gemm_flops_per_row;
+  f->attention_flops_per_row = std::max(0.0, w.flops_per_row - w.gemm_flops_per_row);
+  f->encoder_layers = w.encoder_layers;
+  f->decoder_layers = w.decoder_layers;
+  if (layout.pipeline() <= 1) return;
+  // Each stack's layers at its own cost (T5's encoder layers at the encoder's length); the
+  // head's GEMM where it is (a lookup embeds).
+  const double enc = stage.encoder_layers, dec = stage.decoder_layers;
+  f->gemm_flops_per_row = enc * w.enc_layer_gemm + dec * w.dec_layer_gemm +
+                          (stage.head ? w.head_gemm_flops_per_row : 0.0);
+  f->attention_flops_per_row = enc * w.enc_layer_attention + dec * w.dec_layer_attention;
+  f->encoder_layers = stage.encoder_layers;
+  f->decoder_layers = stage.decoder_layers;
+}
+
 ModelFacts facts_of(const WholeModel& w, const Model& store, double activation_bytes,
-                    const Layout& layout, int stage, int stage_layers) {
+                    const Layout& layout, const StageShape& stage) {
   ModelFacts f;
-  const double attention = std::max(0.0, w.flops_per_row - w.gemm_flops_per_row);
-  f.gemm_flops_per_row = w.gemm_flops_per_row;
-  f.attention_flops_per_row = attention;
-  f.encoder_layers = w.encoder_layers;
-  f.decoder_layers = w.decoder_layers;
-  if (layout.pipeline() > 1) {
-    // Uniform layers; the head's GEMM on the last stage (a lookup embeds on the first).
-    const double L = w.decoder_layers;
-    const double per_layer = (w.gemm_flops_per_row - w.head_gemm_flops_per_row) / L;
-    f.gemm_flops_per_row = per_layer * stage_layers +
-                           (stage == layout.pipeline() - 1 ? w.head_gemm_flops_per_row : 0.0);
-    f.attention_flops_per_row = attention * stage_layers / L;
-    f.decoder_layers = stage_layers;
-  }
+  stage_flops(w, layout, stage, &f);
   if (layout.seq() > 1) {
     // Each slice computes its rows' GEMMs; causal attention is uneven: slice s of S attends to
     // (2s + 1) / S² of the row's pairs, the last slice (2S - 1) / S² (the step waits for it).
@@ -359,7 +460,10 @@ StepTime step_time(const ModelFacts& f, const Config& c, const Cluster& cl, cons
     t.bubble = bubble;
     t.bubble_s = stage_s * t.bubble / (1.0 - t.bubble);
     const bool dcn = lay.dcn_pipeline > 1;
-    const double bytes = mb * slice * c.model.model_dim * ds;
+    // T5's stages pass both streams, (B·Te + B·Td, C), whichever stack they hold.
+    const double positions =
+        is_t5(c) ? static_cast<double>(c.train.encoder_seq_len + c.train.seq_len) : slice;
+    const double bytes = mb * positions * c.model.model_dim * ds;
     t.pipeline_s = 2.0 * (mbs * V + P - 1) *
                    (bytes / (dcn ? network : nvlink) + (dcn ? k.dcn_latency_s : k.ici_latency_s));
   }
@@ -642,6 +746,25 @@ StatusOr<Memory> rank_memory(const Config& config, int64_t vocab, const Layout& 
   return best;
 }
 
+StatusOr<std::vector<double>> stage_flops_per_row(const Config& config, int64_t vocab, int stages) {
+  Layout layout;
+  layout.ici_pipeline = stages;
+  AX_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                      plan_model(config, vocab, Layout{}, 1, 0, 1, false, plan_dtype(config)));
+  const WholeModel whole = whole_model_of(*model, config);
+  AX_ASSIGN_OR_RETURN(StageKinds kinds,
+                      stage_kinds_of(config, vocab, stages, chunks_of(config, layout)));
+  std::vector<double> out;
+  for (int s = 0; s < stages; ++s) {
+    const size_t kind = static_cast<size_t>(kinds.kind[static_cast<size_t>(s)]);
+    ModelFacts f;
+    stage_flops(whole, layout,
+                {kinds.encoder_layers[kind], kinds.decoder_layers[kind], kinds.head[kind]}, &f);
+    out.push_back(f.gemm_flops_per_row + f.attention_flops_per_row);
+  }
+  return out;
+}
+
 StatusOr<Plan> make_plan(const PlanRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   const Config& c = request.config;
@@ -677,9 +800,7 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
   };
   if (t5) {
     note("recomputation is not planned for t5 (train.recompute=layer is not built for it)");
-    note(
-        "pipeline and seq axes are not planned for t5 (ax-train builds them for gpt and llama "
-        "only: issues 25, 26)");
+    note("seq axes are not planned for t5 (ax-train builds them for gpt and llama only: issue 26)");
   }
   WholeModel whole;
   {
@@ -694,13 +815,13 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
     }
   }
   // The pipeline and seq axes of the layouts: none; pipeline stages across nodes first (then
-  // inside a node once every node is a stage); seq slices inside a node, alone and beside each
-  // pipeline whose stage's ranks on a node they divide.
+  // inside a node once every node is a stage); seq slices inside a node (not for t5), alone and
+  // beside each pipeline whose stage's ranks on a node they divide.
   struct Axes {
     int ici_pipeline = 1, dcn_pipeline = 1, ici_seq = 1;
   };
   std::vector<Axes> axes = {{}};
-  if (!t5 && !request.only && whole.decoder_layers > 0) {
+  if (!request.only && whole.decoder_layers > 0) {
     for (int64_t p : divisors(cl.nodes)) {
       if (p > 1) axes.push_back({1, static_cast<int>(p), 1});
     }
@@ -708,7 +829,7 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
       if (p > 1) axes.push_back({static_cast<int>(p), cl.nodes, 1});
     }
     const size_t pipelines = axes.size();  // none, then each pipeline
-    for (int64_t s : divisors(cl.gpus_per_node)) {
+    for (int64_t s : divisors(t5 ? 1 : cl.gpus_per_node)) {
       for (size_t i = 0; i < pipelines && s > 1; ++i) {
         const Axes a = axes[i];
         if (cl.gpus_per_node % (a.ici_pipeline * s) == 0) {
@@ -779,10 +900,13 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
     const int V = chunks_of(c, lay);
     auto kinds_it = kinds_of.find(P);
     if (kinds_it == kinds_of.end()) {
-      kinds_it = kinds_of.emplace(P, stage_kinds(c.model.num_layers, P, V)).first;
+      StatusOr<StageKinds> found = stage_kinds_of(c, request.vocab, P, V);
+      if (!found.ok()) refused(lay, found.status());
+      kinds_it = kinds_of.emplace(P, found.ok() ? std::move(*found) : StageKinds{}).first;
     }
     const StageKinds& kinds = kinds_it->second;
     const size_t nkinds = kinds.first_of.size();
+    if (nkinds == 0) continue;  // refused above
     std::vector<const Model*> store(nkinds, nullptr);
     for (size_t kind = 0; kind < nkinds; ++kind) {
       const auto key = std::make_tuple(lay.tensor(), lay.fsdp(), P, static_cast<int>(kind));
@@ -882,11 +1006,12 @@ StatusOr<Plan> make_plan(const PlanRequest& request) {
           bubble = it->second;
         }
         for (size_t kind = 0; kind < nkinds; ++kind) {
-          const int s = kinds.first_of[kind];
-          const StepTime t = step_time(
-              facts_of(whole, *store[kind], arena[kind].first, lay, s, kinds.layers[kind]), c, cl,
-              lay, rows, mbs, micro, recompute,
-              static_cast<double>(store[kind]->store_bytes().gradients), bubble, k);
+          const StageShape shape{kinds.encoder_layers[kind], kinds.decoder_layers[kind],
+                                 kinds.head[kind]};
+          const StepTime t =
+              step_time(facts_of(whole, *store[kind], arena[kind].first, lay, shape), c, cl, lay,
+                        rows, mbs, micro, recompute,
+                        static_cast<double>(store[kind]->store_bytes().gradients), bubble, k);
           if (kind == 0 || t.total_s > cand.time.total_s) cand.time = t;
         }
         const double rows_per_s = static_cast<double>(plan.global_batch) / cand.time.total_s;

@@ -1,9 +1,10 @@
 // `ax-train plan` (docs/plan.md): for a config and a cluster, every pipeline × data × fsdp × seq ×
 // tensor layout over ICI and DCN (tensor and seq inside a node, pipeline stages across nodes
-// first; pipeline and seq for gpt and llama, as ax-train trains them), with each micro-batch count
-// and recomputation on or off, the memory one GPU needs (the model's own dry-run plan: Model::plan
-// of the rank's stage and slice, nothing allocated; a pipeline's heaviest stage with the slots its
-// schedule holds) and the step time of a simple cost model, ranked.
+// first; pipeline for every family, seq for gpt and llama, as ax-train trains them), with each
+// micro-batch count and recomputation on or off, the memory one GPU needs (the model's own
+// dry-run plan: Model::plan of the rank's stage and slice, nothing allocated; a pipeline's
+// heaviest stage with the slots its schedule holds) and the step time of a simple cost model,
+// ranked.
 #pragma once
 
 #include <cstdint>
@@ -210,6 +211,11 @@ StatusOr<Memory> rank_memory(const Config& config, int64_t vocab, const Layout& 
 // pass starts, given back after its backward pass) over `micro_batches` micro-batches.
 int pipeline_slots(PipelineSchedule schedule, int stage, int stages, int micro_batches,
                    int chunks = 1);
+
+// The FLOPs per row each stage of a pipeline of `stages` (config.train's schedule and chunks)
+// computes, as the cost model times it: its layers of each stack at their own cost, the head's
+// GEMMs on the stage with the head. They sum to the whole model's flops_per_row.
+StatusOr<std::vector<double>> stage_flops_per_row(const Config& config, int64_t vocab, int stages);
 
 // The smallest node count (same GPUs per node and kind) on which some layout (pipelined and seq
 // layouts included) fits at micro-batches of one sequence with recomputation, searching
