@@ -759,7 +759,7 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostTheStagesActivationsGpipeEveryMicroBatch
 
 // Stopped after 3 steps and resumed: pipeline 2 on pipeline 2 and on one process (the tied table
 // was saved by both ends of the pipeline, whose copies must hold the same bits to load), one
-// process on pipeline 4, pipeline 2 x fsdp 2 (each end's fsdp ranks saved their shards of the
+// process on pipeline 4 and back, pipeline 2 x fsdp 2 (each end's fsdp ranks saved their shards of the
 // table) on one process and back, and interleaved pipeline 2 of 2 chunks (the layers saved from
 // stage 0 are h.0 and h.2) on itself and on one process, which ignores the chunks: steps 4-6 are
 // the uninterrupted run's. Sampling reads the pipelined checkpoint.
@@ -773,6 +773,7 @@ TEST(PipelineCheckpoint, ResumesOnTheSameAndOnOtherPipelineLayouts) {
   const std::vector<std::pair<Layout, Layout>> moves = {{{1, 1, 1, 2}, {1, 1, 1, 2}},
                                                         {{1, 1, 1, 2}, {1, 1, 1}},
                                                         {{1, 1, 1}, {1, 1, 1, 4}},
+                                                        {{1, 1, 1, 4}, {1, 1, 1}},
                                                         {{1, 2, 1, 2}, {1, 1, 1}},
                                                         {{1, 1, 1}, {1, 2, 1, 2}}};
   std::vector<std::string> oi = pipeline_overrides("tiny-gpt", "interleaved", 4, 2);
