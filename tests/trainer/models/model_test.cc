@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "ax/trainer/models/flops.h"
 #include "ax/trainer/train/train_loop.h"
@@ -363,6 +365,46 @@ TEST(ParamLayout, EachPipelineSharedParameterIsABlockOfItsOwn) {
   EXPECT_EQ(layout.block_of(*layout.find("enc.rel_bias.weight")).size, 64);
   ASSERT_EQ(layout.blocks(1).size(), 1u);
   EXPECT_EQ(layout.blocks(1)[0].begin, 192);
+}
+
+// T5's stages cut its E + D layers as one sequence balanced by FLOPs (docs/sharding.md "T5 on a
+// pipeline"): tiny-t5 with 6 decoder layers on 3 stages, where an encoder layer (64 positions)
+// costs about three decoder layers (16 positions), is encoder layer 0 | encoder layer 1 and decoder
+// layers 0-1 | decoder layers 2-5. The middle stage ends the encoder and embeds the decoder's
+// tokens; each table is shared by exactly the stages that use it.
+TEST(EncoderDecoderStages, LayersAreSplitByCostAndTablesLiveWhereTheyAreUsed) {
+  StatusOr<Config> c = make_experiment("tiny-t5");
+  ASSERT_TRUE(c.ok());
+  c->model.num_decoder_layers = 6;
+  ModelOptions options;
+  options.encoder_seq_len = c->train.encoder_seq_len;
+  const std::vector<std::vector<std::string>> want = {
+      {"enc.h.0", "enc.rel_bias.weight", "wte"},
+      {"dec.h.0", "dec.h.1", "dec.rel_bias.weight", "enc.h.1", "enc.lnf.weight",
+       "enc.rel_bias.weight", "wte"},
+      {"dec.h.2", "dec.h.3", "dec.h.4", "dec.h.5", "dec.lnf.weight", "dec.rel_bias.weight",
+       "lm_head.weight"}};
+  const std::map<std::string, std::vector<int>> shared = {
+      {"wte", {0, 1}}, {"enc.rel_bias.weight", {0, 1}}, {"dec.rel_bias.weight", {1, 2}}};
+  for (int s = 0; s < 3; ++s) {
+    ModelParallel par;
+    par.pipeline_size = 3;
+    par.pipeline_rank = s;
+    StatusOr<std::unique_ptr<Model>> m =
+        Model::plan(c->model, 500, 1, c->train.seq_len, par, options);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    std::set<std::string> held;
+    for (const ParamSpec& spec : (*m)->layout().specs()) {
+      // A layer's parameters by their layer ("enc.h.1"), the ends by name.
+      const bool layer = spec.name.starts_with("enc.h.") || spec.name.starts_with("dec.h.");
+      held.insert(layer ? spec.name.substr(0, spec.name.find('.', 6)) : spec.name);
+      const auto it = shared.find(spec.name);
+      EXPECT_EQ(spec.pipeline_stages, it == shared.end() ? std::vector<int>{} : it->second)
+          << "stage " << s << ": " << spec.name;
+    }
+    EXPECT_EQ(std::vector<std::string>(held.begin(), held.end()), want[static_cast<size_t>(s)])
+        << "stage " << s;
+  }
 }
 
 TEST(Model, InitFollowsTheParameterNamesDoc) {

@@ -759,8 +759,8 @@ TEST(PipelineMemory, OneFOneBKeepsAtMostTheStagesActivationsGpipeEveryMicroBatch
 
 // Stopped after 3 steps and resumed: pipeline 2 on pipeline 2 and on one process (the tied table
 // was saved by both ends of the pipeline, whose copies must hold the same bits to load), one
-// process on pipeline 4 and back, pipeline 2 x fsdp 2 (each end's fsdp ranks saved their shards of the
-// table) on one process and back, and interleaved pipeline 2 of 2 chunks (the layers saved from
+// process on pipeline 4 and back, pipeline 2 x fsdp 2 (each end's fsdp ranks saved their shards of
+// the table) on one process and back, and interleaved pipeline 2 of 2 chunks (the layers saved from
 // stage 0 are h.0 and h.2) on itself and on one process, which ignores the chunks: steps 4-6 are
 // the uninterrupted run's. Sampling reads the pipelined checkpoint.
 TEST(PipelineCheckpoint, ResumesOnTheSameAndOnOtherPipelineLayouts) {
@@ -770,12 +770,9 @@ TEST(PipelineCheckpoint, ResumesOnTheSameAndOnOtherPipelineLayouts) {
   const std::string root = data::testing::temp_dir("pipeline-resume");
   RunResult reference = run_ranks(config, {1, 1, 1}, root + "/reference");
   ASSERT_EQ(reference.losses.size(), 6u) << reference.errs[0];
-  const std::vector<std::pair<Layout, Layout>> moves = {{{1, 1, 1, 2}, {1, 1, 1, 2}},
-                                                        {{1, 1, 1, 2}, {1, 1, 1}},
-                                                        {{1, 1, 1}, {1, 1, 1, 4}},
-                                                        {{1, 1, 1, 4}, {1, 1, 1}},
-                                                        {{1, 2, 1, 2}, {1, 1, 1}},
-                                                        {{1, 1, 1}, {1, 2, 1, 2}}};
+  const std::vector<std::pair<Layout, Layout>> moves = {
+      {{1, 1, 1, 2}, {1, 1, 1, 2}}, {{1, 1, 1, 2}, {1, 1, 1}}, {{1, 1, 1}, {1, 1, 1, 4}},
+      {{1, 1, 1, 4}, {1, 1, 1}},    {{1, 2, 1, 2}, {1, 1, 1}}, {{1, 1, 1}, {1, 2, 1, 2}}};
   std::vector<std::string> oi = pipeline_overrides("tiny-gpt", "interleaved", 4, 2);
   oi.push_back("train.max_steps=6");
   const Config interleaved = corpus_config("tiny-gpt", oi);
@@ -835,7 +832,8 @@ TEST(PipelineCheckpoint, ResumesOnTheSameAndOnOtherPipelineLayouts) {
 // decoder layers on stage 3, so the encoder's bias table lies on all four (its gradient summed
 // over more than two holders) and the stage that ends the encoder also embeds the decoder's
 // tokens; with dropout (each stage draws one process's masks), alone and with fsdp 2 inside the
-// stages; fine-tuning on packed seq2seq rows (segment ids on every stage). Then a run stopped on
+// stages; fine-tuning on packed seq2seq rows (segment ids on every stage); pipeline 4 x tensor 2;
+// 6 decoder layers on 3 stages (model_test checks that split). Then a run stopped on
 // pipeline 4 resumes on one process and the reverse, with the uninterrupted losses.
 TEST(PipelineT5, UnevenStagesDropoutPackingAndResume) {
   const std::string root = data::testing::temp_dir("pipeline-t5");
@@ -848,7 +846,13 @@ TEST(PipelineT5, UnevenStagesDropoutPackingAndResume) {
   const std::vector<Run> runs = {
       {"enc4", {"model.num_layers=4"}, false, {{1, 1, 1, 4}, {1, 2, 1, 4}}},
       {"dropout", {"model.num_layers=4", "model.dropout=0.1"}, false, {{1, 1, 1, 4}, {1, 2, 1, 2}}},
-      {"seq2seq", {"model.dropout=0.1"}, true, {{1, 1, 1, 2}, {1, 1, 2, 2}}}};
+      {"seq2seq", {"model.dropout=0.1"}, true, {{1, 1, 1, 2}, {1, 1, 2, 2}}},
+      // A stage a layer each × tensor 2: the memory's gradient crosses two decoder stages as
+      // each tensor rank's partial sum before the encoder's stage adds it over the group.
+      {"tensor", {}, false, {{1, 1, 2, 4}}},
+      // 6 decoder layers on 3 stages: encoder layer 0 | encoder layer 1 and decoder layers 0-1
+      // | the rest, so a stage that is not the last ends the encoder and embeds the decoder.
+      {"dec6", {"model.num_decoder_layers=6"}, false, {{1, 1, 1, 3}}}};
   for (const Run& run : runs) {
     std::vector<std::string> o = pipeline_overrides("tiny-t5", "1f1b");
     o.insert(o.end(), run.extra.begin(), run.extra.end());

@@ -58,6 +58,9 @@ struct ChunkActs {
   layers::Norm::Acts enc_final, dec_final;
   Tensor logits;  // (B·Td, Vl); holds dlogits after backward (the model's last chunk)
   layers::LmLoss loss;
+  // Whether this pass drops, and its step's seed: the backward pass reads what its own forward
+  // pass set, whatever other passes (an evaluation's) ran in between.
+  layers::Dropout dropout;
 };
 
 // One micro-batch slot: the buffers passed between stages and the activations of the chunk it
@@ -166,7 +169,7 @@ class EncoderDecoder final : public Model {
   Tensor grad;     // (B·Te + B·Td, C): the gradients of the two streams (sent backwards)
   Tensor denc;     // (B·Te, C) the memory's gradient where the encoder ends
   DecoderLayer::Scratch enc_scratch, dec_scratch;
-  layers::Dropout dropout;
+  double dropout_rate = 0;  // model.dropout
 
   bool is_enc(int layer) const { return layer < E; }
   // Rows of the passed buffer: the encoder's stream first, then the decoder's.
@@ -229,7 +232,7 @@ class EncoderDecoder final : public Model {
       } else {
         layer.declare(layout, "dec.h." + std::to_string(l - E), o, tp, /*cross_attention=*/true);
       }
-      layer.dropout = dropout.rate > 0;
+      layer.dropout = dropout_rate > 0;
       layer.dropout_site = static_cast<uint32_t>(l + 1) * DecoderLayer::kDropSites;
     }
     layout->set_unit(0);
@@ -249,7 +252,7 @@ class EncoderDecoder final : public Model {
   void plan_inputs(Arena* arena, StackInputs* s, int64_t T) {
     s->tokens = arena->take(DType::kI32, {B, T});
     s->segments = arena->take(DType::kI32, {B, T});
-    if (dropout.rate > 0) {
+    if (dropout_rate > 0) {
       s->drop_keys = arena->take(DType::kI32, {B * T});
       s->drop_position_keys = arena->take(DType::kI32, {B * T});
     }
@@ -333,11 +336,11 @@ class EncoderDecoder final : public Model {
     be->copy_from_host(s.drop_position_keys, positions.data());
   }
 
-  layers::DropSite embed_drop(const StackParts& s, const StackInputs& in) const {
-    return {&dropout, in.drop_keys, s.embed_site};
+  layers::DropSite embed_drop(const StackParts& s, const ChunkActs& a) const {
+    return {&a.dropout, (&s == &enc ? a.enc : a.dec).drop_keys, s.embed_site};
   }
-  layers::DropSite final_drop(const StackParts& s, const StackInputs& in) const {
-    return {&dropout, &s == &enc ? in.drop_position_keys : in.drop_keys, s.final_site};
+  layers::DropSite final_drop(const StackParts& s, const ChunkActs& a) const {
+    return {&a.dropout, &s == &enc ? a.enc.drop_position_keys : a.dec.drop_keys, s.final_site};
   }
 
   // What a layer of the encoder (memory empty) or of the decoder reads besides its stream.
@@ -349,7 +352,7 @@ class EncoderDecoder final : public Model {
     if (use_segments) ctx.segments = in.segments;
     ctx.bias = s.bias.bias;
     ctx.dbias = s.bias.dbias;
-    ctx.dropout = &dropout;
+    ctx.dropout = &a.dropout;
     ctx.dropout_keys = in.drop_keys;
     if (!encoder) {
       ctx.memory = memory;
@@ -359,13 +362,14 @@ class EncoderDecoder final : public Model {
     return ctx;
   }
 
-  // Embeds `ids` into `out` (one stack's tokens) and drops.
-  void embed(const StackParts& s, const StackInputs& in, std::span<const int32_t> ids, int64_t T,
+  // Embeds `ids` into `out` (stack s's tokens of pass `a`) and drops.
+  void embed(const StackParts& s, const ChunkActs& a, std::span<const int32_t> ids, int64_t T,
              Tensor out) {
+    const StackInputs& in = &s == &enc ? a.enc : a.dec;
     vocab.upload_ids(*be, in.tokens, ids);
     be->embedding_forward(out.view({B, T, C}), in.tokens, wte.w, Tensor());
     tp.all_reduce(out);
-    embed_drop(s, in).forward(*be, out);
+    embed_drop(s, a).forward(*be, out);
   }
 };
 
@@ -434,7 +438,7 @@ StatusOr<std::unique_ptr<Model>> make_encoder_decoder(const ModelConfig& config,
   m->loss.vocab = m->vocab;
   m->loss.tp = m->tp;
   m->loss.z_loss = options.z_loss;
-  m->dropout.rate = config.dropout;
+  m->dropout_rate = config.dropout;
   m->chunks = chunks;
   // The whole model's matmul parameters per layer of each stack and in the head, from one
   // layer of each (declaring all of them would make a plan of T5-XXL's 48 stages slow for
@@ -508,28 +512,29 @@ double EncoderDecoder::stage_forward_impl(const Batch& batch, int slot, int chun
     be->copy_from_host(a.enc.segments, batch.encoder_segment_ids.data());
     if (with_dec) be->copy_from_host(a.dec.segments, batch.segment_ids.data());
   }
-  dropout.active = dropout.rate > 0 && !batch.row_ids.empty();
-  if (dropout.active) {
-    dropout.seed = batch.dropout_seed;
+  a.dropout.rate = dropout_rate;
+  a.dropout.active = dropout_rate > 0 && !batch.row_ids.empty();
+  if (a.dropout.active) {
+    a.dropout.seed = batch.dropout_seed;
     upload_dropout_keys(a.enc, Te, batch.row_ids);
     if (with_dec) upload_dropout_keys(a.dec, Td, batch.row_ids);
   }
   ParamStore& ps = *store_;
   ps.gather(0);
-  if (k.first == 0) embed(enc, a.enc, batch.encoder_tokens, Te, a.enc_embedded);
+  if (k.first == 0) embed(enc, a, batch.encoder_tokens, Te, a.enc_embedded);
   if (with_enc) enc.bias.forward(*be);
   if (with_dec) dec.bias.forward(*be);
   // The streams into the chunk's next layer of each stack (received, or embedded here), and
   // the memory (received, or the encoder's output made here).
   Tensor enc_x = k.first == 0 ? a.enc_embedded : enc_rows(s.in);
-  Tensor dec_x = dec_rows(s.in);
+  Tensor dec_x = s.in.empty() ? Tensor() : dec_rows(s.in);
   Tensor memory = with_enc ? Tensor() : enc_rows(s.in);
   for (int i = k.begin; i < k.end; ++i) {
     const int l = layer_ids[static_cast<size_t>(i)];
     const bool encoder = is_enc(l);
     const DecoderLayer::Acts& acts = a.layers[static_cast<size_t>(i - k.begin)];
     if (l == E) {
-      embed(dec, a.dec, batch.tokens, Td, a.dec_embedded);
+      embed(dec, a, batch.tokens, Td, a.dec_embedded);
       dec_x = a.dec_embedded;
     }
     ps.gather(i + 1);
@@ -540,13 +545,13 @@ double EncoderDecoder::stage_forward_impl(const Batch& batch, int slot, int chun
     x = acts.res_out;
     if (l == E - 1) {
       enc.final_norm.forward(*be, a.enc_final, enc_x);
-      final_drop(enc, a.enc).forward(*be, a.enc_final.out);
+      final_drop(enc, a).forward(*be, a.enc_final.out);
       memory = a.enc_final.out;
     }
   }
   if (k.last == E + D - 1) {
     dec.final_norm.forward(*be, a.dec_final, dec_x);
-    final_drop(dec, a.dec).forward(*be, a.dec_final.out);
+    final_drop(dec, a).forward(*be, a.dec_final.out);
     be->matmul_forward(a.logits, a.dec_final.out, lm_head.w, Tensor());
     if (batch.targets.empty()) return 0;
     return a.loss.forward(*be, a.logits, batch.targets);
@@ -605,7 +610,7 @@ void EncoderDecoder::stage_backward_impl(int slot, float dloss) {
       be->zero(g_dec);
       // With dropout, the gradient through a mask lands in `branch` (free outside the layers).
       dec.final_norm.backward(*be, g_dec,
-                              final_drop(dec, a.dec).gradient(*be, dnorm, dec_scratch.branch),
+                              final_drop(dec, a).gradient(*be, dnorm, dec_scratch.branch),
                               a.layers.back().res_out, a.dec_final);
       be->zero(dmemory);
     }
@@ -617,7 +622,7 @@ void EncoderDecoder::stage_backward_impl(int slot, float dloss) {
     if (k.first <= E) {
       be->embedding_backward(
           wte.dw, Tensor(),
-          embed_drop(dec, a.dec).gradient(*be, g_dec, dec_scratch.branch).view({B, Td, C}),
+          embed_drop(dec, a).gradient(*be, g_dec, dec_scratch.branch).view({B, Td, C}),
           a.dec.tokens);
     }
   }
@@ -630,9 +635,9 @@ void EncoderDecoder::stage_backward_impl(int slot, float dloss) {
     // memory's gradient is partial until summed (once, for all decoder layers).
     tp.all_reduce(denc);
     be->zero(g_enc);
-    enc.final_norm.backward(
-        *be, g_enc, final_drop(enc, a.enc).gradient(*be, denc, enc_scratch.branch),
-        a.layers[static_cast<size_t>(split - 1 - k.begin)].res_out, a.enc_final);
+    enc.final_norm.backward(*be, g_enc, final_drop(enc, a).gradient(*be, denc, enc_scratch.branch),
+                            a.layers[static_cast<size_t>(split - 1 - k.begin)].res_out,
+                            a.enc_final);
   }  // else: a later stage's d(encoder stream) was received into g_enc
   be->zero(enc.bias.dbias);
   const LayerContext ctx = context(a, /*encoder=*/true, s.use_segments, Tensor(), Tensor());
@@ -641,8 +646,7 @@ void EncoderDecoder::stage_backward_impl(int slot, float dloss) {
   if (k.first == 0) {
     be->embedding_backward(
         wte.dw, Tensor(),
-        embed_drop(enc, a.enc).gradient(*be, g_enc, enc_scratch.branch).view({B, Te, C}),
-        a.enc.tokens);
+        embed_drop(enc, a).gradient(*be, g_enc, enc_scratch.branch).view({B, Te, C}), a.enc.tokens);
   }
   ps.release(0);
 }

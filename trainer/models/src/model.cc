@@ -70,7 +70,7 @@ void Model::release_slot(int slot) {
 
 namespace {
 
-// A family without pipeline stages: check_pipeline_layout refuses such a mesh before this.
+// The defaults of a family without pipeline stages (every family has them today).
 void refuse_pipeline_stages(const ModelConfig& config) {
   AX_CHECK(false) << "model.family=" << name_of(config.family) << " has no pipeline stages";
 }

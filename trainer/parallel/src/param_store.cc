@@ -196,9 +196,9 @@ int64_t shared_gradient_elements(const ParamLayout& layout) {
   int64_t shared = 0;
   for (const ParamSpec& spec : layout.specs()) {
     if (!spec.pipeline_shared()) continue;
-    shared = std::max(shared, spec.numel);
-    if (layout.shards() > 1)
-      shared = std::max(shared, layout.block_of(spec).size / layout.shards());
+    // With FSDP the holders sum their shards of its block, not the whole parameter.
+    shared = std::max(
+        shared, layout.shards() > 1 ? layout.block_of(spec).size / layout.shards() : spec.numel);
   }
   return shared;
 }

@@ -34,7 +34,8 @@ struct ModelOptions {
   float z_loss = 0;
   // Pipeline stages (parallel.pipeline_size > 1): model chunks per stage, the interleaved
   // schedule's virtual stages. The layers are cut into P·V contiguous chunks, chunk c on stage
-  // c mod P; the first chunk also embeds, the last holds the head and the loss.
+  // c mod P; the first chunk also embeds (t5: also the chunk with the decoder's first layer),
+  // the last holds the head and the loss.
   int pipeline_chunks = 1;
   // Model::plan only (no backend to ask): the compute dtype activations are sized in.
   DType planned_dtype = DType::kF32;
@@ -118,7 +119,7 @@ class Model {
   // the loss. Each micro-batch in flight holds an activation slot: slot 0 is
   // planned with the model (forward() and backward() use it), further ones are allocated when a
   // schedule first needs them (so the backend's allocation counter shows the schedule's peak)
-  // and reused once released. A family without stages (t5) is refused before it gets here.
+  // and reused once released.
   bool first_stage() const { return parallel().pipeline_rank == 0; }
   bool last_stage() const { return parallel().pipeline_rank == parallel().pipeline_size - 1; }
   virtual int stage_chunks() const { return 1; }  // options.pipeline_chunks on a pipeline
@@ -131,8 +132,9 @@ class Model {
   size_t next_slot_bytes();
   // The forward pass of this stage's `chunk` over `batch` in `slot`: the first chunk of the
   // model reads the tokens, the others their input from stage_input(slot), which the caller
-  // fills. Returns the mean loss on the model's last chunk (0 elsewhere, and without targets);
-  // every chunk counts the targets. The slot remembers its chunk for the backward pass.
+  // fills (every chunk gets the batch: t5's decoder embeds where its first layer is). Returns the
+  // mean loss on the model's last chunk (0 elsewhere, and without targets); every chunk counts the
+  // targets. The slot remembers its chunk for the backward pass.
   float forward_stage(const Batch& batch, int slot, int chunk = 0);
   int64_t slot_targets(int slot) const { return slot_targets_[static_cast<size_t>(slot)]; }
   // The backward pass of the micro-batch in `slot`, scaled as backward(scale). A chunk other
@@ -141,7 +143,8 @@ class Model {
   // (and nothing to send) when the micro-batch has no targets, except on a seq axis, where it
   // runs with a zero gradient as backward() does.
   void backward_stage(int slot, float scale);
-  // (B·T, C) in the compute dtype: a stage's input (the previous stage's output) in `slot`, its
+  // (B·T, C) in the compute dtype (t5: (B·Te + B·Td, C), the encoder's stream or memory, then the
+  // decoder's): a stage's input (the previous stage's output) in `slot`, its
   // output in `slot`, and the gradient of the residual stream (one buffer for every slot). With
   // chunks the interleaved schedule receives a gradient while another is sent, or ahead of its
   // backward pass, so each slot has its own d(output) buffer; with one chunk it is
