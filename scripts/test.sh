@@ -69,7 +69,9 @@ if [[ -z "$slurm_skip" ]]; then
   slurm_start=$SECONDS
   echo "slurm suite: started in the background (its output follows the other checks)"
   # One local cluster per machine (its nodes are n1..n4 in /etc/hosts): wait for another's.
-  flock /tmp/ax-slurm.lock \
+  # -o: the suite does not inherit the lock's descriptor, so a daemon its tests start (munged)
+  # cannot hold the lock after a killed run (it did once: the next run waited forever).
+  flock -o /tmp/ax-slurm.lock \
     ctest --test-dir "$build" -L slurm --output-on-failure --timeout 300 >"$slurm_log" 2>&1 &
   slurm_pid=$!
 fi
